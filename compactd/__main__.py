@@ -1,0 +1,9 @@
+"""``python -m compactd`` is the same as the ``compactd`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from compactd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,340 @@
+"""The daemon's state: options, the store, the loaded sessions and the notification sink.
+
+One ``App`` lives for the life of the process. Handlers receive it, look a session up, and call
+the core or a service. Sessions are loaded lazily from the store, so a restarted daemon serves
+every session it had without reading them all at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import platformdirs
+
+from compactd import protocol as p
+from compactd.model import ParseReport, Record, parse_lines, record_from_dict
+from compactd.services.store import SessionMeta, Store, valid_session_id
+from compactd.session import Session
+
+log = logging.getLogger(__name__)
+
+Notifier = Callable[[str, msgspec.Struct], None]
+
+# Largest transcript ``session/open`` imports. Real sessions reach tens of MB; this guards the
+# daemon's memory against a wrong path (a disk image, a log file).
+MAX_IMPORT_BYTES = 1 << 30
+
+# Auto compaction stops after this many consecutive failures until one succeeds (REFERENCE.md
+# section 3, "circuit breaker").
+MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES = 3
+
+
+def default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("compactd", appauthor=False))
+
+
+class App:
+    def __init__(
+        self,
+        options: p.InitializationOptions,
+        base_env: Mapping[str, str] | None = None,
+        data_dir: Path | None = None,
+    ) -> None:
+        self.options = options
+        env = dict(os.environ if base_env is None else base_env)
+        env.update(options.env or {})
+        self.env: dict[str, str] = env
+        root = Path(options.data_dir) if options.data_dir else (data_dir or default_data_dir())
+        self.store = Store(root.expanduser())
+        self.sessions: dict[str, Session] = {}
+        self._loading = anyio.Lock()
+        self.notifier: Notifier = lambda method, params: None
+        self.started_at = time.time()
+        self.services: dict[str, Any] = {}
+        self.task_group: anyio.abc.TaskGroup | None = None
+
+    # -- notifications -----------------------------------------------------------------------
+
+    def notify(self, method: str, params: msgspec.Struct) -> None:
+        try:
+            self.notifier(method, params)
+        except Exception:  # a closed pipe must not take a handler down
+            log.exception("failed to send %s", method)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    @property
+    def breaker_limit(self) -> int:
+        return MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+
+    def status(self, session: Session) -> p.TokenStatus:
+        return session.status(self.env, self.breaker_limit)
+
+    def check_thresholds(self, session: Session, status: p.TokenStatus) -> None:
+        """Send ``tokens/threshold`` once per upward crossing of each level."""
+        levels = {
+            "warning": status.warning_threshold,
+            "error": status.error_threshold,
+            "autoCompact": status.auto_compact_threshold,
+            "blocking": status.blocking_limit,
+        }
+        for level in session.threshold_tracker.update(status):
+            self.notify(
+                p.NOTIFY_TOKENS_THRESHOLD,
+                p.ThresholdNotification(
+                    session_id=session.session_id,
+                    level=level,
+                    tokens=status.tokens,
+                    threshold=levels[level],
+                    status=status,
+                ),
+            )
+
+    async def get_session(self, session_id: str) -> Session:
+        if not valid_session_id(session_id):
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS,
+                f"invalid sessionId {session_id!r}: use letters, digits, '.', '_' and '-' only",
+            )
+        session = self.sessions.get(session_id)
+        if session is not None:
+            return session
+        async with self._loading:
+            session = self.sessions.get(session_id)
+            if session is not None:
+                return session
+            if not self.store.exists(session_id):
+                raise p.CompactdError(
+                    p.ErrorCode.SESSION_NOT_FOUND,
+                    f"no session {session_id!r}; open it with session/open first",
+                    sessionId=session_id,
+                )
+            session = await anyio.to_thread.run_sync(self._load, session_id)
+            self.sessions[session_id] = session
+            return session
+
+    def _load(self, session_id: str) -> Session:
+        meta = self.store.read_meta(session_id)
+        loaded = self.store.load(session_id)
+        session = Session(
+            meta=meta,
+            transcript_path=str(self.store.transcript_path(session_id)),
+            records=loaded.records,
+            skipped_lines=loaded.report.skipped,
+        )
+        session.rebuild()
+        if loaded.report.skipped or loaded.truncated_bytes:
+            log.warning(
+                "session %s: skipped %d corrupt lines, dropped %d unacknowledged bytes",
+                session_id,
+                loaded.report.skipped,
+                loaded.truncated_bytes,
+            )
+        return session
+
+    async def open_session(self, params: p.OpenParams) -> p.OpenResult:
+        sid = params.session_id or str(uuid.uuid4())
+        if not valid_session_id(sid):
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS,
+                f"invalid sessionId {sid!r}: use letters, digits, '.', '_' and '-' only",
+            )
+        if params.context_window is not None and params.context_window <= 0:
+            raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "contextWindow must be positive")
+        if params.max_output_tokens is not None and params.max_output_tokens <= 0:
+            raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "maxOutputTokens must be positive")
+        source = Path(params.transcript_path).expanduser() if params.transcript_path else None
+        if self.store.exists(sid):
+            session = await self.get_session(sid)
+            if source is not None and session.meta.imported_from != str(source.resolve()):
+                raise p.CompactdError(
+                    p.ErrorCode.SESSION_EXISTS,
+                    f"session {sid!r} already exists; open it without transcriptPath "
+                    "or choose another sessionId",
+                )
+            async with session.lock:
+                session.meta = _updated_meta(session.meta, params)
+                await anyio.to_thread.run_sync(self.store.write_meta, session.meta)
+                session.rebuild()
+            return self._open_result(session)
+
+        records: list[Record] = []
+        report = ParseReport()
+        imported_from: str | None = None
+        if source is not None:
+            records, report = await anyio.to_thread.run_sync(_read_transcript, source)
+            imported_from = str(source.resolve())
+        meta = SessionMeta(
+            session_id=sid,
+            cwd=params.cwd,
+            model=params.model,
+            context_window=params.context_window,
+            max_output_tokens=params.max_output_tokens,
+            agent_kind=params.agent_kind or "main",
+            cache_safe_params=_builtins(params.cache_safe_params),
+            api_context_management=params.api_context_management,
+            imported_from=imported_from,
+            created_at=time.time(),
+        )
+        initial = b"".join(r.raw + b"\n" for r in records)
+
+        def create() -> None:
+            self.store.write_meta(meta)
+            self.store.create_transcript(sid, initial)
+
+        await anyio.to_thread.run_sync(create)
+        session = Session(
+            meta=meta,
+            transcript_path=str(self.store.transcript_path(sid)),
+            records=records,
+            skipped_lines=report.skipped,
+        )
+        session.rebuild()
+        self.sessions[sid] = session
+        return self._open_result(session)
+
+    def _open_result(self, session: Session) -> p.OpenResult:
+        status = self.status(session)
+        self.check_thresholds(session, status)
+        return p.OpenResult(
+            session_id=session.session_id,
+            transcript_path=session.transcript_path,
+            entry_count=len(session.records),
+            status=status,
+            skipped_lines=session.skipped_lines,
+            imported_from=session.meta.imported_from,
+        )
+
+    async def append(self, session: Session, entries: list[dict[str, Any]]) -> p.AppendResult:
+        records = parse_entries(entries)
+        async with session.lock:
+            await self.commit(session, records)
+        status = self.status(session)
+        self.check_thresholds(session, status)
+        return p.AppendResult(appended=len(records), status=status)
+
+    async def commit(self, session: Session, records: list[Record]) -> None:
+        """Write records durably, then add them to the session. Caller holds the lock."""
+        if not records:
+            return
+        lines = [r.raw for r in records]
+        await anyio.to_thread.run_sync(self.store.append, session.session_id, lines)
+        session.extend(records)
+        session.last_activity = time.time()
+
+    async def close_session(self, session_id: str) -> bool:
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            if not self.store.exists(session_id):
+                raise p.CompactdError(p.ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}")
+            return False
+        for closer in list(session.extras.get("closers", [])):
+            try:
+                await closer()
+            except Exception:
+                log.exception("error while closing session %s", session_id)
+        return True
+
+    def list_sessions(self) -> list[p.SessionInfo]:
+        infos = []
+        for sid in self.store.list_ids():
+            loaded = self.sessions.get(sid)
+            if loaded is not None:
+                infos.append(loaded.info(loaded=True))
+                continue
+            try:
+                meta = self.store.read_meta(sid)
+            except (OSError, msgspec.DecodeError):
+                log.warning("session %s has an unreadable meta file", sid)
+                continue
+            infos.append(
+                p.SessionInfo(
+                    session_id=sid,
+                    transcript_path=str(self.store.transcript_path(sid)),
+                    cwd=meta.cwd,
+                    model=meta.model,
+                    agent_kind="subagent" if meta.agent_kind == "subagent" else "main",
+                    entry_count=-1,
+                    open=False,
+                    tokens=-1,
+                )
+            )
+        return infos
+
+
+def parse_entries(entries: list[dict[str, Any]]) -> list[Record]:
+    """Validate appended entries; a bad one rejects the whole request before anything changes."""
+    records = []
+    for i, obj in enumerate(entries):
+        if not isinstance(obj, dict):
+            raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, f"entries[{i}] must be a JSON object")
+        kind = obj.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS, f"entries[{i}] needs a string 'type' field"
+            )
+        uid = obj.get("uuid")
+        if uid is not None and not isinstance(uid, str):
+            raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, f"entries[{i}].uuid must be a string")
+        records.append(record_from_dict(obj))
+    return records
+
+
+def _read_transcript(path: Path) -> tuple[list[Record], ParseReport]:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise p.CompactdError(
+            p.ErrorCode.TRANSCRIPT_UNREADABLE, f"cannot read transcript {path}: {exc.strerror}"
+        ) from exc
+    if not path.is_file():
+        raise p.CompactdError(
+            p.ErrorCode.TRANSCRIPT_UNREADABLE, f"transcript {path} is not a regular file"
+        )
+    if st.st_size > MAX_IMPORT_BYTES:
+        raise p.CompactdError(
+            p.ErrorCode.TRANSCRIPT_UNREADABLE,
+            f"transcript {path} is {st.st_size} bytes, above the {MAX_IMPORT_BYTES} limit",
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise p.CompactdError(
+            p.ErrorCode.TRANSCRIPT_UNREADABLE, f"cannot read transcript {path}: {exc.strerror}"
+        ) from exc
+    report = ParseReport()
+    records = list(parse_lines(data.split(b"\n"), report))
+    return records, report
+
+
+def _builtins(value: msgspec.Struct | None) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    out = msgspec.to_builtins(value)
+    assert isinstance(out, dict)
+    return out
+
+
+def _updated_meta(meta: SessionMeta, params: p.OpenParams) -> SessionMeta:
+    return msgspec.structs.replace(
+        meta,
+        cwd=params.cwd or meta.cwd,
+        model=params.model or meta.model,
+        context_window=params.context_window or meta.context_window,
+        max_output_tokens=params.max_output_tokens or meta.max_output_tokens,
+        agent_kind=params.agent_kind or meta.agent_kind,
+        cache_safe_params=_builtins(params.cache_safe_params) or meta.cache_safe_params,
+        api_context_management=(
+            params.api_context_management
+            if params.api_context_management is not None
+            else meta.api_context_management
+        ),
+    )

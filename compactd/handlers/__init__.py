@@ -1,0 +1,18 @@
+"""Protocol method handlers, one module per area; ``HANDLERS`` maps each method to its handler.
+
+A handler takes the ``App``, its decoded params Struct and a request context, and returns a
+result Struct. It raises ``protocol.CompactdError`` for errors the client should see.
+"""
+
+from __future__ import annotations
+
+from compactd.handlers import pending, sessions, tokens
+from compactd.handlers.base import Handler
+
+HANDLERS: dict[str, Handler] = {
+    **sessions.HANDLERS,
+    **tokens.HANDLERS,
+    **pending.HANDLERS,
+}
+
+__all__ = ["HANDLERS", "Handler"]

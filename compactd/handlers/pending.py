@@ -1,0 +1,27 @@
+"""Methods of the v1 table whose behaviour has not landed yet: they answer ``notImplemented``."""
+
+from __future__ import annotations
+
+from compactd import protocol as p
+from compactd.handlers.base import Handler, not_implemented
+
+_PENDING = [
+    p.SESSION_STATS,
+    p.COMPACT_MICRO,
+    p.COMPACT_FULL,
+    p.COMPACT_PARTIAL,
+    p.COMPACT_AUTO,
+    p.COMPACT_PREVIEW,
+    p.COMPACT_UNDO,
+    p.RECALL_SEARCH,
+    p.ATTACHMENTS_REHYDRATE,
+    p.ATTACHMENTS_PENDING,
+    p.FILESTATE_RECORD,
+    p.FILESTATE_LIST,
+    p.CACHE_BEFORE_REQUEST,
+    p.CACHE_AFTER_RESPONSE,
+    p.SESSION_MEMORY_GET,
+    p.SESSION_MEMORY_EXTRACT,
+]
+
+HANDLERS: dict[str, Handler] = {m: not_implemented(m) for m in _PENDING}

@@ -1,0 +1,49 @@
+"""session/open, append, messages, list, close."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from compactd import protocol as p
+from compactd.core.normalize import to_api_messages
+from compactd.handlers.base import Context, Handler
+
+if TYPE_CHECKING:
+    from compactd.app import App
+
+
+async def open_session(app: App, params: p.OpenParams, ctx: Context) -> p.OpenResult:
+    return await app.open_session(params)
+
+
+async def append(app: App, params: p.AppendParams, ctx: Context) -> p.AppendResult:
+    session = await app.get_session(params.session_id)
+    return await app.append(session, params.entries)
+
+
+async def messages(app: App, params: p.SessionParams, ctx: Context) -> p.MessagesResult:
+    session = await app.get_session(params.session_id)
+    ctx_records = session.context()
+    boundary = next((r.entry.uuid for r in ctx_records if r.entry.is_compact_boundary), None)
+    return p.MessagesResult(
+        messages=to_api_messages(ctx_records, cleared_tool_ids=frozenset(session.cleared_tool_ids)),
+        boundary_uuid=boundary,
+    )
+
+
+async def list_sessions(app: App, params: object, ctx: Context) -> p.ListResult:
+    return p.ListResult(sessions=app.list_sessions())
+
+
+async def close(app: App, params: p.SessionParams, ctx: Context) -> p.CloseResult:
+    await app.get_session(params.session_id)  # validates the id and that it exists
+    return p.CloseResult(closed=await app.close_session(params.session_id))
+
+
+HANDLERS: dict[str, Handler] = {
+    p.SESSION_OPEN: open_session,
+    p.SESSION_APPEND: append,
+    p.SESSION_MESSAGES: messages,
+    p.SESSION_LIST: list_sessions,
+    p.SESSION_CLOSE: close,
+}

@@ -1,0 +1,323 @@
+"""Transcript model: Claude Code JSONL entries and their content blocks.
+
+A session is a list of entries in the shape Claude Code writes to its ``.jsonl`` transcripts.
+The typed view (``Entry``) names the fields compactd reads; everything else in a line -- unknown
+fields, unknown entry types, unknown block kinds -- is kept byte for byte in ``Record.raw`` and
+written back unchanged. Parsing never raises on a bad line: ``parse_lines`` skips it and counts
+it, because a transcript truncated by a crash must still open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "Block",
+    "CompactMetadata",
+    "DocumentBlock",
+    "Entry",
+    "ImageBlock",
+    "Message",
+    "ParseReport",
+    "PreservedSegment",
+    "Record",
+    "RedactedThinkingBlock",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "UnknownBlock",
+    "Usage",
+    "block_to_builtins",
+    "encode_entry",
+    "parse_lines",
+    "record_from_dict",
+    "record_from_entry",
+    "record_from_line",
+]
+
+
+class _BlockBase(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
+    cache_control: dict[str, Any] | None = None
+
+
+class TextBlock(_BlockBase, tag="text"):
+    text: str = ""
+    citations: list[Any] | None = None
+
+
+class ToolUseBlock(_BlockBase, tag="tool_use"):
+    id: str = ""
+    name: str = ""
+    input: Any = msgspec.field(default_factory=dict)
+
+
+class ImageBlock(_BlockBase, tag="image"):
+    source: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class DocumentBlock(_BlockBase, tag="document"):
+    source: dict[str, Any] = msgspec.field(default_factory=dict)
+    title: str | None = None
+    context: str | None = None
+    citations: Any = None
+
+
+class ThinkingBlock(_BlockBase, tag="thinking"):
+    thinking: str = ""
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_BlockBase, tag="redacted_thinking"):
+    data: str = ""
+
+
+class ToolResultBlock(_BlockBase, tag="tool_result"):
+    tool_use_id: str = ""
+    content: str | list[Block] | None = None
+    is_error: bool | None = None
+
+
+class UnknownBlock(_BlockBase, tag="__unknown__"):
+    """A block kind compactd does not know; ``data`` is the block exactly as it came."""
+
+    kind: str = ""
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+Block = (
+    TextBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ImageBlock
+    | DocumentBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | UnknownBlock
+)
+
+_KNOWN_BLOCK_TYPES = frozenset(
+    {"text", "tool_use", "tool_result", "image", "document", "thinking", "redacted_thinking"}
+)
+
+
+class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
+    input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def total(self) -> int:
+        """Context size the response saw: input + cache writes + cache reads + output."""
+        return (
+            (self.input_tokens or 0)
+            + (self.cache_creation_input_tokens or 0)
+            + (self.cache_read_input_tokens or 0)
+            + (self.output_tokens or 0)
+        )
+
+
+class Message(msgspec.Struct, omit_defaults=True, kw_only=True):
+    role: str = ""
+    content: str | list[Block] = ""
+    id: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    stop_reason: str | None = None
+
+
+class PreservedSegment(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    head_uuid: str | None = None
+    anchor_uuid: str | None = None
+    tail_uuid: str | None = None
+
+
+class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    trigger: str | None = None
+    pre_tokens: int | None = None
+    post_tokens: int | None = None
+    duration_ms: int | None = None
+    messages_summarized: int | None = None
+    pre_compact_discovered_tools: list[str] | None = None
+    preserved_segment: PreservedSegment | None = None
+    cumulative_dropped_tokens: int | None = None
+    # compactd's own additions (ignored by Claude Code): which mechanism produced this
+    # boundary, a stable compaction id, and whether it undoes an earlier one.
+    mechanism: str | None = None
+    compaction_id: str | None = None
+    undoes: str | None = None
+
+
+class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    """The fields of a transcript line that compactd reads. Unknown ones live in the raw line."""
+
+    type: str = ""
+    uuid: str | None = None
+    parent_uuid: str | None = None
+    logical_parent_uuid: str | None = None
+    timestamp: str | None = None
+    session_id: str | None = None
+    is_sidechain: bool | None = None
+    is_meta: bool | None = None
+    is_compact_summary: bool | None = None
+    is_visible_in_transcript_only: bool | None = None
+    is_api_error_message: bool | None = None
+    subtype: str | None = None
+    content: Any = None
+    level: str | None = None
+    message: Message | None = None
+    attachment: dict[str, Any] | None = None
+    compact_metadata: CompactMetadata | None = None
+    microcompact_metadata: dict[str, Any] | None = None
+    tool_use_result: Any = None
+    summary: str | None = None
+    leaf_uuid: str | None = None
+    cwd: str | None = None
+    request_id: str | None = None
+
+    # -- small typed accessors used across the core ------------------------------------------
+
+    @property
+    def blocks(self) -> list[Block]:
+        """The message content as blocks (a plain string becomes one text block)."""
+        m = self.message
+        if m is None:
+            return []
+        if isinstance(m.content, str):
+            return [TextBlock(text=m.content)] if m.content else []
+        return m.content
+
+    @property
+    def message_id(self) -> str | None:
+        return self.message.id if self.message is not None else None
+
+    @property
+    def is_compact_boundary(self) -> bool:
+        return self.type == "system" and self.subtype == "compact_boundary"
+
+    @property
+    def is_microcompact_boundary(self) -> bool:
+        return self.type == "system" and self.subtype == "microcompact_boundary"
+
+
+@dataclass(slots=True)
+class Record:
+    """One transcript line: the typed view plus the exact bytes to write back."""
+
+    entry: Entry
+    raw: bytes
+
+    def to_builtins(self) -> dict[str, Any]:
+        value = _generic_decoder.decode(self.raw)
+        assert isinstance(value, dict)
+        return value
+
+
+@dataclass(slots=True)
+class ParseReport:
+    """What ``parse_lines`` made of a file: how many lines it read, skipped and degraded."""
+
+    lines: int = 0
+    skipped: int = 0
+    degraded: int = 0
+    first_error: str | None = None
+
+
+_entry_decoder = msgspec.json.Decoder(Entry)
+_generic_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+def _wrap_unknown_blocks(value: Any) -> Any:
+    """Rewrite blocks of unknown kinds (at any depth) into ``UnknownBlock`` form."""
+    if isinstance(value, list):
+        return [_wrap_unknown_blocks(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    kind = value.get("type")
+    if isinstance(kind, str) and kind not in _KNOWN_BLOCK_TYPES:
+        return {"type": "__unknown__", "kind": kind, "data": value}
+    if kind == "tool_result" and isinstance(value.get("content"), list):
+        return {**value, "content": _wrap_unknown_blocks(value["content"])}
+    return value
+
+
+def _entry_from_builtins(obj: dict[str, Any]) -> tuple[Entry, bool]:
+    """Convert a decoded line; returns the entry and whether it had to be degraded."""
+    message = obj.get("message")
+    if isinstance(message, dict) and isinstance(message.get("content"), list):
+        obj = {**obj, "message": {**message, "content": _wrap_unknown_blocks(message["content"])}}
+    try:
+        return msgspec.convert(obj, Entry), False
+    except msgspec.ValidationError:
+        # Keep what can be kept: the entry's type and ids. The raw line keeps the rest.
+        keep = {
+            k: obj[k]
+            for k in ("type", "uuid", "parentUuid", "timestamp", "sessionId")
+            if isinstance(obj.get(k), str)
+        }
+        return msgspec.convert(keep, Entry), True
+
+
+def record_from_line(line: bytes) -> tuple[Record, bool]:
+    """Parse one JSONL line. Raises ``ValueError`` when it is not a JSON object."""
+    try:
+        return Record(_entry_decoder.decode(line), line), False
+    except msgspec.ValidationError:
+        pass
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from exc
+    obj = _generic_decoder.decode(line)
+    if not isinstance(obj, dict):
+        raise ValueError("a transcript line must be a JSON object")
+    entry, degraded = _entry_from_builtins(obj)
+    return Record(entry, line), degraded
+
+
+def record_from_dict(obj: dict[str, Any]) -> Record:
+    """Build a record from an entry given as JSON (e.g. in ``session/append`` params)."""
+    raw = _encoder.encode(obj)
+    record, _ = record_from_line(raw)
+    return record
+
+
+def record_from_entry(entry: Entry) -> Record:
+    """Build a record for an entry compactd creates itself (boundaries, summaries, ...)."""
+    return Record(entry, encode_entry(entry))
+
+
+def encode_entry(entry: Entry) -> bytes:
+    return _encoder.encode(entry)
+
+
+def parse_lines(lines: Iterable[bytes], report: ParseReport | None = None) -> Iterator[Record]:
+    """Yield records from JSONL lines; blank lines are ignored, corrupt ones skipped and counted."""
+    rep = report if report is not None else ParseReport()
+    for line in lines:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        rep.lines += 1
+        try:
+            record, degraded = record_from_line(stripped)
+        except ValueError as exc:
+            rep.skipped += 1
+            if rep.first_error is None:
+                rep.first_error = f"line {rep.lines}: {exc}"
+            continue
+        if degraded:
+            rep.degraded += 1
+        yield record
+
+
+def block_to_builtins(block: Block) -> dict[str, Any]:
+    """A block as API JSON; unknown kinds come back exactly as they were received."""
+    if isinstance(block, UnknownBlock):
+        return dict(block.data)
+    value = msgspec.to_builtins(block)
+    assert isinstance(value, dict)
+    return value

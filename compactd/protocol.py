@@ -1,0 +1,540 @@
+"""The wire contract of compactd protocol v1: every method name, once, with its Structs.
+
+Server, clients, tests and the generated ``protocol/schema.json`` / ``protocol/compactd.d.ts``
+all import from here. Fields are snake_case in Python and camelCase on the wire. Params reject
+unknown fields so that a typo in a client is an error, not a silently ignored option; results
+and notifications are open so that clients can be older than the daemon.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+PROTOCOL_VERSION = "1"
+
+# -- method names (each wire string appears here and nowhere else) ------------------------------
+
+SESSION_OPEN = "session/open"
+SESSION_APPEND = "session/append"
+SESSION_MESSAGES = "session/messages"
+SESSION_LIST = "session/list"
+SESSION_CLOSE = "session/close"
+SESSION_STATS = "session/stats"
+TOKENS_STATUS = "tokens/status"
+TOKENS_BREAKDOWN = "tokens/breakdown"
+COMPACT_MICRO = "compact/micro"
+COMPACT_FULL = "compact/full"
+COMPACT_PARTIAL = "compact/partial"
+COMPACT_AUTO = "compact/auto"
+COMPACT_PREVIEW = "compact/preview"
+COMPACT_UNDO = "compact/undo"
+RECALL_SEARCH = "recall/search"
+ATTACHMENTS_REHYDRATE = "attachments/rehydrate"
+ATTACHMENTS_PENDING = "attachments/pending"
+FILESTATE_RECORD = "fileState/record"
+FILESTATE_LIST = "fileState/list"
+CACHE_BEFORE_REQUEST = "cache/beforeRequest"
+CACHE_AFTER_RESPONSE = "cache/afterResponse"
+SESSION_MEMORY_GET = "sessionMemory/get"
+SESSION_MEMORY_EXTRACT = "sessionMemory/extract"
+
+# server -> client notifications
+NOTIFY_COMPACT_STATUS = "compact/status"
+NOTIFY_TOKENS_THRESHOLD = "tokens/threshold"
+NOTIFY_MEMORY_CHANGED = "memory/changed"
+NOTIFY_CACHE_BREAK = "cache/break"
+
+
+# -- stable error codes (JSON-RPC ``error.data.code``) --------------------------------------------
+
+
+class ErrorCode:
+    INVALID_PARAMS = "invalidParams"
+    PARSE_ERROR = "parseError"
+    INVALID_REQUEST = "invalidRequest"
+    METHOD_NOT_FOUND = "methodNotFound"
+    FRAME_TOO_LARGE = "frameTooLarge"
+    SESSION_NOT_FOUND = "sessionNotFound"
+    SESSION_EXISTS = "sessionExists"
+    SESSION_BUSY = "sessionBusy"
+    TRANSCRIPT_UNREADABLE = "transcriptUnreadable"
+    NOT_ENOUGH_MESSAGES = "notEnoughMessages"
+    CONTEXT_TOO_LARGE = "contextTooLargeToCompact"
+    SUMMARY_FAILED = "summaryFailed"
+    COMPACTION_DISABLED = "compactionDisabled"
+    CIRCUIT_OPEN = "circuitOpen"
+    CANCELLED = "cancelled"
+    PIVOT_NOT_FOUND = "pivotNotFound"
+    PATH_OUTSIDE_ROOTS = "pathOutsideRoots"
+    NOTHING_TO_UNDO = "nothingToUndo"
+    NOT_IMPLEMENTED = "notImplemented"
+    INTERNAL = "internalError"
+
+
+class CompactdError(Exception):
+    """An error a handler reports to the client with a stable ``data.code``."""
+
+    def __init__(self, code: str, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+# -- shared pieces ------------------------------------------------------------------------------
+
+
+class _Params(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class NoParams(_Params, kw_only=True):
+    """Methods that take no params (an empty object or none at all)."""
+
+
+class _Wire(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    pass
+
+
+class SessionParams(_Params, kw_only=True):
+    session_id: str
+
+
+AgentKind = Literal["main", "subagent"]
+Trigger = Literal["manual", "auto"]
+Mechanism = Literal["micro", "sessionMemory", "full", "partial"]
+Phase = Literal[
+    "started",
+    "preCompactHooks",
+    "summarizing",
+    "keepAlive",
+    "rehydrating",
+    "sessionStartHooks",
+    "completed",
+    "failed",
+    "cancelled",
+]
+
+
+class CacheSafeParams(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """The main loop's cache key inputs; a summarization request reuses them to share the cache."""
+
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    thinking: dict[str, Any] | None = None
+    betas: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class SummarizerOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
+    api_key: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    timeout_ms: int | None = None
+    max_retries: int | None = None
+    offline: bool | None = None
+
+
+class InitializationOptions(
+    msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
+):
+    data_dir: str | None = None
+    workspace_roots: list[str] | None = None
+    keep_alive_interval_ms: int | None = None
+    summarizer: SummarizerOptions | None = None
+    hooks_settings_path: str | None = None
+    env: dict[str, str] | None = None
+    max_frame_bytes: int | None = None
+    memory_file_names: list[str] | None = None
+
+
+# -- session ------------------------------------------------------------------------------------
+
+
+class TokenStatus(_Wire, kw_only=True):
+    tokens: int
+    exact_tokens: int
+    estimated_tokens: int
+    context_window: int
+    max_output_tokens: int
+    effective_window: int
+    auto_compact_threshold: int
+    warning_threshold: int
+    error_threshold: int
+    blocking_limit: int
+    percent_left: int
+    is_above_warning_threshold: bool
+    is_above_error_threshold: bool
+    is_above_auto_compact_threshold: bool
+    is_at_blocking_limit: bool
+    auto_compact_enabled: bool
+    compaction_enabled: bool
+    circuit_open: bool
+    consecutive_failures: int = 0
+
+
+class OpenParams(_Params, kw_only=True):
+    session_id: str | None = None
+    cwd: str
+    model: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    agent_kind: AgentKind | None = None
+    transcript_path: str | None = None
+    cache_safe_params: CacheSafeParams | None = None
+    api_context_management: bool | None = None
+
+
+class OpenResult(_Wire, kw_only=True):
+    session_id: str
+    transcript_path: str
+    entry_count: int
+    status: TokenStatus
+    skipped_lines: int = 0
+    imported_from: str | None = None
+
+
+class AppendParams(_Params, kw_only=True):
+    session_id: str
+    entries: list[dict[str, Any]]
+
+
+class AppendResult(_Wire, kw_only=True):
+    appended: int
+    status: TokenStatus
+
+
+class MessagesResult(_Wire, kw_only=True):
+    messages: list[dict[str, Any]]
+    boundary_uuid: str | None = None
+    cache_edits: list[dict[str, Any]] | None = None
+    context_management: dict[str, Any] | None = None
+    betas: list[str] | None = None
+
+
+class SessionInfo(_Wire, kw_only=True):
+    session_id: str
+    transcript_path: str
+    cwd: str
+    model: str
+    agent_kind: AgentKind
+    entry_count: int
+    open: bool
+    tokens: int
+
+
+class ListResult(_Wire, kw_only=True):
+    sessions: list[SessionInfo]
+
+
+class CloseResult(_Wire, kw_only=True):
+    closed: bool
+
+
+# -- tokens -------------------------------------------------------------------------------------
+
+
+class BreakdownCategory(_Wire, kw_only=True):
+    name: str
+    tokens: int
+    percent: float
+    count: int = 0
+
+
+class DuplicateRead(_Wire, kw_only=True):
+    path: str
+    reads: int
+    wasted_tokens: int
+
+
+class BreakdownResult(_Wire, kw_only=True):
+    total_tokens: int
+    categories: list[BreakdownCategory]
+    tool_requests: list[BreakdownCategory]
+    tool_results: list[BreakdownCategory]
+    attachments: list[BreakdownCategory]
+    duplicate_reads: list[DuplicateRead]
+    duplicate_read_tokens: int
+
+
+ThresholdLevel = Literal["warning", "error", "autoCompact", "blocking"]
+
+
+class ThresholdNotification(_Wire, kw_only=True):
+    session_id: str
+    level: ThresholdLevel
+    tokens: int
+    threshold: int
+    status: TokenStatus
+
+
+# -- compaction ---------------------------------------------------------------------------------
+
+
+class MicroParams(_Params, kw_only=True):
+    session_id: str
+    strategy: Literal["count", "time", "cached"] | None = None
+
+
+class MicroResult(_Wire, kw_only=True):
+    strategy: str
+    cleared_tool_ids: list[str]
+    tokens_saved: int
+    pre_tokens: int
+    post_tokens: int
+    boundary: dict[str, Any] | None = None
+    cache_edits: list[dict[str, Any]] | None = None
+    reason: str | None = None
+
+
+class FullParams(_Params, kw_only=True):
+    session_id: str
+    custom_instructions: str | None = None
+
+
+class PartialParams(_Params, kw_only=True):
+    session_id: str
+    pivot_uuid: str
+    direction: Literal["from", "upTo"]
+    custom_instructions: str | None = None
+
+
+class AutoParams(_Params, kw_only=True):
+    session_id: str
+    force: bool | None = None
+
+
+class PreviewParams(_Params, kw_only=True):
+    session_id: str
+    mechanism: Literal["micro", "full", "partial", "auto"] | None = None
+    pivot_uuid: str | None = None
+    direction: Literal["from", "upTo"] | None = None
+
+
+class HookResult(_Wire, kw_only=True):
+    event: str
+    command: str
+    exit_code: int | None
+    ok: bool
+    stdout: str = ""
+    stderr: str = ""
+    duration_ms: int = 0
+    timed_out: bool = False
+
+
+class CompactResult(_Wire, kw_only=True):
+    compaction_id: str
+    boundary: dict[str, Any]
+    summary: dict[str, Any]
+    kept_entries: list[dict[str, Any]]
+    attachments: list[dict[str, Any]]
+    hook_results: list[HookResult]
+    pre_compact_tokens: int
+    post_compact_tokens: int
+    duration_ms: int
+    usage: dict[str, Any] | None = None
+    summarizer: str | None = None
+    restored_from_ledger: list[str] | None = None
+
+
+class AutoResult(_Wire, kw_only=True):
+    was_compacted: bool
+    mechanism: Mechanism | None = None
+    result: CompactResult | None = None
+    micro: MicroResult | None = None
+    reason: str | None = None
+    status: TokenStatus | None = None
+
+
+class PreviewResult(_Wire, kw_only=True):
+    mechanism: str
+    would_compact: bool
+    pre_tokens: int
+    estimated_post_tokens: int
+    entries_summarized: int
+    entries_kept: int
+    reason: str | None = None
+
+
+class UndoResult(_Wire, kw_only=True):
+    undone_compaction_id: str
+    boundary: dict[str, Any]
+    status: TokenStatus
+
+
+class StatusNotification(_Wire, kw_only=True):
+    session_id: str
+    compaction_id: str
+    phase: Phase
+    trigger: Trigger
+    elapsed_ms: int
+    message: str | None = None
+
+
+# -- recall -------------------------------------------------------------------------------------
+
+
+class RecallParams(_Params, kw_only=True):
+    session_id: str
+    query: str | None = None
+    uuids: list[str] | None = None
+    limit: int | None = None
+
+
+class RecallHit(_Wire, kw_only=True):
+    uuid: str
+    type: str
+    timestamp: str | None
+    compacted: bool
+    snippet: str
+    entry: dict[str, Any] | None = None
+
+
+class RecallResult(_Wire, kw_only=True):
+    hits: list[RecallHit]
+
+
+# -- attachments and file state -----------------------------------------------------------------
+
+
+class AttachmentsResult(_Wire, kw_only=True):
+    attachments: list[dict[str, Any]]
+
+
+class FileRecordParams(_Params, kw_only=True):
+    session_id: str
+    path: str
+    offset: int | None = None
+    limit: int | None = None
+    timestamp: float | None = None
+    content: str | None = None
+
+
+class FileStateEntry(_Wire, kw_only=True):
+    path: str
+    timestamp: float
+    offset: int | None = None
+    limit: int | None = None
+    content_hash: str | None = None
+    source: str | None = None
+
+
+class FileStateResult(_Wire, kw_only=True):
+    files: list[FileStateEntry]
+
+
+class MemoryChangedNotification(_Wire, kw_only=True):
+    session_id: str
+    path: str
+    change: Literal["modified", "added", "deleted"]
+
+
+# -- cache break detection ----------------------------------------------------------------------
+
+
+class CacheBeforeParams(_Params, kw_only=True):
+    session_id: str
+    query_source: str | None = None
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    model: str | None = None
+    betas: list[str] | None = None
+    thinking: dict[str, Any] | None = None
+    effort: str | None = None
+    cache_control: list[dict[str, Any]] | None = None
+    timestamp: float | None = None
+
+
+class CacheAfterParams(_Params, kw_only=True):
+    session_id: str
+    query_source: str | None = None
+    usage: dict[str, Any]
+    timestamp: float | None = None
+
+
+class CacheBreak(_Wire, kw_only=True):
+    session_id: str
+    query_source: str
+    previous_cache_read: int
+    cache_read: int
+    dropped_tokens: int
+    reasons: list[str]
+    explanation: str
+
+
+class CacheAck(_Wire, kw_only=True):
+    recorded: bool
+    cache_break: CacheBreak | None = None
+
+
+class CompactionStat(_Wire, kw_only=True):
+    compaction_id: str
+    trigger: str
+    mechanism: str
+    pre_tokens: int
+    post_tokens: int
+    duration_ms: int
+    entries_summarized: int
+    dropped_tokens: int
+    recompaction: bool
+    turns_since_previous: int | None = None
+    timestamp: str | None = None
+    thrash: bool = False
+    refill_contributors: list[str] | None = None
+
+
+class StatsResult(_Wire, kw_only=True):
+    compactions: list[CompactionStat]
+    microcompact_tokens_saved: int
+    microcompactions: int
+    cache_breaks: list[CacheBreak]
+
+
+# -- session memory -----------------------------------------------------------------------------
+
+
+class SessionMemoryResult(_Wire, kw_only=True):
+    path: str
+    content: str
+    tokens: int
+    last_extracted_at: str | None = None
+    extracting: bool = False
+
+
+# -- the method table ---------------------------------------------------------------------------
+
+# method -> (params type, result type). ``None`` params means only ``sessionId`` is required.
+REQUESTS: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {
+    SESSION_OPEN: (OpenParams, OpenResult),
+    SESSION_APPEND: (AppendParams, AppendResult),
+    SESSION_MESSAGES: (SessionParams, MessagesResult),
+    SESSION_LIST: (NoParams, ListResult),
+    SESSION_CLOSE: (SessionParams, CloseResult),
+    SESSION_STATS: (SessionParams, StatsResult),
+    TOKENS_STATUS: (SessionParams, TokenStatus),
+    TOKENS_BREAKDOWN: (SessionParams, BreakdownResult),
+    COMPACT_MICRO: (MicroParams, MicroResult),
+    COMPACT_FULL: (FullParams, CompactResult),
+    COMPACT_PARTIAL: (PartialParams, CompactResult),
+    COMPACT_AUTO: (AutoParams, AutoResult),
+    COMPACT_PREVIEW: (PreviewParams, PreviewResult),
+    COMPACT_UNDO: (SessionParams, UndoResult),
+    RECALL_SEARCH: (RecallParams, RecallResult),
+    ATTACHMENTS_REHYDRATE: (SessionParams, AttachmentsResult),
+    ATTACHMENTS_PENDING: (SessionParams, AttachmentsResult),
+    FILESTATE_RECORD: (FileRecordParams, FileStateResult),
+    FILESTATE_LIST: (SessionParams, FileStateResult),
+    CACHE_BEFORE_REQUEST: (CacheBeforeParams, CacheAck),
+    CACHE_AFTER_RESPONSE: (CacheAfterParams, CacheAck),
+    SESSION_MEMORY_GET: (SessionParams, SessionMemoryResult),
+    SESSION_MEMORY_EXTRACT: (SessionParams, SessionMemoryResult),
+}
+
+NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {
+    NOTIFY_COMPACT_STATUS: StatusNotification,
+    NOTIFY_TOKENS_THRESHOLD: ThresholdNotification,
+    NOTIFY_MEMORY_CHANGED: MemoryChangedNotification,
+    NOTIFY_CACHE_BREAK: CacheBreak,
+}

@@ -1,0 +1,341 @@
+"""pygls glue: lifecycle, framing, param decoding, error mapping. No behaviour lives here.
+
+Each protocol method is routed to a handler in ``compactd.handlers``; this module decodes its
+params with msgspec (a bad value is a -32602 error a person can act on), calls it, and encodes
+the result with ``msgspec.to_builtins``. ``CompactdError`` becomes a JSON-RPC error whose
+``data.code`` is stable. See REFERENCE.md section 9 for the pygls 2 behaviour worked around here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Generator
+from pathlib import Path
+from typing import IO, Any, BinaryIO, cast
+
+import anyio
+import msgspec
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
+from pygls.io_ import StdoutWriter
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    LanguageServerProtocol,
+    default_converter,
+    lsp_method,
+)
+
+from compactd import __version__
+from compactd import protocol as p
+from compactd.app import App
+from compactd.framing import DEFAULT_MAX_FRAME_BYTES, FrameError, read_frames
+from compactd.handlers import HANDLERS, Handler
+
+log = logging.getLogger(__name__)
+
+# How often the daemon checks that the editor that spawned it is still alive (seconds).
+PARENT_POLL_INTERVAL = 1.0
+
+# JSON-RPC error numbers; clients should switch on ``data.code`` instead.
+_JSONRPC_NUMBERS = {
+    p.ErrorCode.INVALID_PARAMS: -32602,
+    p.ErrorCode.PARSE_ERROR: -32700,
+    p.ErrorCode.INVALID_REQUEST: -32600,
+    p.ErrorCode.METHOD_NOT_FOUND: -32601,
+    p.ErrorCode.CANCELLED: -32800,
+    p.ErrorCode.INTERNAL: -32603,
+}
+APPLICATION_ERROR = -32000
+
+
+def _converter() -> Any:
+    """pygls' converter, except that params of our methods stay plain JSON."""
+    conv = default_converter()  # type: ignore[no-untyped-call]
+
+    def keep_params(obj: dict[str, Any], cls: type) -> Any:
+        return cls(**obj)
+
+    conv.register_structure_hook(JsonRPCRequestMessage, keep_params)
+    conv.register_structure_hook(JsonRPCNotification, keep_params)
+    return conv
+
+
+def to_jsonrpc_error(err: p.CompactdError) -> JsonRpcException:
+    number = _JSONRPC_NUMBERS.get(err.code, APPLICATION_ERROR)
+    return JsonRpcException(message=err.message, code=number, data={"code": err.code, **err.data})
+
+
+class CompactdProtocol(LanguageServerProtocol):
+    _server: CompactdServer
+
+    @lsp_method(lsp.INITIALIZE)
+    def lsp_initialize(
+        self, params: lsp.InitializeParams
+    ) -> Generator[Any, Any, lsp.InitializeResult]:
+        result: lsp.InitializeResult = yield from super().lsp_initialize(params)
+        result.capabilities.experimental = {
+            "compactd": {
+                "protocolVersion": p.PROTOCOL_VERSION,
+                "methods": sorted(HANDLERS),
+                "notifications": sorted(p.NOTIFICATIONS),
+            }
+        }
+        return result
+
+    @lsp_method(lsp.EXIT)
+    def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
+        # pygls calls sys.exit() here; we stop the read loop instead so cleanup runs.
+        self._server.request_exit(0 if self._shutdown else 1)
+        yield from ()
+
+
+class CompactdServer(LanguageServer):
+    def __init__(self, data_dir: Path | None = None) -> None:
+        super().__init__(
+            "compactd",
+            __version__,
+            protocol_cls=CompactdProtocol,
+            converter_factory=_converter,
+        )
+        self.default_data_dir = data_dir
+        self.app: App | None = None
+        self.exit_code: int | None = None
+        self.task_group: anyio.abc.TaskGroup | None = None
+        self._register_handlers()
+        self._register_lifecycle()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def request_exit(self, code: int) -> None:
+        self.exit_code = code
+
+    def _register_lifecycle(self) -> None:
+        @self.feature(lsp.INITIALIZE)
+        def on_initialize(ls: CompactdServer, params: lsp.InitializeParams) -> None:
+            raw = params.initialization_options or {}
+            try:
+                options = msgspec.convert(raw, p.InitializationOptions)
+            except msgspec.ValidationError as exc:
+                raise JsonRpcException(
+                    message=f"invalid initializationOptions: {exc}",
+                    code=-32602,
+                    data={"code": p.ErrorCode.INVALID_PARAMS},
+                ) from exc
+            app = App(options, data_dir=ls.default_data_dir)
+            app.notifier = ls._send_notification
+            app.task_group = ls.task_group
+            ls.app = app
+            log.info("initialized; data dir %s", app.store.data_dir)
+
+    def _send_notification(self, method: str, params: msgspec.Struct) -> None:
+        self.protocol.notify(method, msgspec.to_builtins(params))
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _register_handlers(self) -> None:
+        for method, handler in HANDLERS.items():
+            params_type = p.REQUESTS[method][0]
+            self.feature(method)(self._wrap(method, params_type, handler))
+
+    def _wrap(
+        self, method: str, params_type: type[msgspec.Struct], handler: Handler
+    ) -> Callable[[CompactdServer, Any], Awaitable[Any]]:
+        async def run(ls: CompactdServer, params: Any) -> Any:
+            app = ls.app
+            if app is None:
+                raise JsonRpcException(
+                    message="the server is not initialized: send 'initialize' first",
+                    code=-32002,
+                    data={"code": "serverNotInitialized"},
+                )
+            if params is None:
+                params = {}
+            if not isinstance(params, dict):
+                raise JsonRpcException(
+                    message=f"{method} takes its params as an object",
+                    code=-32602,
+                    data={"code": p.ErrorCode.INVALID_PARAMS},
+                )
+            try:
+                decoded = msgspec.convert(params, params_type)
+            except msgspec.ValidationError as exc:
+                raise JsonRpcException(
+                    message=f"invalid params for {method}: {exc}",
+                    code=-32602,
+                    data={"code": p.ErrorCode.INVALID_PARAMS},
+                ) from exc
+            try:
+                result = await handler(app, decoded, ls.request_context())
+            except p.CompactdError as err:
+                raise to_jsonrpc_error(err) from err
+            return msgspec.to_builtins(result)
+
+        run.__name__ = f"handle_{method.replace('/', '_')}"
+        return run
+
+    def request_context(self) -> RequestContext:
+        return RequestContext(self)
+
+    # -- main loop ----------------------------------------------------------------------------
+
+    def _reject(self, err: FrameError) -> None:
+        log.warning("rejected a frame: %s", err.message)
+        self.protocol._send_response(
+            err.msg_id,  # type: ignore[arg-type]  # null id: the request could not be read
+            error=lsp.ResponseError(
+                code=err.jsonrpc_code, message=err.message, data={"code": err.code}
+            ),
+        )
+
+    def _deliver(self, msg: dict[str, Any]) -> None:
+        try:
+            structured = self.protocol.structure_message(msg)
+        except JsonRpcException as exc:
+            if "id" in msg and "method" in msg:
+                self.protocol._send_response(
+                    msg.get("id"),
+                    error=lsp.ResponseError(
+                        code=exc.code,
+                        message=f"invalid params for {msg.get('method')}: {exc.message}",
+                        data={"code": p.ErrorCode.INVALID_PARAMS},
+                    ),
+                )
+            return
+        self.protocol.handle_message(structured)
+
+    def _max_frame(self) -> int:
+        if self.app is not None and self.app.options.max_frame_bytes:
+            return self.app.options.max_frame_bytes
+        return DEFAULT_MAX_FRAME_BYTES
+
+    async def serve(self, stdin: IO[bytes], stdout: IO[bytes]) -> int:
+        """Serve until stdin closes, ``exit`` arrives, or the parent process dies."""
+        self.protocol.set_writer(StdoutWriter(cast(BinaryIO, stdout)))
+        reader = await _stdin_reader(stdin)
+        parent = os.getppid()
+        async with anyio.create_task_group() as tg:
+            self.task_group = tg
+            tg.start_soon(self._watch_parent, parent)
+            await read_frames(
+                reader,
+                self._deliver,
+                self._reject,
+                self._max_frame,
+                stopped=lambda: self.exit_code is not None,
+            )
+            tg.cancel_scope.cancel()
+        await self._close_all()
+        return self.exit_code if self.exit_code is not None else 0
+
+    async def _watch_parent(self, parent: int) -> None:
+        while True:
+            await anyio.sleep(PARENT_POLL_INTERVAL)
+            pid = self.process_id
+            if os.getppid() != parent or (pid is not None and not _alive(pid)):
+                log.warning("the editor process went away; exiting")
+                self.exit_code = 0
+                _close_stdin()
+                return
+
+    async def _close_all(self) -> None:
+        if self.app is None:
+            return
+        for sid in list(self.app.sessions):
+            try:
+                await self.app.close_session(sid)
+            except Exception:
+                log.exception("error closing session %s", sid)
+
+
+class RequestContext:
+    """What a handler may need besides params: progress tokens, client capabilities."""
+
+    def __init__(self, server: CompactdServer) -> None:
+        self.server = server
+
+    @property
+    def supports_work_done_progress(self) -> bool:
+        try:
+            window = self.server.client_capabilities.window
+        except Exception:  # capabilities absent before initialize
+            return False
+        return bool(window and window.work_done_progress)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _close_stdin() -> None:
+    try:
+        os.close(0)
+    except OSError:
+        pass
+
+
+class _PipeReader:
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._r = reader
+
+    async def readline(self) -> bytes:
+        try:
+            return await self._r.readline()
+        except ValueError:
+            # Line longer than the buffer limit: report it as over-long to the framer.
+            return b"x" * (1 << 14) + b"\n"
+
+    async def readexactly(self, n: int) -> bytes:
+        try:
+            return await self._r.readexactly(n)
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial
+
+
+class _ThreadReader:
+    """Fallback for stdin that is not a pipe (a regular file): blocking reads in a thread."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._s = stream
+
+    async def readline(self) -> bytes:
+        return await anyio.to_thread.run_sync(self._s.readline, abandon_on_cancel=True)
+
+    async def readexactly(self, n: int) -> bytes:
+        return await anyio.to_thread.run_sync(self._s.read, n, abandon_on_cancel=True)
+
+
+async def _stdin_reader(stdin: IO[bytes]) -> _PipeReader | _ThreadReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 16)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    except (ValueError, OSError):
+        return _ThreadReader(stdin)
+    return _PipeReader(reader)
+
+
+def run_stdio(data_dir: Path | None = None) -> int:
+    """Entry point of ``compactd serve``: stdout becomes the protocol channel only."""
+    stdin = sys.stdin.buffer
+    stdout = sys.stdout.buffer
+    # Anything printed by accident goes to stderr, never into the protocol stream.
+    sys.stdout = sys.stderr
+    server = CompactdServer(data_dir=data_dir)
+    try:
+        return asyncio.run(server.serve(stdin, stdout))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        log.warning("the client closed the connection")
+        return 0

@@ -1,0 +1,188 @@
+"""Durable storage of sessions: one append-only JSONL transcript and a small meta file each.
+
+Layout under the data dir::
+
+    sessions/<sessionId>/transcript.jsonl   append-only, Claude Code's line shape
+    sessions/<sessionId>/meta.json          how the session was opened (atomic replace)
+
+Durability rules: an append returns only after its bytes are written and fsynced. A group of
+lines that must appear together (a compaction: boundary, summary, kept copies, attachments) is
+written with one ``write`` call and its boundary carries the group size in
+``compactdGroupSize``; on load, a group cut short by a crash is removed, so a half-written
+compaction is never visible. A torn last line (no trailing newline) was never acknowledged and
+is truncated on load.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from compactd.model import ParseReport, Record, parse_lines
+
+# Session ids become directory names: keep them to a conservative alphabet.
+_SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+GROUP_SIZE_FIELD = "compactdGroupSize"
+
+
+def valid_session_id(session_id: str) -> bool:
+    return bool(_SESSION_ID_RE.match(session_id)) and ".." not in session_id
+
+
+class SessionMeta(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    session_id: str
+    cwd: str
+    model: str
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    agent_kind: str = "main"
+    cache_safe_params: dict[str, Any] | None = None
+    api_context_management: bool | None = None
+    imported_from: str | None = None
+    created_at: float = 0.0
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class LoadedTranscript:
+    records: list[Record]
+    report: ParseReport = field(default_factory=ParseReport)
+    truncated_bytes: int = 0
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class Store:
+    """Files of all sessions under one data dir. Blocking I/O: call from a worker thread."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.sessions_dir = data_dir / "sessions"
+        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+
+    def session_dir(self, session_id: str) -> Path:
+        if not valid_session_id(session_id):
+            raise ValueError(f"invalid session id {session_id!r}")
+        return self.sessions_dir / session_id
+
+    def transcript_path(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "transcript.jsonl"
+
+    def exists(self, session_id: str) -> bool:
+        return (self.session_dir(session_id) / "meta.json").is_file()
+
+    def list_ids(self) -> list[str]:
+        ids = []
+        for child in sorted(self.sessions_dir.iterdir()):
+            if valid_session_id(child.name) and (child / "meta.json").is_file():
+                ids.append(child.name)
+        return ids
+
+    # -- meta ---------------------------------------------------------------------------------
+
+    def write_meta(self, meta: SessionMeta) -> None:
+        d = self.session_dir(meta.session_id)
+        fresh = not d.exists()
+        d.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            _fsync_dir(self.sessions_dir)
+        atomic_write(d / "meta.json", msgspec.json.encode(meta))
+
+    def read_meta(self, session_id: str) -> SessionMeta:
+        data = (self.session_dir(session_id) / "meta.json").read_bytes()
+        return msgspec.json.decode(data, type=SessionMeta)
+
+    # -- transcript ---------------------------------------------------------------------------
+
+    def create_transcript(self, session_id: str, initial: bytes = b"") -> None:
+        """Create the transcript (optionally with imported content) durably."""
+        path = self.transcript_path(session_id)
+        if initial and not initial.endswith(b"\n"):
+            initial += b"\n"
+        atomic_write(path, initial)
+
+    def append(self, session_id: str, lines: list[bytes]) -> None:
+        """Append lines with one write and fsync before returning."""
+        if not lines:
+            return
+        payload = b"".join(line + b"\n" for line in lines)
+        path = self.transcript_path(session_id)
+        with open(path, "ab") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def load(self, session_id: str) -> LoadedTranscript:
+        path = self.transcript_path(session_id)
+        if not path.exists():
+            return LoadedTranscript(records=[])
+        data = path.read_bytes()
+        truncated = 0
+        # A torn tail was never acknowledged: drop it so later appends start on a clean line.
+        if data and not data.endswith(b"\n"):
+            cut = data.rfind(b"\n") + 1
+            truncated = len(data) - cut
+            data = data[:cut]
+            with open(path, "r+b") as fh:
+                fh.truncate(cut)
+                fh.flush()
+                os.fsync(fh.fileno())
+        lines = data.split(b"\n")
+        report = ParseReport()
+        records = list(parse_lines(lines, report))
+        cut_at = _incomplete_group_start(records)
+        if cut_at is not None:
+            keep = records[:cut_at]
+            new_data = b"".join(r.raw + b"\n" for r in keep)
+            truncated += len(data) - len(new_data)
+            atomic_write(path, new_data)
+            records = keep
+        return LoadedTranscript(records=records, report=report, truncated_bytes=truncated)
+
+
+def _incomplete_group_start(records: list[Record]) -> int | None:
+    """Index of a trailing compaction group that a crash cut short, if any."""
+    for i in range(len(records) - 1, -1, -1):
+        entry = records[i].entry
+        if entry.type != "system":
+            continue
+        size = _group_size(records[i])
+        if size is None:
+            continue
+        return i if len(records) - i < size else None
+    return None
+
+
+def _group_size(record: Record) -> int | None:
+    if GROUP_SIZE_FIELD.encode() not in record.raw:
+        return None
+    value = record.to_builtins().get(GROUP_SIZE_FIELD)
+    return value if isinstance(value, int) and value > 0 else None

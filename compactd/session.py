@@ -1,0 +1,136 @@
+"""One conversation: its records, its token counter, its locks and counters.
+
+A ``Session`` holds the whole transcript in memory (records are compact: a typed view and the
+raw bytes) and keeps derived state incrementally so that ``tokens/status`` never rescans:
+the token counter of the current context, the uuid index and the tool ids cleared by
+microcompact. Anything that rewrites the context (a compaction, an undo) calls ``rebuild``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from compactd import protocol as p
+from compactd.core import tokens
+from compactd.core.view import context_records
+from compactd.model import Entry, Record
+from compactd.services.store import SessionMeta
+
+
+@dataclass(slots=True)
+class CompactionHealth:
+    """Consecutive auto-compaction failures; the breaker opens at the reference's limit."""
+
+    consecutive_failures: int = 0
+    last_error: str | None = None
+
+
+@dataclass(eq=False)
+class Session:
+    meta: SessionMeta
+    transcript_path: str
+    records: list[Record] = field(default_factory=list)
+    skipped_lines: int = 0
+    # Serializes mutations (appends, compactions) of this session.
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    compacting: bool = False
+    health: CompactionHealth = field(default_factory=CompactionHealth)
+    threshold_tracker: tokens.ThresholdTracker = field(default_factory=tokens.ThresholdTracker)
+    last_activity: float = field(default_factory=time.time)
+    # Derived state, rebuilt by ``rebuild`` and extended by ``extend``.
+    uuid_index: dict[str, int] = field(default_factory=dict)
+    counter: tokens.TokenCounter = field(default_factory=tokens.TokenCounter)
+    cleared_tool_ids: set[str] = field(default_factory=set)
+    context_start: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def session_id(self) -> str:
+        return self.meta.session_id
+
+    # -- derived state ---------------------------------------------------------------------------
+
+    def rebuild(self) -> None:
+        """Recompute every derived field from the records (load, compaction, undo)."""
+        self.uuid_index = {r.entry.uuid: i for i, r in enumerate(self.records) if r.entry.uuid}
+        ctx = context_records(self.records)
+        self.context_start = _boundary_start(self.records)
+        self.cleared_tool_ids = set()
+        for r in ctx:
+            self._note_microcompact(r.entry)
+        self.counter = tokens.TokenCounter()
+        self.counter.extend([r.entry for r in ctx if tokens.counts_toward_context(r.entry)])
+
+    def extend(self, new: Sequence[Record]) -> None:
+        """Add appended records to the derived state in time proportional to ``new``."""
+        base = len(self.records)
+        self.records.extend(new)
+        if any(r.entry.is_compact_boundary for r in new):
+            self.rebuild()
+            return
+        for i, r in enumerate(new):
+            if r.entry.uuid:
+                self.uuid_index[r.entry.uuid] = base + i
+            self._note_microcompact(r.entry)
+        self.counter.extend([r.entry for r in new if tokens.counts_toward_context(r.entry)])
+
+    def _note_microcompact(self, entry: Entry) -> None:
+        if not entry.is_microcompact_boundary or not entry.microcompact_metadata:
+            return
+        ids = entry.microcompact_metadata.get("compactedToolIds")
+        if isinstance(ids, list):
+            self.cleared_tool_ids.update(i for i in ids if isinstance(i, str))
+
+    def context(self) -> list[Record]:
+        """The records the model currently sees (after the last boundary, relinked)."""
+        return context_records(self.records)
+
+    def context_entries(self) -> list[Entry]:
+        return [r.entry for r in self.context()]
+
+    # -- token status ----------------------------------------------------------------------------
+
+    def limits(self, env: Mapping[str, str]) -> tokens.Limits:
+        return tokens.resolve_limits(
+            self.meta.model,
+            context_window=self.meta.context_window,
+            max_output_tokens=self.meta.max_output_tokens,
+            env=env,
+        )
+
+    def status(self, env: Mapping[str, str], breaker_limit: int) -> p.TokenStatus:
+        flags = tokens.flags(env)
+        limits = self.limits(env)
+        th = tokens.thresholds(limits, env, flags.auto_compact_enabled)
+        return tokens.token_status(
+            self.counter.current,
+            limits,
+            th,
+            flags,
+            circuit_open=self.health.consecutive_failures >= breaker_limit,
+            consecutive_failures=self.health.consecutive_failures,
+        )
+
+    def info(self, loaded: bool) -> p.SessionInfo:
+        return p.SessionInfo(
+            session_id=self.session_id,
+            transcript_path=self.transcript_path,
+            cwd=self.meta.cwd,
+            model=self.meta.model,
+            agent_kind="subagent" if self.meta.agent_kind == "subagent" else "main",
+            entry_count=len(self.records),
+            open=loaded,
+            tokens=self.counter.current.tokens,
+        )
+
+
+def _boundary_start(records: Sequence[Record]) -> int:
+    for i in range(len(records) - 1, -1, -1):
+        if records[i].entry.is_compact_boundary:
+            return i
+    return 0

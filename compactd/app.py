@@ -27,6 +27,8 @@ from compactd.session import Session
 log = logging.getLogger(__name__)
 
 Notifier = Callable[[str, msgspec.Struct], None]
+# Called after records are durably appended to a session (file-state inference, watchers...).
+AppendObserver = Callable[[Session, list[Record]], None]
 
 # Largest transcript ``session/open`` imports. Real sessions reach tens of MB; this guards the
 # daemon's memory against a wrong path (a disk image, a log file).
@@ -60,6 +62,7 @@ class App:
         self.started_at = time.time()
         self.services: dict[str, Any] = {}
         self.task_group: anyio.abc.TaskGroup | None = None
+        self.append_observers: list[AppendObserver] = []
 
     # -- notifications -----------------------------------------------------------------------
 
@@ -229,6 +232,11 @@ class App:
         await anyio.to_thread.run_sync(self.store.append, session.session_id, lines)
         session.extend(records)
         session.last_activity = time.time()
+        for observer in self.append_observers:
+            try:
+                observer(session, records)
+            except Exception:  # one broken observer must not fail the append
+                log.exception("append observer %r failed", observer)
 
     async def close_session(self, session_id: str) -> bool:
         session = self.sessions.pop(session_id, None)

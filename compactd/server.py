@@ -186,7 +186,7 @@ class CompactdServer(LanguageServer):
     def _reject(self, err: FrameError) -> None:
         log.warning("rejected a frame: %s", err.message)
         self.protocol._send_response(
-            err.msg_id,  # type: ignore[arg-type]  # null id: the request could not be read
+            err.msg_id,  # null when the request's id could not be read
             error=lsp.ResponseError(
                 code=err.jsonrpc_code, message=err.message, data={"code": err.code}
             ),
@@ -198,7 +198,7 @@ class CompactdServer(LanguageServer):
         except JsonRpcException as exc:
             if "id" in msg and "method" in msg:
                 self.protocol._send_response(
-                    msg.get("id"),
+                    msg["id"],
                     error=lsp.ResponseError(
                         code=exc.code,
                         message=f"invalid params for {msg.get('method')}: {exc.message}",

@@ -248,24 +248,24 @@ class Client:
         await self.notify("initialized", {})
         return dict(result)
 
-    async def shutdown(self, timeout: float = 10.0) -> int | None:
+    async def shutdown(self, grace: float = 10.0) -> int | None:
         """Polite shutdown (shutdown + exit), then wait for the process."""
         if not self._closed.is_set():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.request("shutdown"), timeout)
+                await asyncio.wait_for(self.request("shutdown"), grace)
                 await self.notify("exit")
         with contextlib.suppress(Exception):
             self._writer.close()
         code = None
         if self.process is not None:
             try:
-                code = await asyncio.wait_for(self.process.wait(), timeout)
+                code = await asyncio.wait_for(self.process.wait(), grace)
             except TimeoutError:
                 self.process.kill()
                 code = await self.process.wait()
         if self._reader_task is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._reader_task, timeout)
+                await asyncio.wait_for(self._reader_task, grace)
         return code
 
     # -- typed protocol methods ---------------------------------------------------------------

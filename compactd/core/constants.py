@@ -1,0 +1,98 @@
+"""Numbers and names compactd takes from the reference facts, each defined exactly once.
+
+Every constant carries a comment saying where it comes from (mostly REFERENCE.md, the facts
+gathered about Claude Code's compaction system). Code imports these names instead of repeating
+the numbers; configuration (environment variables, client options) overrides them at run time.
+Nothing in this module does work: it only names values.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- token estimation (REFERENCE.md §1, "Estimate") ----------------------------------------------
+
+# Text is estimated at one token per four characters (REFERENCE.md §1).
+CHARS_PER_TOKEN: Final = 4
+
+# An image or a document block is estimated at a flat 2,000 tokens (REFERENCE.md §1).
+IMAGE_TOKEN_ESTIMATE: Final = 2_000
+
+# A sum of raw estimates is padded by 4/3 and rounded up (REFERENCE.md §1): the estimator is
+# rough, so it errs on the side of compacting a little early.
+ESTIMATE_PADDING_NUMERATOR: Final = 4
+ESTIMATE_PADDING_DENOMINATOR: Final = 3
+
+# The model name Claude Code writes on synthetic (locally generated error) assistant entries;
+# their usage is not a real API count and never anchors the token count (REFERENCE.md §1).
+SYNTHETIC_MODEL: Final = "<synthetic>"
+
+# -- windows and thresholds (REFERENCE.md §1, "Thresholds and token counting") -----------------
+
+# effectiveWindow = contextWindow - min(maxOutputTokens, 20_000): room reserved for the
+# summary the compaction call itself writes (REFERENCE.md §1).
+OUTPUT_RESERVE_CAP: Final = 20_000
+
+# autoCompactThreshold = effectiveWindow - 13_000 (REFERENCE.md §1; 200K -> 167_000 and
+# 1M/128K -> 967_000, both observed on Claude Code 2.1.330).
+AUTO_COMPACT_BUFFER: Final = 13_000
+
+# Warning and error levels both sit 20_000 below the threshold (REFERENCE.md §1; older Claude
+# Code versions measured them from the context limit instead).
+WARNING_BUFFER: Final = 20_000
+ERROR_BUFFER: Final = 20_000
+
+# Blocking limit = effectiveWindow - 3_000 (REFERENCE.md §1).
+BLOCKING_BUFFER: Final = 3_000
+
+# -- model limits (REFERENCE.md §1, "Models") ---------------------------------------------------
+
+# A model not found in the table gets a 200K window and 32K of output (REFERENCE.md §1 says to
+# never assume 200K for known 1M models, hence the table below; this is only the fallback).
+DEFAULT_CONTEXT_WINDOW: Final = 200_000
+DEFAULT_MAX_OUTPUT_TOKENS: Final = 32_000
+
+# A ``[1m]`` suffix on a model name (e.g. ``claude-sonnet-4-5[1m]``) selects the 1M-token
+# window (REFERENCE.md §1: real sessions exceed 200K on 1M-context models).
+ONE_MILLION_SUFFIX: Final = "[1m]"
+ONE_MILLION_CONTEXT_WINDOW: Final = 1_000_000
+
+# (family, lowest (major, minor) version the row applies to, context window, max output).
+# A model uses the row of its family with the highest version not above its own, so a newer
+# point release inherits the limits of the latest row (e.g. Opus 4.7 and Opus 5.x use the
+# Opus 4.6 row). Figures: REFERENCE.md §1 (200K/64K for Haiku 4.5 and Sonnet 4.5; 1M/128K for
+# Sonnet 4.6, Opus 4.6+ and Sonnet 5) and Anthropic's public model overview for the older
+# generations (Opus 4/4.1 32K output; Claude 3.5 models 8,192; Claude 3 models 4,096).
+MODEL_LIMITS: Final[tuple[tuple[str, tuple[int, int], int, int], ...]] = (
+    ("haiku", (3, 0), 200_000, 4_096),
+    ("haiku", (3, 5), 200_000, 8_192),
+    ("haiku", (4, 5), 200_000, 64_000),
+    ("sonnet", (3, 0), 200_000, 4_096),
+    ("sonnet", (3, 5), 200_000, 8_192),
+    ("sonnet", (3, 7), 200_000, 64_000),
+    ("sonnet", (4, 0), 200_000, 64_000),
+    ("sonnet", (4, 6), 1_000_000, 128_000),
+    ("opus", (3, 0), 200_000, 4_096),
+    ("opus", (4, 0), 200_000, 32_000),
+    ("opus", (4, 5), 200_000, 64_000),
+    ("opus", (4, 6), 1_000_000, 128_000),
+)
+
+# -- environment variables Claude Code honours (REFERENCE.md §1) ---------------------------------
+
+# Overrides the model's max output tokens (REFERENCE.md §1).
+ENV_MAX_OUTPUT_TOKENS: Final = "CLAUDE_CODE_MAX_OUTPUT_TOKENS"
+# Overrides the context window used for the threshold computation (REFERENCE.md §1); like
+# Claude Code, a value above the model's real window has no effect.
+ENV_AUTO_COMPACT_WINDOW: Final = "CLAUDE_CODE_AUTO_COMPACT_WINDOW"
+# Percentage (0, 100] of the effective window at which to auto-compact; it can only lower the
+# threshold (REFERENCE.md §1: 50 -> 490_000 on a 980_000 effective window).
+ENV_AUTOCOMPACT_PCT_OVERRIDE: Final = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"
+# Replaces the blocking limit (REFERENCE.md §1).
+ENV_BLOCKING_LIMIT_OVERRIDE: Final = "CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE"
+# Switches: all compaction, automatic compaction only, microcompact (REFERENCE.md §1).
+ENV_DISABLE_COMPACT: Final = "DISABLE_COMPACT"
+ENV_DISABLE_AUTO_COMPACT: Final = "DISABLE_AUTO_COMPACT"
+ENV_DISABLE_MICROCOMPACT: Final = "DISABLE_MICROCOMPACT"
+# Values that switch a boolean environment variable on (compared case-insensitively).
+ENV_TRUTHY_VALUES: Final = frozenset({"1", "true", "yes", "on"})

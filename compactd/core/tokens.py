@@ -1,0 +1,700 @@
+"""Token counting, model limits, compaction thresholds and the context breakdown.
+
+The size of a conversation is the usage the API reported for the most recent response, plus a
+padded character-based estimate of what was appended after that response started (REFERENCE.md
+§1). This module computes that count in full (``count_tokens``) and incrementally
+(``TokenCounter``), resolves a model's window and output limits, derives the warning / error /
+auto-compact / blocking levels from them and the environment, tracks upward crossings of those
+levels, and splits a conversation's estimate into categories for ``tokens/breakdown``. It is pure:
+no I/O, and the environment arrives as a mapping.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final
+
+import msgspec
+
+from compactd.core import constants as c
+from compactd.model import (
+    Block,
+    DocumentBlock,
+    Entry,
+    ImageBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+)
+from compactd.protocol import (
+    BreakdownCategory,
+    BreakdownResult,
+    DuplicateRead,
+    ThresholdLevel,
+    TokenStatus,
+)
+
+__all__ = [
+    "CATEGORY_ASSISTANT",
+    "CATEGORY_ATTACHMENTS",
+    "CATEGORY_HUMAN",
+    "CATEGORY_LOCAL_COMMAND_OUTPUT",
+    "CATEGORY_META",
+    "CATEGORY_TOOL_REQUESTS",
+    "CATEGORY_TOOL_RESULTS",
+    "CompactFlags",
+    "Limits",
+    "ThresholdTracker",
+    "Thresholds",
+    "TokenCount",
+    "TokenCounter",
+    "breakdown",
+    "count_tokens",
+    "counts_toward_context",
+    "estimate_block_raw",
+    "estimate_entries",
+    "estimate_entry_raw",
+    "flags",
+    "has_usable_usage",
+    "model_limits",
+    "pad",
+    "resolve_limits",
+    "thresholds",
+    "token_status",
+]
+
+_NO_ENV: Final[Mapping[str, str]] = MappingProxyType({})
+
+# Entry types whose content is sent to the model. Everything else in a transcript (system
+# notices, progress, summaries, queue operations, request bookkeeping) never reaches the API.
+_CONTEXT_ENTRY_TYPES: Final = frozenset({"user", "assistant", "attachment"})
+
+_json_encoder: Final = msgspec.json.Encoder()
+
+
+# -- estimation ---------------------------------------------------------------------------------
+
+
+def _chars_to_tokens(chars: int) -> int:
+    """``chars / 4`` rounded half up, as the reference estimator does."""
+    return (chars + c.CHARS_PER_TOKEN // 2) // c.CHARS_PER_TOKEN
+
+
+def _json_length(value: Any) -> int:
+    """Length in characters of ``value`` as compact JSON (the shape the API receives)."""
+    try:
+        return len(_json_encoder.encode(value).decode("utf-8"))
+    except (TypeError, msgspec.EncodeError):
+        return len(repr(value))
+
+
+def estimate_block_raw(block: Block) -> int:
+    """Unpadded token estimate of one content block."""
+    if isinstance(block, TextBlock):
+        return _chars_to_tokens(len(block.text))
+    if isinstance(block, ImageBlock | DocumentBlock):
+        return c.IMAGE_TOKEN_ESTIMATE
+    if isinstance(block, ToolUseBlock):
+        return _chars_to_tokens(len(block.name) + _json_length(block.input))
+    if isinstance(block, ToolResultBlock):
+        content = block.content
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return _chars_to_tokens(len(content))
+        return sum(estimate_block_raw(inner) for inner in content)
+    if isinstance(block, ThinkingBlock):
+        return _chars_to_tokens(len(block.thinking))
+    if isinstance(block, RedactedThinkingBlock):
+        return _chars_to_tokens(len(block.data))
+    if isinstance(block, UnknownBlock):
+        return _chars_to_tokens(_json_length(block.data))
+    return 0  # pragma: no cover - the Block union is exhaustive
+
+
+def counts_toward_context(entry: Entry) -> bool:
+    """Whether the entry's content is part of what the model sees (user, assistant, attachment).
+
+    Synthetic API-error entries count here (their text is estimated); they are only excluded
+    from anchoring the count, see ``has_usable_usage``.
+    """
+    return entry.type in _CONTEXT_ENTRY_TYPES
+
+
+def estimate_entry_raw(entry: Entry) -> int:
+    """Unpadded estimate of what the entry adds to the context; 0 for bookkeeping entries.
+
+    Attachments are estimated from their JSON payload: the text Claude Code renders from them
+    is not in the transcript, and the payload is a close upper bound of it.
+    """
+    if not counts_toward_context(entry):
+        return 0
+    if entry.type == "attachment":
+        return _chars_to_tokens(_json_length(entry.attachment)) if entry.attachment else 0
+    return sum(estimate_block_raw(block) for block in entry.blocks)
+
+
+def pad(raw: int) -> int:
+    """Pad a raw estimate by 4/3, rounding up."""
+    if raw <= 0:
+        return 0
+    return -(-raw * c.ESTIMATE_PADDING_NUMERATOR // c.ESTIMATE_PADDING_DENOMINATOR)
+
+
+def estimate_entries(entries: Iterable[Entry]) -> int:
+    """Padded estimate of a list of entries (the raw estimates are summed, then padded once)."""
+    return pad(sum(estimate_entry_raw(entry) for entry in entries))
+
+
+# -- the count ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """A conversation's size: ``exact`` from API usage, ``estimated`` for what came after it.
+
+    ``saved`` is what microcompact cleared since the usage was reported; ``tokens`` is
+    ``exact + estimated - saved`` (never negative).
+    """
+
+    tokens: int
+    exact: int
+    estimated: int
+    saved: int = 0
+
+
+def has_usable_usage(entry: Entry) -> bool:
+    """Whether the entry is an assistant response whose API usage can anchor the count."""
+    if entry.type != "assistant" or entry.is_api_error_message:
+        return False
+    message = entry.message
+    if message is None or message.usage is None or message.model == c.SYNTHETIC_MODEL:
+        return False
+    return message.usage.total() > 0
+
+
+def _usage_total(entry: Entry) -> int:
+    message = entry.message
+    assert message is not None and message.usage is not None
+    return message.usage.total()
+
+
+# Identifies the API response an assistant entry belongs to: its ``message.id`` when present,
+# else the entry's position (an entry without id is a response of its own).
+_ResponseKey = str | int
+
+
+def _response_key(entry: Entry, index: int) -> _ResponseKey | None:
+    if entry.type != "assistant":
+        return None
+    message_id = entry.message_id
+    return message_id if message_id else index
+
+
+def _make_count(exact: int, raw_after: int, saved: int) -> TokenCount:
+    estimated = pad(raw_after)
+    return TokenCount(
+        tokens=max(0, exact + estimated - saved), exact=exact, estimated=estimated, saved=saved
+    )
+
+
+def count_tokens(entries: Sequence[Entry]) -> TokenCount:
+    """Full recount of a conversation (the entries after the last compact boundary).
+
+    The anchor is the most recent response with usable usage. One response may be written as
+    several entries sharing ``message.id``, with tool results between them, so the estimate
+    starts after the response's FIRST entry; the response's own later entries are covered by
+    its usage and skipped, the interleaved tool results are not. Split entries repeat the same
+    usage: the largest is taken once.
+    """
+    anchor: _ResponseKey | None = None
+    for index in range(len(entries) - 1, -1, -1):
+        if has_usable_usage(entries[index]):
+            anchor = _response_key(entries[index], index)
+            break
+    if anchor is None:
+        return _make_count(0, sum(estimate_entry_raw(e) for e in entries), 0)
+
+    exact = 0
+    raw_after = 0
+    seen_first = False
+    for index, entry in enumerate(entries):
+        same_response = _response_key(entry, index) == anchor
+        if same_response:
+            if has_usable_usage(entry):
+                exact = max(exact, _usage_total(entry))
+            if not seen_first:
+                seen_first = True
+            continue
+        if seen_first:
+            raw_after += estimate_entry_raw(entry)
+    return _make_count(exact, raw_after, 0)
+
+
+class TokenCounter:
+    """Keeps ``count_tokens`` of a growing entry list up to date in time proportional to appends.
+
+    It keeps a running sum of raw estimates and, per response, the running sum just after its
+    first entry, the estimate of its later entries and its largest usage. The count anchored at
+    any response is then a subtraction, so a response whose first entry arrived long ago (or
+    earlier in the same batch) can become the anchor without rescanning.
+    """
+
+    __slots__ = (
+        "_anchor",
+        "_cumulative_raw",
+        "_first_cumulative",
+        "_later_own_raw",
+        "_max_usage",
+        "_saved",
+        "_seen",
+    )
+
+    def __init__(self, entries: Iterable[Entry] = ()) -> None:
+        self._seen = 0
+        self._cumulative_raw = 0
+        self._first_cumulative: dict[_ResponseKey, int] = {}
+        self._later_own_raw: dict[_ResponseKey, int] = {}
+        self._max_usage: dict[_ResponseKey, int] = {}
+        self._anchor: _ResponseKey | None = None
+        self._saved = 0
+        self.extend(entries)
+
+    def _clear(self) -> None:
+        self._seen = 0
+        self._cumulative_raw = 0
+        self._first_cumulative.clear()
+        self._later_own_raw.clear()
+        self._max_usage.clear()
+        self._anchor = None
+        self._saved = 0
+
+    def extend(self, entries: Iterable[Entry]) -> None:
+        """Account for entries appended after the ones already seen."""
+        for entry in entries:
+            index = self._seen
+            self._seen += 1
+            raw = estimate_entry_raw(entry)
+            self._cumulative_raw += raw
+            key = _response_key(entry, index)
+            if key is None:
+                continue
+            usable = has_usable_usage(entry)
+            if key not in self._first_cumulative:
+                # An id-less entry without usage can never anchor nor recur: nothing to keep.
+                if isinstance(key, int) and not usable:
+                    continue
+                self._first_cumulative[key] = self._cumulative_raw
+                self._later_own_raw[key] = 0
+            else:
+                self._later_own_raw[key] += raw
+            if usable:
+                self._max_usage[key] = max(self._max_usage.get(key, 0), _usage_total(entry))
+                if key != self._anchor:
+                    # A new response's usage already reflects any clearing done before it.
+                    self._anchor = key
+                    self._saved = 0
+
+    def reset(self, entries: Iterable[Entry] = ()) -> None:
+        """Forget everything and recount ``entries`` (after a compaction rewrote the context)."""
+        self._clear()
+        self.extend(entries)
+
+    def apply_saving(self, tokens: int) -> None:
+        """Subtract tokens cleared by microcompact until the next response reports usage."""
+        if tokens > 0:
+            self._saved += tokens
+
+    @property
+    def current(self) -> TokenCount:
+        anchor = self._anchor
+        if anchor is None:
+            return _make_count(0, self._cumulative_raw, self._saved)
+        raw_after = (
+            self._cumulative_raw - self._first_cumulative[anchor] - self._later_own_raw[anchor]
+        )
+        return _make_count(self._max_usage[anchor], raw_after, self._saved)
+
+
+# -- model limits -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    context_window: int
+    max_output_tokens: int
+
+
+# "claude-sonnet-4-5-20250929", "claude-opus-4-1@20250805", "us.anthropic.claude-opus-5-5-v1":
+# family, major, optional 1-2 digit minor (a dated suffix has 8 digits and is not a minor).
+_NEW_STYLE_NAME: Final = re.compile(r"claude-(opus|sonnet|haiku)-(\d+)(?:[-.](\d{1,2}))?(?!\d)")
+# "claude-3-7-sonnet-20250219", "claude-3-opus-20240229": version first, family after.
+_OLD_STYLE_NAME: Final = re.compile(r"claude-(\d+)(?:[-.](\d{1,2}))?-(opus|sonnet|haiku)")
+
+
+def _parse_model(name: str) -> tuple[str, tuple[int, int]] | None:
+    match = _NEW_STYLE_NAME.search(name)
+    if match is not None:
+        return match.group(1), (int(match.group(2)), int(match.group(3) or 0))
+    match = _OLD_STYLE_NAME.search(name)
+    if match is not None:
+        return match.group(3), (int(match.group(1)), int(match.group(2) or 0))
+    return None
+
+
+def model_limits(model: str) -> Limits:
+    """The table limits of a model name (dated and provider-prefixed names included).
+
+    A ``[1m]`` suffix selects the 1M-token window; unknown models get the defaults.
+    """
+    name = model.strip().lower()
+    one_million = c.ONE_MILLION_SUFFIX in name
+    name = name.replace(c.ONE_MILLION_SUFFIX, "")
+    window, max_output = c.DEFAULT_CONTEXT_WINDOW, c.DEFAULT_MAX_OUTPUT_TOKENS
+    parsed = _parse_model(name)
+    if parsed is not None:
+        family, version = parsed
+        best: tuple[int, int] | None = None
+        for row_family, since, row_window, row_output in c.MODEL_LIMITS:
+            if row_family == family and since <= version and (best is None or since > best):
+                best = since
+                window, max_output = row_window, row_output
+    if one_million:
+        window = c.ONE_MILLION_CONTEXT_WINDOW
+    return Limits(context_window=window, max_output_tokens=max_output)
+
+
+def _positive_int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        return None
+    return number if number > 0 else None
+
+
+def resolve_limits(
+    model: str,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+    env: Mapping[str, str] = _NO_ENV,
+) -> Limits:
+    """A session's limits: client values win, then ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, then the
+    model table."""
+    table = model_limits(model)
+    window = context_window if context_window and context_window > 0 else table.context_window
+    if max_output_tokens and max_output_tokens > 0:
+        max_output = max_output_tokens
+    else:
+        env_output = _positive_int(env, c.ENV_MAX_OUTPUT_TOKENS)
+        max_output = env_output if env_output is not None else table.max_output_tokens
+    return Limits(context_window=window, max_output_tokens=max_output)
+
+
+# -- thresholds ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    effective_window: int
+    auto_compact_threshold: int
+    warning_threshold: int
+    error_threshold: int
+    blocking_limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactFlags:
+    compaction_enabled: bool
+    auto_compact_enabled: bool
+    microcompact_enabled: bool
+
+
+def _percent(env: Mapping[str, str], name: str) -> float | None:
+    value = env.get(name)
+    if value is None:
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(number) or not 0 < number <= 100:
+        return None
+    return number
+
+
+def thresholds(
+    limits: Limits, env: Mapping[str, str] = _NO_ENV, auto_compact_enabled: bool = True
+) -> Thresholds:
+    """The levels derived from a session's limits (REFERENCE.md §1).
+
+    Warning and error are measured from the auto-compact threshold when auto-compact is on,
+    from the effective window otherwise (there is then no threshold to warn about).
+    """
+    window = limits.context_window
+    window_override = _positive_int(env, c.ENV_AUTO_COMPACT_WINDOW)
+    if window_override is not None:
+        window = min(window, window_override)
+    effective = window - min(limits.max_output_tokens, c.OUTPUT_RESERVE_CAP)
+    auto_threshold = effective - c.AUTO_COMPACT_BUFFER
+    pct = _percent(env, c.ENV_AUTOCOMPACT_PCT_OVERRIDE)
+    if pct is not None:
+        auto_threshold = min(math.floor(effective * pct / 100), auto_threshold)
+    base = auto_threshold if auto_compact_enabled else effective
+    blocking = _positive_int(env, c.ENV_BLOCKING_LIMIT_OVERRIDE)
+    return Thresholds(
+        effective_window=effective,
+        auto_compact_threshold=auto_threshold,
+        warning_threshold=base - c.WARNING_BUFFER,
+        error_threshold=base - c.ERROR_BUFFER,
+        blocking_limit=blocking if blocking is not None else effective - c.BLOCKING_BUFFER,
+    )
+
+
+def _truthy(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in c.ENV_TRUTHY_VALUES
+
+
+def flags(env: Mapping[str, str] = _NO_ENV) -> CompactFlags:
+    """Which compaction mechanisms the environment leaves on. ``DISABLE_COMPACT`` turns off all."""
+    compaction = not _truthy(env, c.ENV_DISABLE_COMPACT)
+    return CompactFlags(
+        compaction_enabled=compaction,
+        auto_compact_enabled=compaction and not _truthy(env, c.ENV_DISABLE_AUTO_COMPACT),
+        microcompact_enabled=compaction and not _truthy(env, c.ENV_DISABLE_MICROCOMPACT),
+    )
+
+
+def token_status(
+    count: TokenCount,
+    limits: Limits,
+    thresholds: Thresholds,
+    flags: CompactFlags,
+    circuit_open: bool = False,
+    consecutive_failures: int = 0,
+) -> TokenStatus:
+    """The ``tokens/status`` view of a count.
+
+    ``isAboveAutoCompactThreshold`` is only set while auto-compaction is enabled: it means "an
+    automatic compaction is due", which cannot be true when it is switched off.
+    """
+    used = count.tokens
+    levels = thresholds
+    auto_on = flags.auto_compact_enabled
+    limit = levels.auto_compact_threshold if auto_on else levels.effective_window
+    percent_left = max(0, math.floor((limit - used) / limit * 100 + 0.5)) if limit > 0 else 0
+    return TokenStatus(
+        tokens=used,
+        exact_tokens=count.exact,
+        estimated_tokens=count.estimated,
+        context_window=limits.context_window,
+        max_output_tokens=limits.max_output_tokens,
+        effective_window=levels.effective_window,
+        auto_compact_threshold=levels.auto_compact_threshold,
+        warning_threshold=levels.warning_threshold,
+        error_threshold=levels.error_threshold,
+        blocking_limit=levels.blocking_limit,
+        percent_left=percent_left,
+        is_above_warning_threshold=used >= levels.warning_threshold,
+        is_above_error_threshold=used >= levels.error_threshold,
+        is_above_auto_compact_threshold=auto_on and used >= levels.auto_compact_threshold,
+        is_at_blocking_limit=used >= levels.blocking_limit,
+        auto_compact_enabled=auto_on,
+        compaction_enabled=flags.compaction_enabled,
+        circuit_open=circuit_open,
+        consecutive_failures=consecutive_failures,
+    )
+
+
+_LEVEL_ORDER: Final[tuple[ThresholdLevel, ...]] = ("warning", "error", "autoCompact", "blocking")
+
+
+def _levels_above(status: TokenStatus) -> dict[ThresholdLevel, bool]:
+    return {
+        "warning": status.is_above_warning_threshold,
+        "error": status.is_above_error_threshold,
+        "autoCompact": status.is_above_auto_compact_threshold,
+        "blocking": status.is_at_blocking_limit,
+    }
+
+
+class ThresholdTracker:
+    """Reports each level once when the count rises to it; it re-arms once the count drops below.
+
+    Warning and error share a value, so one crossing reports both.
+    """
+
+    __slots__ = ("_above",)
+
+    def __init__(self) -> None:
+        self._above: set[ThresholdLevel] = set()
+
+    def update(self, status: TokenStatus) -> list[ThresholdLevel]:
+        """Levels crossed upward since the previous update, lowest first."""
+        fired: list[ThresholdLevel] = []
+        above = _levels_above(status)
+        for level in _LEVEL_ORDER:
+            if above[level]:
+                if level not in self._above:
+                    self._above.add(level)
+                    fired.append(level)
+            else:
+                self._above.discard(level)
+        return fired
+
+    def reset(self) -> None:
+        """Re-arm every level (e.g. when the session's limits change)."""
+        self._above.clear()
+
+
+# -- breakdown ----------------------------------------------------------------------------------
+
+CATEGORY_HUMAN: Final = "human"
+CATEGORY_ASSISTANT: Final = "assistant"
+CATEGORY_LOCAL_COMMAND_OUTPUT: Final = "localCommandOutput"
+CATEGORY_META: Final = "meta"
+CATEGORY_TOOL_REQUESTS: Final = "toolRequests"
+CATEGORY_TOOL_RESULTS: Final = "toolResults"
+CATEGORY_ATTACHMENTS: Final = "attachments"
+
+_CATEGORY_ORDER: Final = (
+    CATEGORY_HUMAN,
+    CATEGORY_ASSISTANT,
+    CATEGORY_LOCAL_COMMAND_OUTPUT,
+    CATEGORY_META,
+    CATEGORY_TOOL_REQUESTS,
+    CATEGORY_TOOL_RESULTS,
+    CATEGORY_ATTACHMENTS,
+)
+
+# Tags Claude Code wraps around the output of local slash commands and `!` shell commands.
+_LOCAL_OUTPUT_TAGS: Final = (
+    "<local-command-stdout>",
+    "<local-command-stderr>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+)
+
+# The file-reading tool and its path argument, for duplicate-read detection.
+_READ_TOOL: Final = "Read"
+_READ_PATH_ARG: Final = "file_path"
+_UNKNOWN: Final = "unknown"
+
+
+class _Tally:
+    """Raw token sums and item counts per name, in first-seen order."""
+
+    __slots__ = ("raw", "count")
+
+    def __init__(self) -> None:
+        self.raw: dict[str, int] = {}
+        self.count: dict[str, int] = {}
+
+    def add(self, name: str, raw: int) -> None:
+        self.raw[name] = self.raw.get(name, 0) + raw
+        self.count[name] = self.count.get(name, 0) + 1
+
+    def categories(self, total: int, *, sort: bool) -> list[BreakdownCategory]:
+        rows = [
+            BreakdownCategory(
+                name=name,
+                tokens=pad(raw),
+                percent=_percent_of(pad(raw), total),
+                count=self.count[name],
+            )
+            for name, raw in self.raw.items()
+        ]
+        if sort:
+            rows.sort(key=lambda row: (-row.tokens, row.name))
+        return rows
+
+
+def _percent_of(tokens: int, total: int) -> float:
+    return round(tokens * 100 / total, 1) if total > 0 else 0.0
+
+
+def _user_block_category(entry: Entry, block: Block) -> str:
+    if isinstance(block, TextBlock) and any(tag in block.text for tag in _LOCAL_OUTPUT_TAGS):
+        return CATEGORY_LOCAL_COMMAND_OUTPUT
+    if entry.is_meta or entry.is_compact_summary:
+        return CATEGORY_META
+    return CATEGORY_HUMAN
+
+
+def breakdown(entries: Sequence[Entry]) -> BreakdownResult:
+    """Where the context goes, from padded estimates (usage cannot be split by category).
+
+    Top-level categories partition the conversation, so their tokens sum to the total; tool
+    requests, tool results and attachments are further split by tool name / attachment type.
+    A file read more than once wastes the tokens of every read but the last.
+    """
+    tool_names: dict[str, str] = {}
+    for entry in entries:
+        if entry.type == "assistant":
+            for block in entry.blocks:
+                if isinstance(block, ToolUseBlock) and block.id:
+                    tool_names[block.id] = block.name
+
+    top = _Tally()
+    for name in _CATEGORY_ORDER:
+        top.raw[name] = 0
+        top.count[name] = 0
+    requests, results, attachments = _Tally(), _Tally(), _Tally()
+    reads: dict[str, list[str]] = {}
+    result_raw: dict[str, int] = {}
+
+    for entry in entries:
+        if not counts_toward_context(entry):
+            continue
+        if entry.type == "attachment":
+            raw = estimate_entry_raw(entry)
+            kind = (entry.attachment or {}).get("type")
+            attachments.add(kind if isinstance(kind, str) and kind else _UNKNOWN, raw)
+            top.add(CATEGORY_ATTACHMENTS, raw)
+            continue
+        for block in entry.blocks:
+            raw = estimate_block_raw(block)
+            if isinstance(block, ToolUseBlock):
+                requests.add(block.name or _UNKNOWN, raw)
+                top.add(CATEGORY_TOOL_REQUESTS, raw)
+                path = block.input.get(_READ_PATH_ARG) if isinstance(block.input, dict) else None
+                if block.name == _READ_TOOL and isinstance(path, str) and block.id:
+                    reads.setdefault(path, []).append(block.id)
+            elif isinstance(block, ToolResultBlock):
+                results.add(tool_names.get(block.tool_use_id, _UNKNOWN), raw)
+                top.add(CATEGORY_TOOL_RESULTS, raw)
+                result_raw[block.tool_use_id] = result_raw.get(block.tool_use_id, 0) + raw
+            elif entry.type == "assistant":
+                top.add(CATEGORY_ASSISTANT, raw)
+            else:
+                top.add(_user_block_category(entry, block), raw)
+
+    total = sum(pad(raw) for raw in top.raw.values())
+    duplicates = [
+        DuplicateRead(
+            path=path,
+            reads=len(ids),
+            wasted_tokens=sum(pad(result_raw.get(tool_id, 0)) for tool_id in ids[:-1]),
+        )
+        for path, ids in reads.items()
+        if len(ids) > 1
+    ]
+    duplicates.sort(key=lambda row: (-row.wasted_tokens, row.path))
+    return BreakdownResult(
+        total_tokens=total,
+        categories=top.categories(total, sort=False),
+        tool_requests=requests.categories(total, sort=True),
+        tool_results=results.categories(total, sort=True),
+        attachments=attachments.categories(total, sort=True),
+        duplicate_reads=duplicates,
+        duplicate_read_tokens=sum(row.wasted_tokens for row in duplicates),
+    )

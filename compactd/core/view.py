@@ -1,0 +1,177 @@
+"""The current context of a session: which transcript records the model sees next.
+
+A transcript is append-only, so after a compaction it still holds everything that was
+summarized. What counts is the slice that starts at the last ``compact_boundary``: the boundary,
+the continuation summary and everything appended after them. A partial compaction keeps some
+entries verbatim without copying them: the boundary's ``compactMetadata.preservedSegment``
+names the first (head) and last (tail) of those entries, which sit before the boundary in the
+file, and the entry they hang off (anchor, normally the summary). Claude Code relinks them
+after the summary when it loads the transcript; ``context_records`` does the same.
+
+Everything here is pure and linear in the number of records examined, because the server
+rebuilds the view on every ``session/messages`` request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from compactd.model import PreservedSegment, Record
+
+__all__ = [
+    "context_records",
+    "last_boundary_index",
+    "main_thread",
+    "preserved_records",
+]
+
+
+def last_boundary_index(records: Sequence[Record]) -> int | None:
+    """Index of the last ``compact_boundary`` record, or None when there is none."""
+    for i in range(len(records) - 1, -1, -1):
+        if records[i].entry.is_compact_boundary:
+            return i
+    return None
+
+
+def preserved_records(records: Sequence[Record], boundary_index: int) -> list[Record]:
+    """The entries a partial compaction kept, found before the boundary at ``boundary_index``.
+
+    Returns them in file order, or an empty list when the boundary names no preserved segment
+    or its head / tail cannot be found before it.
+    """
+    meta = records[boundary_index].entry.compact_metadata
+    segment = meta.preserved_segment if meta is not None else None
+    if segment is None:
+        return []
+    return _resolve_segment(records, boundary_index, segment)
+
+
+def context_records(records: Sequence[Record]) -> list[Record]:
+    """The records from the last compact boundary on, with preserved entries relinked.
+
+    Without a boundary this is every record. With one, it is the boundary, then the records
+    after it in file order; the entries named by the boundary's preserved segment are inserted
+    right after the anchor (the continuation summary), before anything that came later.
+    Entries that already appear after the boundary are not inserted twice, which also makes
+    the function idempotent: ``context_records(context_records(r)) == context_records(r)``.
+    """
+    b = last_boundary_index(records)
+    if b is None:
+        return list(records)
+    view = list(records[b:])
+    kept = preserved_records(records, b)
+    if not kept:
+        return view
+    present = {r.entry.uuid for r in view if r.entry.uuid is not None}
+    kept = [r for r in kept if r.entry.uuid not in present]
+    if not kept:
+        return view
+    at = _insertion_point(view)
+    return view[: at + 1] + kept + view[at + 1 :]
+
+
+def main_thread(records: Sequence[Record]) -> list[Record]:
+    """Drop sub-agent (sidechain) entries written inline into a main session's transcript.
+
+    Older Claude Code versions wrote a sub-agent's conversation into the parent's file with
+    ``isSidechain: true``, interleaved with the parent's parallel tool calls. They never reach
+    the parent's API requests. A transcript made only of sidechain entries is a sub-agent's own
+    session and is returned whole.
+    """
+    if not any(r.entry.is_sidechain is True for r in records):
+        return list(records)
+    has_main = any(
+        r.entry.is_sidechain is not True and r.entry.type in ("user", "assistant") for r in records
+    )
+    if not has_main:
+        return list(records)
+    return [r for r in records if r.entry.is_sidechain is not True]
+
+
+# -- internals -----------------------------------------------------------------------------------
+
+
+def _insertion_point(view: list[Record]) -> int:
+    """Index in ``view`` after which preserved entries go: the anchor, else the summary."""
+    boundary = view[0].entry
+    meta = boundary.compact_metadata
+    segment = meta.preserved_segment if meta is not None else None
+    anchor = segment.anchor_uuid if segment is not None else None
+    summary_at: int | None = None
+    for i, record in enumerate(view):
+        entry = record.entry
+        if anchor is not None and entry.uuid == anchor:
+            return i
+        if summary_at is None and entry.type == "user" and entry.is_compact_summary is True:
+            summary_at = i
+            if anchor is None:
+                break
+    return summary_at if summary_at is not None else 0
+
+
+def _resolve_segment(
+    records: Sequence[Record], boundary_index: int, segment: PreservedSegment
+) -> list[Record]:
+    head = segment.head_uuid or segment.tail_uuid
+    tail = segment.tail_uuid or segment.head_uuid
+    if head is None or tail is None:
+        return []
+    # Walk back from the boundary only as far as the head: kept entries are the most recent
+    # ones before the boundary, so this touches few records even in a long transcript.
+    index: dict[str, int] = {}
+    head_at: int | None = None
+    for i in range(boundary_index - 1, -1, -1):
+        uuid = records[i].entry.uuid
+        if uuid is None:
+            continue
+        index.setdefault(uuid, i)
+        if uuid == head:
+            head_at = i
+            break
+    tail_at = index.get(tail)
+    if head_at is None or tail_at is None:
+        return []
+    if tail_at < head_at:
+        head_at, tail_at = tail_at, head_at
+        head, tail = tail, head
+
+    chain = _parent_chain(records, index, head, tail, head_at, tail_at)
+    if chain is not None:
+        return [records[i] for i in sorted(chain)]
+    # The parent links do not lead from tail to head (rewritten or missing ids): fall back to
+    # the conversation entries between them in file order.
+    sidechain = records[head_at].entry.is_sidechain is True
+    return [
+        r
+        for r in records[head_at : tail_at + 1]
+        if r.entry.uuid is not None
+        and (r.entry.is_sidechain is True) == sidechain
+        and not r.entry.is_compact_boundary
+    ]
+
+
+def _parent_chain(
+    records: Sequence[Record],
+    index: dict[str, int],
+    head: str,
+    tail: str,
+    head_at: int,
+    tail_at: int,
+) -> list[int] | None:
+    """Indexes on the parentUuid path from tail back to head, or None if there is no path."""
+    chain = [tail_at]
+    current = tail
+    # A path visits each record between head and tail at most once; more steps mean a cycle.
+    for _ in range(tail_at - head_at + 1):
+        if current == head:
+            return chain
+        parent = records[index[current]].entry.parent_uuid
+        if parent is None:
+            return None
+        at = index.get(parent)
+        if at is None or at < head_at:
+            return None
+        chain.append(at)
+        current = parent
+    return chain if current == head else None

@@ -320,4 +320,7 @@ def block_to_builtins(block: Block) -> dict[str, Any]:
         return dict(block.data)
     value = msgspec.to_builtins(block)
     assert isinstance(value, dict)
+    if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+        # Nested blocks of unknown kinds must come back as received, not in wrapped form.
+        value["content"] = [block_to_builtins(b) for b in block.content]
     return value

@@ -1,0 +1,214 @@
+"""Transcript model: every fixture loads; lines round-trip byte for byte; bad lines are counted."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactd.model import (
+    ParseReport,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+    block_to_builtins,
+    parse_lines,
+    record_from_dict,
+)
+from tests.conftest import fixture_transcripts
+
+
+def test_every_fixture_loads_without_skipping() -> None:
+    files = fixture_transcripts()
+    for path in files:
+        report = ParseReport()
+        records = list(parse_lines(path.read_bytes().splitlines(), report))
+        assert report.skipped == 0, (path.name, report.first_error)
+        assert len(records) == report.lines
+        conversational = [r for r in records if r.entry.type in ("user", "assistant")]
+        assert conversational, path.name
+        for r in conversational:
+            assert r.entry.message is not None, (path.name, r.raw[:120])
+
+
+def test_corrupt_and_truncated_lines_are_skipped_and_counted() -> None:
+    lines = [
+        json.dumps(
+            {"type": "user", "uuid": "a", "message": {"role": "user", "content": "hi"}}
+        ).encode(),
+        b'{"type": "assistant", "message": {"content": [',  # truncated by a crash
+        b"\xff\xfe garbage",
+        b"42",
+        b"",
+    ]
+    report = ParseReport()
+    records = list(parse_lines(lines, report))
+    assert [r.entry.uuid for r in records] == ["a"]
+    assert (report.lines, report.skipped) == (4, 3)
+    assert report.first_error is not None
+
+
+def test_unknown_block_kinds_survive_in_views() -> None:
+    rec = record_from_dict(
+        {
+            "type": "assistant",
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "a"},
+                    {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+                    {"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "/x"}},
+                ],
+            },
+        }
+    )
+    blocks = rec.entry.blocks
+    assert isinstance(blocks[0], TextBlock)
+    assert isinstance(blocks[1], UnknownBlock) and blocks[1].kind == "server_tool_use"
+    assert block_to_builtins(blocks[1]) == {
+        "type": "server_tool_use",
+        "id": "s1",
+        "name": "web_search",
+        "input": {},
+    }
+    assert isinstance(blocks[2], ToolUseBlock)
+
+
+def test_tool_result_with_block_content() -> None:
+    rec = record_from_dict(
+        {
+            "type": "user",
+            "message": {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [
+                            {"type": "text", "text": "out"},
+                            {"type": "image", "source": {"type": "base64", "data": "AA=="}},
+                            {"type": "mystery", "x": 1},
+                        ],
+                    }
+                ],
+            },
+        }
+    )
+    block = rec.entry.blocks[0]
+    assert isinstance(block, ToolResultBlock)
+    assert isinstance(block.content, list) and len(block.content) == 3
+    assert isinstance(block.content[2], UnknownBlock)
+
+
+# -- property: read -> write -> read is the identity, unknown fields included --------------------
+
+_json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53), 2**53),
+    st.text(max_size=20),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+_json = st.recursive(
+    _json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_block = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=40)}),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("tool_use"),
+            "id": st.text(min_size=1, max_size=8),
+            "name": st.sampled_from(["Read", "Bash", "Edit"]),
+            "input": st.dictionaries(st.text(max_size=5), _json, max_size=3),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("tool_result"),
+            "tool_use_id": st.text(min_size=1, max_size=8),
+            "content": st.one_of(
+                st.text(max_size=40),
+                st.lists(
+                    st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=10)}),
+                    max_size=2,
+                ),
+            ),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("thinking"),
+            "thinking": st.text(max_size=30),
+            "signature": st.text(max_size=10),
+        }
+    ),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["future_block", "server_tool_use"]), "payload": _json}
+    ),
+)
+_entry = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            ["user", "assistant", "system", "attachment", "progress", "brand-new-type"]
+        ),
+        "uuid": st.uuids().map(str),
+        "parentUuid": st.one_of(st.none(), st.uuids().map(str)),
+        "message": st.fixed_dictionaries(
+            {
+                "role": st.sampled_from(["user", "assistant"]),
+                "content": st.one_of(st.text(max_size=50), st.lists(_block, max_size=4)),
+            }
+        ),
+    },
+    optional={
+        "unknownTopLevel": _json,
+        "isMeta": st.booleans(),
+        "toolUseResult": _json,
+        "compactMetadata": st.fixed_dictionaries(
+            {
+                "trigger": st.sampled_from(["auto", "manual"]),
+                "preTokens": st.integers(0, 10**6),
+                "futureKey": _json,
+            }
+        ),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_entry, min_size=1, max_size=8))
+def test_read_write_read_is_identity(entries: list[dict[str, Any]]) -> None:
+    first = [record_from_dict(e) for e in entries]
+    written = b"".join(r.raw + b"\n" for r in first)
+    second = list(parse_lines(written.splitlines()))
+    assert [r.raw for r in second] == [r.raw for r in first]
+    assert [r.entry for r in second] == [r.entry for r in first]
+    assert [r.to_builtins() for r in second] == entries
+
+
+def test_nested_unknown_blocks_come_back_as_received() -> None:
+    inner = {"type": "mystery", "x": 1}
+    rec = record_from_dict(
+        {
+            "type": "user",
+            "message": {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [{"type": "text", "text": "o"}, inner],
+                    }
+                ],
+            },
+        }
+    )
+    out = block_to_builtins(rec.entry.blocks[0])
+    assert out["content"] == [{"type": "text", "text": "o"}, inner]

@@ -444,6 +444,9 @@ class CacheBeforeParams(_Params, kw_only=True):
     thinking: dict[str, Any] | None = None
     effort: str | None = None
     cache_control: list[dict[str, Any]] | None = None
+    # The cache_edits deletions sent with this request (pinned ones included); a deletion not
+    # seen before explains the drop in cache reads that follows, so it is not flagged.
+    cache_edits: list[dict[str, Any]] | None = None
     timestamp: float | None = None
 
 
@@ -462,11 +465,19 @@ class CacheBreak(_Wire, kw_only=True):
     dropped_tokens: int
     reasons: list[str]
     explanation: str
+    # Machine-readable kinds of the reasons, in order: model, systemPrompt, tools,
+    # cacheControl, betas, thinking, effort, ttlExpiry, serverSide.
+    causes: list[str] | None = None
+    idle_seconds: float | None = None
+    timestamp: float | None = None
 
 
 class CacheAck(_Wire, kw_only=True):
     recorded: bool
     cache_break: CacheBreak | None = None
+    # True when this response started a new baseline because a compaction or a cache
+    # deletion happened since the previous response of the same query source.
+    baseline_reset: bool = False
 
 
 class CompactionStat(_Wire, kw_only=True):
@@ -483,6 +494,11 @@ class CompactionStat(_Wire, kw_only=True):
     timestamp: str | None = None
     thrash: bool = False
     refill_contributors: list[str] | None = None
+    # Set when the transcript's boundary has no postTokens and the figure was estimated.
+    post_tokens_estimated: bool = False
+    # User prompts after the compaction before the context passed the auto-compact threshold.
+    refill_turns: int | None = None
+    boundary_uuid: str | None = None
 
 
 class StatsResult(_Wire, kw_only=True):

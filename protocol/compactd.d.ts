@@ -49,6 +49,7 @@ export interface BreakdownResult {
 export interface CacheAck {
   recorded: boolean;
   cacheBreak?: CacheBreak | null;
+  baselineReset?: boolean;
 }
 
 export interface CacheAfterParams {
@@ -68,6 +69,7 @@ export interface CacheBeforeParams {
   thinking?: Record<string, unknown> | null;
   effort?: string | null;
   cacheControl?: Array<Record<string, unknown>> | null;
+  cacheEdits?: Array<Record<string, unknown>> | null;
   timestamp?: number | null;
 }
 
@@ -79,6 +81,9 @@ export interface CacheBreak {
   droppedTokens: number;
   reasons: Array<string>;
   explanation: string;
+  causes?: Array<string> | null;
+  idleSeconds?: number | null;
+  timestamp?: number | null;
 }
 
 export interface CacheSafeParams {
@@ -122,6 +127,9 @@ export interface CompactionStat {
   timestamp?: string | null;
   thrash?: boolean;
   refillContributors?: Array<string> | null;
+  postTokensEstimated?: boolean;
+  refillTurns?: number | null;
+  boundaryUuid?: string | null;
 }
 
 export interface DuplicateRead {

@@ -1,0 +1,64 @@
+"""tokens/status and tokens/threshold through the real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from compactd_client import Client
+
+from compactd import protocol as p
+from tests.conftest import SpawnDaemon
+
+
+def _user(i: int, chars: int) -> dict[str, Any]:
+    return {
+        "type": "user",
+        "uuid": f"u{i}",
+        "message": {"role": "user", "content": "word " * (chars // 5)},
+    }
+
+
+async def _drain(queue: asyncio.Queue[tuple[str, Any]], wait: float = 0.3) -> list[Any]:
+    out = []
+    try:
+        while True:
+            out.append((await asyncio.wait_for(queue.get(), wait))[1])
+    except TimeoutError:
+        return out
+
+
+async def test_threshold_notification_once_per_crossing(daemon: Client) -> None:
+    # 50K window, 8K output -> effective 42,000; auto-compact 29,000; warning = error = 9,000.
+    opened = await daemon.open_session(
+        cwd="/w", model="m", context_window=50_000, max_output_tokens=8_000
+    )
+    sid = opened.session_id
+    assert opened.status.warning_threshold == 9_000
+    async with daemon.subscribe(p.NOTIFY_TOKENS_THRESHOLD) as queue:
+        r1 = await daemon.append(sid, [_user(1, 20_000)])  # ~6,700 tokens: below warning
+        assert not r1.status.is_above_warning_threshold
+        assert await _drain(queue) == []
+        r2 = await daemon.append(sid, [_user(2, 12_000)])  # crosses 9,000
+        assert r2.status.is_above_warning_threshold
+        notes = await _drain(queue)
+        assert sorted(n["level"] for n in notes) == ["error", "warning"]
+        assert all(n["sessionId"] == sid and n["tokens"] == r2.status.tokens for n in notes)
+        await daemon.append(sid, [_user(3, 400)])  # still above: no new notification
+        assert await _drain(queue) == []
+        r4 = await daemon.append(sid, [_user(4, 70_000)])  # crosses auto-compact (29,000)
+        assert r4.status.is_above_auto_compact_threshold
+        assert [n["level"] for n in await _drain(queue)] == ["autoCompact"]
+
+
+async def test_status_honours_env_overrides(spawn_daemon: SpawnDaemon) -> None:
+    options = {"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "50", "DISABLE_AUTO_COMPACT": "1"}}
+    async with spawn_daemon(options=options) as client:
+        opened = await client.open_session(cwd="/w", model="claude-opus-4-6")
+        st = opened.status
+        assert st.effective_window == 980_000
+        assert st.auto_compact_enabled is False
+        assert st.compaction_enabled is True
+    async with spawn_daemon(options={"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "50"}}) as client:
+        st = (await client.open_session(cwd="/w", model="claude-opus-4-6")).status
+        assert st.auto_compact_threshold == 490_000

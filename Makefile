@@ -22,7 +22,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check compactd
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict compactd
+	$(BIN)/mypy --strict compactd clients/python/compactd_client
 
 protocol-check: $(STAMP)
 	$(BIN)/python -m compactd.protocol_gen --check

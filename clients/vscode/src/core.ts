@@ -1,0 +1,508 @@
+/**
+ * The compactd client core: spawns `compactd serve`, speaks JSON-RPC 2.0 with LSP framing over
+ * the child's stdio (vscode-jsonrpc), and offers typed methods and events for the protocol v1
+ * table. It imports nothing from VS Code, so it runs (and is tested) in plain Node; the editor
+ * glue in `extension.ts` builds on it. Wire types come from `protocol/compactd.d.ts`, which is
+ * generated from the daemon's Python protocol module, so a renamed method or field breaks the
+ * build instead of failing at run time.
+ */
+
+import { spawn, type ChildProcess } from "node:child_process";
+import {
+  CancellationTokenSource,
+  Emitter,
+  ErrorCodes,
+  ResponseError,
+  StreamMessageReader,
+  StreamMessageWriter,
+  createMessageConnection,
+  type CancellationToken,
+  type Event,
+  type MessageConnection,
+} from "vscode-jsonrpc/node";
+
+import type {
+  AppendResult,
+  AutoResult,
+  BreakdownResult,
+  CacheBreak,
+  CloseResult,
+  CompactResult,
+  ErrorCode,
+  InitializationOptions,
+  ListResult,
+  MemoryChangedNotification,
+  MessagesResult,
+  Methods,
+  Notifications,
+  OpenParams,
+  OpenResult,
+  StatusNotification,
+  ThresholdNotification,
+  TokenStatus,
+} from "../../../protocol/compactd";
+
+export type {
+  AutoResult,
+  BreakdownResult,
+  CompactResult,
+  InitializationOptions,
+  OpenParams,
+  OpenResult,
+  StatusNotification,
+  ThresholdNotification,
+  TokenStatus,
+};
+
+/** Every request method of protocol v1, as named in the generated contract. */
+export type MethodName = keyof Methods;
+
+/** The protocol version this client was written against (`PROTOCOL_VERSION` in protocol.py). */
+export const PROTOCOL_VERSION = "1";
+
+/** What `compactd serve` is started with when nothing is configured: the console script on PATH. */
+export const DEFAULT_SERVER_COMMAND: readonly string[] = ["compactd", "serve"];
+
+/**
+ * How long `dispose()` waits for the daemon to answer `shutdown` and exit before killing it.
+ * The daemon closes its sessions (flushes transcripts) on exit, which takes milliseconds; a few
+ * seconds leaves room for a slow disk without letting a hung daemon block the editor's exit.
+ */
+export const DEFAULT_SHUTDOWN_GRACE_MS = 5_000;
+
+/** How many lines of the daemon's stderr are kept to explain an unexpected exit. */
+const STDERR_TAIL_LINES = 50;
+
+/** JSON-RPC's number for a cancelled request (LSP `RequestCancelled`). */
+const REQUEST_CANCELLED = -32800;
+
+/**
+ * A cancellation signal from any source. VS Code's and vscode-jsonrpc's tokens both fit, so the
+ * core never needs to import VS Code to accept the token of a `withProgress` notification.
+ */
+export interface CancellationLike {
+  readonly isCancellationRequested: boolean;
+  onCancellationRequested(listener: (e: unknown) => unknown): { dispose(): unknown };
+}
+
+export interface ClientOptions {
+  /** argv of the daemon; the first element is the executable. Default: `compactd serve`. */
+  command?: readonly string[];
+  /** Passed as `--data-dir` (where session transcripts are stored). */
+  dataDir?: string;
+  /** Extra environment for the daemon, on top of this process's environment. */
+  env?: Record<string, string>;
+  /** Working directory of the daemon. */
+  cwd?: string;
+  /** Receives the daemon's stderr (its log) as it arrives. */
+  onStderr?: (text: string) => void;
+}
+
+/** How the daemon process ended. */
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** True when `dispose()` asked for it; false for a crash or a kill from outside. */
+  expected: boolean;
+}
+
+/** A token status that came back from any call or notification, tagged with its session. */
+export interface TokensChanged {
+  sessionId: string;
+  status: TokenStatus;
+}
+
+/**
+ * An error answered by the daemon. `code` is the stable `data.code` string (`sessionNotFound`,
+ * `cancelled`, `notImplemented`, ...); `number` is the JSON-RPC error number.
+ */
+export class CompactdError extends Error {
+  readonly code: ErrorCode | string;
+  readonly number: number;
+  readonly data: Record<string, unknown>;
+
+  constructor(number: number, message: string, data: Record<string, unknown>) {
+    super(message);
+    this.name = "CompactdError";
+    this.number = number;
+    this.data = data;
+    const code = data["code"];
+    if (typeof code === "string") {
+      this.code = code;
+    } else if (number === REQUEST_CANCELLED) {
+      // vscode-jsonrpc can answer a cancellation itself, without the daemon's data.code.
+      this.code = "cancelled";
+    } else {
+      this.code = `jsonrpc${number}`;
+    }
+  }
+
+  get cancelled(): boolean {
+    return this.code === "cancelled";
+  }
+}
+
+/** The daemon is not running (never started, exited, or disposed). */
+export class DaemonNotRunningError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "DaemonNotRunningError";
+  }
+}
+
+/** What the daemon says about itself in its `initialize` result. */
+export interface ServerDescription {
+  name: string;
+  version: string;
+  protocolVersion: string;
+  methods: string[];
+  notifications: string[];
+}
+
+/**
+ * One daemon process and the connection to it. Create it, `start()`, `initialize()`, then call
+ * methods; `dispose()` shuts the daemon down politely (shutdown + exit) and kills it if it hangs.
+ */
+export class CompactdClient {
+  private readonly options: ClientOptions;
+  private child: ChildProcess | undefined;
+  private connection: MessageConnection | undefined;
+  private exited: Promise<ExitInfo> | undefined;
+  private disposing = false;
+  private stderrTail: string[] = [];
+  private described: ServerDescription | undefined;
+
+  private readonly statusEmitter = new Emitter<StatusNotification>();
+  private readonly thresholdEmitter = new Emitter<ThresholdNotification>();
+  private readonly memoryEmitter = new Emitter<MemoryChangedNotification>();
+  private readonly cacheBreakEmitter = new Emitter<CacheBreak>();
+  private readonly tokensEmitter = new Emitter<TokensChanged>();
+  private readonly exitEmitter = new Emitter<ExitInfo>();
+
+  /** `compact/status`: phase changes and keep-alives of a running compaction. */
+  readonly onStatus: Event<StatusNotification> = this.statusEmitter.event;
+  /** `tokens/threshold`: a session crossed warning / error / auto-compact / blocking. */
+  readonly onThreshold: Event<ThresholdNotification> = this.thresholdEmitter.event;
+  /** `memory/changed`: a watched memory file (CLAUDE.md and the like) changed. */
+  readonly onMemoryChanged: Event<MemoryChangedNotification> = this.memoryEmitter.event;
+  /** `cache/break`: a prompt-cache break was detected. */
+  readonly onCacheBreak: Event<CacheBreak> = this.cacheBreakEmitter.event;
+  /** Any fresh token status: from open, append, status, auto-compaction or a threshold. */
+  readonly onTokens: Event<TokensChanged> = this.tokensEmitter.event;
+  /** The daemon process ended. */
+  readonly onExit: Event<ExitInfo> = this.exitEmitter.event;
+
+  constructor(options: ClientOptions = {}) {
+    this.options = options;
+  }
+
+  /** The daemon's name, version and method list, known after `initialize()`. */
+  get server(): ServerDescription | undefined {
+    return this.described;
+  }
+
+  /** True between a successful `start()` and the daemon's exit. */
+  get running(): boolean {
+    return this.child !== undefined && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** The process id of the daemon, while it runs. */
+  get pid(): number | undefined {
+    return this.running ? this.child?.pid : undefined;
+  }
+
+  /** The last lines the daemon wrote to stderr (its log), to explain a failure. */
+  get stderr(): string {
+    return this.stderrTail.join("");
+  }
+
+  /** Spawn the daemon and connect to its stdio. Resolves once the process is running. */
+  async start(): Promise<void> {
+    if (this.child !== undefined) {
+      throw new Error("this client was already started; create a new one to restart");
+    }
+    const command = [...(this.options.command ?? DEFAULT_SERVER_COMMAND)];
+    if (command.length === 0) {
+      throw new Error("the compactd server command is empty");
+    }
+    if (this.options.dataDir) {
+      command.push("--data-dir", this.options.dataDir);
+    }
+    const [exe, ...args] = command as [string, ...string[]];
+    const child = spawn(exe, args, {
+      cwd: this.options.cwd,
+      env: { ...process.env, ...(this.options.env ?? {}) },
+      stdio: ["pipe", "pipe", "pipe"],
+      windowsHide: true,
+    });
+    this.child = child;
+    child.stderr?.setEncoding("utf8");
+    child.stderr?.on("data", (text: string) => this.onStderrData(text));
+    this.exited = new Promise<ExitInfo>((resolve) => {
+      child.once("exit", (code, signal) => {
+        const info: ExitInfo = { code, signal, expected: this.disposing };
+        // Pending requests would otherwise wait forever for a daemon that is gone.
+        this.connection?.dispose();
+        resolve(info);
+        this.exitEmitter.fire(info);
+      });
+    });
+    await new Promise<void>((resolve, reject) => {
+      const onSpawn = (): void => {
+        child.off("error", onError);
+        // Later errors (a failed kill, say) are reported through 'exit'; keep them from throwing.
+        child.on("error", () => undefined);
+        resolve();
+      };
+      const onError = (err: NodeJS.ErrnoException): void => {
+        child.off("spawn", onSpawn);
+        // No process came to be, so no 'exit' will follow: forget it, as if never started.
+        this.child = undefined;
+        this.exited = undefined;
+        const hint = err.code === "ENOENT" ? " (is compactd installed, or the command path right?)" : "";
+        reject(new DaemonNotRunningError(`could not start '${command.join(" ")}': ${err.message}${hint}`));
+      };
+      child.once("spawn", onSpawn);
+      child.once("error", onError);
+    });
+    // Writing to a daemon that just died raises EPIPE on stdin; the exit event reports it.
+    child.stdin?.on("error", () => undefined);
+    const connection = createMessageConnection(
+      new StreamMessageReader(child.stdout!),
+      new StreamMessageWriter(child.stdin!),
+    );
+    this.connection = connection;
+    this.listen(connection);
+    connection.listen();
+  }
+
+  private onStderrData(text: string): void {
+    this.options.onStderr?.(text);
+    this.stderrTail.push(...text.split(/(?<=\n)/));
+    if (this.stderrTail.length > STDERR_TAIL_LINES) {
+      this.stderrTail = this.stderrTail.slice(-STDERR_TAIL_LINES);
+    }
+  }
+
+  private listen(connection: MessageConnection): void {
+    const on = <N extends keyof Notifications>(method: N, handler: (params: Notifications[N]) => void): void => {
+      connection.onNotification(method, (params: Notifications[N]) => handler(params));
+    };
+    on("compact/status", (params) => this.statusEmitter.fire(params));
+    on("tokens/threshold", (params) => {
+      this.thresholdEmitter.fire(params);
+      this.tokensEmitter.fire({ sessionId: params.sessionId, status: params.status });
+    });
+    on("memory/changed", (params) => this.memoryEmitter.fire(params));
+    on("cache/break", (params) => this.cacheBreakEmitter.fire(params));
+  }
+
+  /** `initialize` + `initialized`, with `initializationOptions`. Returns what the daemon is. */
+  async initialize(options: InitializationOptions = {}): Promise<ServerDescription> {
+    const result = await this.send<InitializeResult>("initialize", {
+      processId: process.pid,
+      rootUri: null,
+      capabilities: {},
+      initializationOptions: options,
+      clientInfo: { name: "compactd-vscode" },
+    });
+    await this.connectionOrThrow().sendNotification("initialized", {});
+    const described = result.capabilities?.experimental?.compactd;
+    this.described = {
+      name: result.serverInfo?.name ?? "",
+      version: result.serverInfo?.version ?? "",
+      protocolVersion: described?.protocolVersion ?? "",
+      methods: described?.methods ?? [],
+      notifications: described?.notifications ?? [],
+    };
+    if (this.described.protocolVersion !== PROTOCOL_VERSION) {
+      throw new Error(
+        `the daemon speaks protocol version '${this.described.protocolVersion}', this client ${PROTOCOL_VERSION}`,
+      );
+    }
+    return this.described;
+  }
+
+  /** Any protocol v1 request, typed by the generated contract. */
+  request<M extends MethodName>(
+    method: M,
+    params: Methods[M]["params"],
+    token?: CancellationLike,
+  ): Promise<Methods[M]["result"]> {
+    return this.send<Methods[M]["result"]>(method, params, token);
+  }
+
+  private connectionOrThrow(): MessageConnection {
+    if (this.connection === undefined || !this.running) {
+      const tail = this.stderr.trim();
+      throw new DaemonNotRunningError(
+        "the compactd daemon is not running" + (tail ? `; its last words:\n${tail}` : ""),
+      );
+    }
+    return this.connection;
+  }
+
+  private async send<R>(method: string, params: unknown, token?: CancellationLike): Promise<R> {
+    const connection = this.connectionOrThrow();
+    // Bridge whatever token we were given to a vscode-jsonrpc one: cancelling it makes
+    // vscode-jsonrpc send `$/cancelRequest` for exactly this request's id.
+    const source = new CancellationTokenSource();
+    const link = token?.onCancellationRequested(() => source.cancel());
+    if (token?.isCancellationRequested) {
+      source.cancel();
+    }
+    try {
+      return await connection.sendRequest<R>(method, params, source.token as CancellationToken);
+    } catch (err) {
+      if (err instanceof ResponseError && err.code >= ErrorCodes.ConnectionInactive && err.code <= ErrorCodes.MessageWriteError) {
+        // vscode-jsonrpc's own codes: the connection broke, the daemon did not answer.
+        throw new DaemonNotRunningError(`the compactd daemon exited during '${method}': ${err.message}`);
+      }
+      if (err instanceof ResponseError) {
+        const data = typeof err.data === "object" && err.data !== null ? (err.data as Record<string, unknown>) : {};
+        throw new CompactdError(err.code, err.message, data);
+      }
+      if (!this.running) {
+        throw new DaemonNotRunningError(`the compactd daemon exited during '${method}'`);
+      }
+      throw err;
+    } finally {
+      link?.dispose();
+      source.dispose();
+    }
+  }
+
+  private tokens(sessionId: string, status: TokenStatus | null | undefined): void {
+    if (status) {
+      this.tokensEmitter.fire({ sessionId, status });
+    }
+  }
+
+  // -- typed protocol methods ------------------------------------------------------------------
+
+  /** `session/open`: open or create a session (or import a transcript with `transcriptPath`). */
+  async openSession(params: OpenParams): Promise<OpenResult> {
+    const result = await this.request("session/open", params);
+    this.tokens(result.sessionId, result.status);
+    return result;
+  }
+
+  /** `session/append`: append transcript entries (Claude Code JSONL shape). */
+  async append(sessionId: string, entries: Array<Record<string, unknown>>): Promise<AppendResult> {
+    const result = await this.request("session/append", { sessionId, entries });
+    this.tokens(sessionId, result.status);
+    return result;
+  }
+
+  /** `tokens/status`: how full the context window is. */
+  async status(sessionId: string): Promise<TokenStatus> {
+    const result = await this.request("tokens/status", { sessionId });
+    this.tokens(sessionId, result);
+    return result;
+  }
+
+  /** `tokens/breakdown`: where the tokens go, by category and tool. */
+  breakdown(sessionId: string): Promise<BreakdownResult> {
+    return this.request("tokens/breakdown", { sessionId });
+  }
+
+  /**
+   * `compact/full`: summarize the conversation now. Cancelling `token` sends `$/cancelRequest`;
+   * the daemon then leaves the session as it was and the promise rejects with a
+   * `CompactdError` whose `cancelled` is true.
+   */
+  async compactFull(sessionId: string, instructions?: string, token?: CancellationLike): Promise<CompactResult> {
+    const params = instructions ? { sessionId, customInstructions: instructions } : { sessionId };
+    const result = await this.request("compact/full", params, token);
+    // The result has no status; ask for it so listeners see the freed space at once.
+    await this.status(sessionId).catch(() => undefined);
+    return result;
+  }
+
+  /** `compact/auto`: let the daemon decide whether and how to compact. */
+  async compactAuto(sessionId: string, force = false, token?: CancellationLike): Promise<AutoResult> {
+    const result = await this.request("compact/auto", force ? { sessionId, force } : { sessionId }, token);
+    this.tokens(sessionId, result.status);
+    return result;
+  }
+
+  /** `session/messages`: the API-ready view after the last boundary. */
+  messages(sessionId: string): Promise<MessagesResult> {
+    return this.request("session/messages", { sessionId });
+  }
+
+  /** `session/list`: the sessions the daemon knows. */
+  listSessions(): Promise<ListResult> {
+    return this.request("session/list", {});
+  }
+
+  /** `session/close`. */
+  closeSession(sessionId: string): Promise<CloseResult> {
+    return this.request("session/close", { sessionId });
+  }
+
+  // -- lifecycle ---------------------------------------------------------------------------
+
+  /**
+   * Shut the daemon down: `shutdown` then `exit`, wait up to `graceMs` for it to exit, kill it
+   * otherwise. Resolves with how it ended (undefined if it never started). Safe to call twice.
+   */
+  async dispose(graceMs = DEFAULT_SHUTDOWN_GRACE_MS): Promise<ExitInfo | undefined> {
+    const child = this.child;
+    const exited = this.exited;
+    if (child === undefined || exited === undefined) {
+      this.disposeEmitters();
+      return undefined;
+    }
+    this.disposing = true;
+    if (this.running && this.connection !== undefined) {
+      const connection = this.connection;
+      const polite = (async () => {
+        await connection.sendRequest("shutdown");
+        await connection.sendNotification("exit");
+      })().catch(() => undefined);
+      await Promise.race([polite, delay(graceMs)]);
+      // Closing stdin is the daemon's other way out (it exits on EOF).
+      child.stdin?.end();
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const killed = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        child.kill("SIGKILL");
+        resolve();
+      }, graceMs);
+    });
+    await Promise.race([exited, killed]);
+    const info = await exited;
+    clearTimeout(timer);
+    this.connection?.dispose();
+    this.disposeEmitters();
+    return info;
+  }
+
+  private disposeEmitters(): void {
+    for (const emitter of [
+      this.statusEmitter,
+      this.thresholdEmitter,
+      this.memoryEmitter,
+      this.cacheBreakEmitter,
+      this.tokensEmitter,
+      this.exitEmitter,
+    ]) {
+      emitter.dispose();
+    }
+  }
+}
+
+interface InitializeResult {
+  serverInfo?: { name?: string; version?: string };
+  capabilities?: {
+    experimental?: {
+      compactd?: { protocolVersion?: string; methods?: string[]; notifications?: string[] };
+    };
+  };
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}

@@ -1,0 +1,188 @@
+/**
+ * A stand-in for the part of the `vscode` module the extension uses, so `extension.ts` can be
+ * activated under plain Node against the real daemon. VS Code itself cannot run here; this
+ * records what the extension shows (status bar, messages, quick picks, progress) and lets a test
+ * answer prompts and cancel a progress notification. Only VS Code is replaced: the client core,
+ * the daemon and the emulator are the real ones.
+ */
+
+import Module from "node:module";
+import { CancellationTokenSource, Emitter } from "vscode-jsonrpc/node";
+
+export interface Shown {
+  kind: "info" | "warning" | "error";
+  message: string;
+  items: string[];
+}
+
+export interface ProgressRun {
+  title: string | undefined;
+  cancellable: boolean;
+  reports: string[];
+  /** Press the notification's Cancel button. */
+  cancel(): void;
+}
+
+class StatusBarItem {
+  text = "";
+  tooltip: string | undefined;
+  command: string | undefined;
+  backgroundColor: ThemeColor | undefined;
+  name: string | undefined;
+  visible = false;
+  constructor(readonly id: string) {}
+  show(): void {
+    this.visible = true;
+  }
+  hide(): void {
+    this.visible = false;
+  }
+  dispose(): void {
+    this.visible = false;
+  }
+}
+
+class ThemeColor {
+  constructor(readonly id: string) {}
+}
+
+class OutputChannel {
+  text = "";
+  constructor(readonly name: string) {}
+  append(value: string): void {
+    this.text += value;
+  }
+  appendLine(value: string): void {
+    this.text += value + "\n";
+  }
+  show(): void {}
+  dispose(): void {}
+}
+
+/** The fake module and the handles a test inspects. */
+export class FakeVscode {
+  readonly settings: Record<string, unknown> = {};
+  readonly statusItems: StatusBarItem[] = [];
+  readonly outputs: OutputChannel[] = [];
+  readonly shown: Shown[] = [];
+  readonly quickPicks: Array<{ items: Array<{ label: string; description?: string }>; title?: string }> = [];
+  readonly progress: ProgressRun[] = [];
+  readonly commands = new Map<string, (...args: unknown[]) => unknown>();
+  /** What the next input box answers (undefined = the person pressed Escape). */
+  inputBoxAnswer: string | undefined;
+  /** Called with each progress run when it starts (to cancel it at the right moment). */
+  onProgress: ((run: ProgressRun) => void) | undefined;
+  private readonly configEmitter = new Emitter<{ affectsConfiguration(section: string): boolean }>();
+
+  /** The object `require("vscode")` returns. */
+  readonly module: Record<string, unknown>;
+
+  constructor() {
+    const fake = this;
+    this.module = {
+      StatusBarAlignment: { Left: 1, Right: 2 },
+      ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
+      QuickPickItemKind: { Separator: -1, Default: 0 },
+      ThemeColor,
+      window: {
+        createOutputChannel: (name: string) => {
+          const channel = new OutputChannel(name);
+          fake.outputs.push(channel);
+          return channel;
+        },
+        createStatusBarItem: (id: string) => {
+          const item = new StatusBarItem(id);
+          fake.statusItems.push(item);
+          return item;
+        },
+        showInformationMessage: (message: string, ...items: string[]) => fake.show("info", message, items),
+        showWarningMessage: (message: string, ...items: string[]) => fake.show("warning", message, items),
+        showErrorMessage: (message: string, ...items: string[]) => fake.show("error", message, items),
+        showQuickPick: async (items: Array<{ label: string }>, options?: { title?: string }) => {
+          fake.quickPicks.push({ items: [...items], title: options?.title });
+          return undefined;
+        },
+        showInputBox: async () => fake.inputBoxAnswer,
+        showOpenDialog: async () => undefined,
+        withProgress: async <R>(
+          options: { title?: string; cancellable?: boolean },
+          task: (progress: { report(v: { message?: string }): void }, token: unknown) => Promise<R>,
+        ): Promise<R> => {
+          const source = new CancellationTokenSource();
+          const run: ProgressRun = {
+            title: options.title,
+            cancellable: options.cancellable === true,
+            reports: [],
+            cancel: () => source.cancel(),
+          };
+          fake.progress.push(run);
+          fake.onProgress?.(run);
+          try {
+            return await task({ report: (v) => run.reports.push(v.message ?? "") }, source.token);
+          } finally {
+            source.dispose();
+          }
+        },
+      },
+      commands: {
+        registerCommand: (id: string, handler: (...args: unknown[]) => unknown) => {
+          fake.commands.set(id, handler);
+          return { dispose: () => fake.commands.delete(id) };
+        },
+        executeCommand: async (id: string, ...args: unknown[]) => {
+          const handler = fake.commands.get(id);
+          if (!handler) {
+            throw new Error(`command '${id}' not found`);
+          }
+          return handler(...args);
+        },
+      },
+      workspace: {
+        workspaceFolders: undefined,
+        getConfiguration: (section: string) => ({
+          get: <T>(key: string, fallback?: T): T | undefined => {
+            const value = fake.settings[`${section}.${key}`];
+            return value === undefined ? fallback : (value as T);
+          },
+        }),
+        onDidChangeConfiguration: this.configEmitter.event,
+      },
+    };
+  }
+
+  private show(kind: Shown["kind"], message: string, items: string[]): Promise<string | undefined> {
+    this.shown.push({ kind, message, items });
+    return Promise.resolve(undefined);
+  }
+
+  /** The extension's status bar item (it creates exactly one). */
+  get statusItem(): StatusBarItem {
+    const item = this.statusItems[0];
+    if (!item) {
+      throw new Error("the extension created no status bar item");
+    }
+    return item;
+  }
+
+  get output(): string {
+    return this.outputs.map((o) => o.text).join("");
+  }
+
+  /** Make `require("vscode")` return this fake, for modules loaded after this call. */
+  install(): void {
+    const loader = Module as unknown as {
+      _resolveFilename(request: string, ...rest: unknown[]): string;
+      _cache: Record<string, unknown>;
+    };
+    const resolve = loader._resolveFilename;
+    loader._resolveFilename = function (request: string, ...rest: unknown[]): string {
+      return request === "vscode" ? "vscode" : resolve.call(this, request, ...rest);
+    };
+    require.cache["vscode"] = { id: "vscode", filename: "vscode", loaded: true, exports: this.module } as unknown as NodeJS.Module;
+  }
+}
+
+/** A minimal ExtensionContext: only `subscriptions` is used by the extension. */
+export function fakeContext(): { subscriptions: Array<{ dispose(): unknown }> } {
+  return { subscriptions: [] };
+}

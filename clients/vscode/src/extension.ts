@@ -135,7 +135,7 @@ class Controller implements vscode.Disposable {
       if (note.sessionId === this.sessionId && warning) {
         void vscode.window.showWarningMessage(warning, "Compact now").then((choice) => {
           if (choice) {
-            void this.compact(undefined);
+            void this.withErrors("Compaction", () => this.compact(undefined));
           }
         });
       }

@@ -154,9 +154,13 @@ describe("the extension in a stand-in VS Code", () => {
     assert.equal(fake.statusItem.text, `$(fold) ${statusBarText(after)}`);
   });
 
-  it("warns when a session nears its limit and colours the status bar", async () => {
+  it("warns when a session nears its limit, colours the status bar, and compacts on request", async (t: TestContext) => {
     // 60K window: effective 40K, auto-compact at 27K, warning and error at 7K (REFERENCE.md section 1).
     fake.settings["compactd.contextWindow"] = 60_000;
+    await emulator.reset();
+    const runsBefore = fake.progress.length;
+    // The person presses "Compact now" on the warning.
+    fake.answer = (shown) => (shown.kind === "warning" ? "Compact now" : undefined);
     try {
       await api.setActiveSession("ext-small");
       const shownBefore = fake.shown.length;
@@ -170,7 +174,23 @@ describe("the extension in a stand-in VS Code", () => {
       assert.deepEqual(warning.items, ["Compact now"]);
       const color = fake.statusItem.backgroundColor as { id: string } | undefined;
       assert.equal(color?.id, "statusBarItem.errorBackground");
+
+      const outcome = await waitFor(
+        () => fake.shown.slice(shownBefore).find((s) => s.kind !== "warning"),
+        20_000,
+        "the outcome of the compaction started from the warning",
+      );
+      if (compactionWasNotImplemented()) {
+        t.skip("compact/full is not implemented by this daemon yet (it answers notImplemented)");
+        return;
+      }
+      assert.ok(fake.progress.length > runsBefore, "the compaction should run behind a progress notification");
+      assert.match(outcome.message, /^Compacted /);
+      const after = await api.client()!.status("ext-small");
+      assert.ok(after.tokens < result.status.tokens);
+      assert.equal(fake.statusItem.text, `$(fold) ${statusBarText(after)}`);
     } finally {
+      fake.answer = undefined;
       delete fake.settings["compactd.contextWindow"];
     }
   });

@@ -70,6 +70,8 @@ export class FakeVscode {
   readonly commands = new Map<string, (...args: unknown[]) => unknown>();
   /** What the next input box answers (undefined = the person pressed Escape). */
   inputBoxAnswer: string | undefined;
+  /** Which button the person presses on a message (undefined = they close it). */
+  answer: ((shown: Shown) => string | undefined) | undefined;
   /** Called with each progress run when it starts (to cancel it at the right moment). */
   onProgress: ((run: ProgressRun) => void) | undefined;
   private readonly configEmitter = new Emitter<{ affectsConfiguration(section: string): boolean }>();
@@ -151,8 +153,9 @@ export class FakeVscode {
   }
 
   private show(kind: Shown["kind"], message: string, items: string[]): Promise<string | undefined> {
-    this.shown.push({ kind, message, items });
-    return Promise.resolve(undefined);
+    const shown = { kind, message, items };
+    this.shown.push(shown);
+    return Promise.resolve(this.answer?.(shown));
   }
 
   /** The extension's status bar item (it creates exactly one). */

@@ -47,6 +47,7 @@ export type {
   BreakdownResult,
   CompactResult,
   InitializationOptions,
+  MemoryChangedNotification,
   OpenParams,
   OpenResult,
   StatusNotification,

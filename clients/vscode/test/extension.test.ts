@@ -11,7 +11,7 @@ import { after, before, describe, it, type TestContext } from "node:test";
 
 import { statusBarText } from "../src/format";
 import { FakeVscode, fakeContext, type ProgressRun } from "./fake-vscode";
-import { conversation, daemonCommand, startEmulator, tempDir, waitFor, type Emulator } from "./helpers";
+import { REPO_ROOT, conversation, daemonCommand, startEmulator, tempDir, waitFor, type Emulator } from "./helpers";
 
 const fake = new FakeVscode();
 fake.install();
@@ -32,6 +32,8 @@ describe("the extension in a stand-in VS Code", () => {
 
   before(async () => {
     emulator = await startEmulator();
+    // The repository is the open folder: the daemon runs there, so it is this checkout's code.
+    fake.workspaceFolder = REPO_ROOT;
     fake.settings["compactd.serverCommand"] = daemonCommand();
     fake.settings["compactd.dataDir"] = dataDir;
     fake.settings["compactd.sessionId"] = SESSION;

@@ -68,6 +68,8 @@ export class FakeVscode {
   readonly quickPicks: Array<{ items: Array<{ label: string; description?: string }>; title?: string }> = [];
   readonly progress: ProgressRun[] = [];
   readonly commands = new Map<string, (...args: unknown[]) => unknown>();
+  /** The folder open in the window (undefined = no folder). */
+  workspaceFolder: string | undefined;
   /** What the next input box answers (undefined = the person pressed Escape). */
   inputBoxAnswer: string | undefined;
   /** Which button the person presses on a message (undefined = they close it). */
@@ -140,7 +142,9 @@ export class FakeVscode {
         },
       },
       workspace: {
-        workspaceFolders: undefined,
+        get workspaceFolders() {
+          return fake.workspaceFolder === undefined ? undefined : [{ uri: { fsPath: fake.workspaceFolder }, name: "ws", index: 0 }];
+        },
         getConfiguration: (section: string) => ({
           get: <T>(key: string, fallback?: T): T | undefined => {
             const value = fake.settings[`${section}.${key}`];

@@ -66,6 +66,7 @@ class ErrorCode:
     COMPACTION_DISABLED = "compactionDisabled"
     CIRCUIT_OPEN = "circuitOpen"
     CANCELLED = "cancelled"
+    COMPACTION_INEFFECTIVE = "compactionIneffective"
     PIVOT_NOT_FOUND = "pivotNotFound"
     PATH_OUTSIDE_ROOTS = "pathOutsideRoots"
     NOTHING_TO_UNDO = "nothingToUndo"
@@ -135,6 +136,9 @@ class SummarizerOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unk
     timeout_ms: int | None = None
     max_retries: int | None = None
     offline: bool | None = None
+    # When the API keeps failing (errors, timeouts), summarize offline instead of failing.
+    # Default true; a summary the model returned empty or a context too large still fails.
+    offline_fallback: bool | None = None
 
 
 class InitializationOptions(
@@ -337,6 +341,9 @@ class CompactResult(_Wire, kw_only=True):
     usage: dict[str, Any] | None = None
     summarizer: str | None = None
     restored_from_ledger: list[str] | None = None
+    # Things the client should show the user: an offline fallback, a fixed prefix (system
+    # prompt + tools + summary) still above the auto-compact threshold, a cut-short summary.
+    warnings: list[str] | None = None
 
 
 class AutoResult(_Wire, kw_only=True):

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 # How often the daemon checks that the editor that spawned it is still alive (seconds).
 PARENT_POLL_INTERVAL = 1.0
+
+# How long to wait for the client to accept a progress token before going on without one.
+PROGRESS_CREATE_TIMEOUT = 5.0
 
 # JSON-RPC error numbers; clients should switch on ``data.code`` instead.
 _JSONRPC_NUMBERS = {
@@ -265,6 +269,57 @@ class RequestContext:
         except Exception:  # capabilities absent before initialize
             return False
         return bool(window and window.work_done_progress)
+
+    async def begin_progress(self, title: str, message: str | None = None) -> WorkDone | None:
+        """Server-initiated work-done progress (``window/workDoneProgress/create``, begin)."""
+        if not self.supports_work_done_progress:
+            return None
+        progress = self.server.work_done_progress
+        token = f"compactd-{uuid.uuid4()}"
+        try:
+            await asyncio.wait_for(progress.create_async(token), PROGRESS_CREATE_TIMEOUT)
+        except Exception as exc:  # refused or unanswered: carry on without a progress bar
+            log.info("the client did not create a progress token: %r", exc)
+            progress.tokens.pop(token, None)
+            return None
+        progress.begin(
+            token, lsp.WorkDoneProgressBegin(title=title, message=message, cancellable=True)
+        )
+        return WorkDone(progress, token)
+
+
+class WorkDone:
+    """One begun work-done progress; ``end`` sends the end and forgets the token (pygls keeps
+    tokens forever otherwise, REFERENCE.md §9)."""
+
+    def __init__(self, progress: Any, token: str) -> None:
+        self._progress = progress
+        self._token = token
+        self._ended = False
+
+    def report(self, message: str, percentage: int | None = None) -> None:
+        if not self._ended:
+            self._progress.report(
+                self._token, lsp.WorkDoneProgressReport(message=message, percentage=percentage)
+            )
+
+    def end(self, message: str) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._progress.end(self._token, lsp.WorkDoneProgressEnd(message=message))
+        self._progress.tokens.pop(self._token, None)
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        future = self._progress.tokens.get(self._token)
+        if future is None:
+            return
+
+        def done(fut: Any) -> None:
+            if fut.cancelled() and not self._ended:
+                callback()
+
+        future.add_done_callback(done)
 
 
 def _alive(pid: int) -> bool:

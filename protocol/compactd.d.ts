@@ -111,6 +111,7 @@ export interface CompactResult {
   usage?: Record<string, unknown> | null;
   summarizer?: string | null;
   restoredFromLedger?: Array<string> | null;
+  warnings?: Array<string> | null;
 }
 
 export interface CompactionStat {
@@ -335,6 +336,7 @@ export interface SummarizerOptions {
   timeoutMs?: number | null;
   maxRetries?: number | null;
   offline?: boolean | null;
+  offlineFallback?: boolean | null;
 }
 
 export interface ThresholdNotification {
@@ -436,5 +438,5 @@ export const METHODS = {
   TOKENS_STATUS: "tokens/status",
 } as const;
 
-export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "contextTooLargeToCompact" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "notImplemented" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "sessionBusy" | "sessionExists" | "sessionNotFound" | "summaryFailed" | "transcriptUnreadable";
-export const ERROR_CODES: readonly ErrorCode[] = ["cancelled", "circuitOpen", "compactionDisabled", "contextTooLargeToCompact", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "notImplemented", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "sessionBusy", "sessionExists", "sessionNotFound", "summaryFailed", "transcriptUnreadable"];
+export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "notImplemented" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "sessionBusy" | "sessionExists" | "sessionNotFound" | "summaryFailed" | "transcriptUnreadable";
+export const ERROR_CODES: readonly ErrorCode[] = ["cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "notImplemented", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "sessionBusy", "sessionExists", "sessionNotFound", "summaryFailed", "transcriptUnreadable"];

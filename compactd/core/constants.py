@@ -96,3 +96,38 @@ ENV_DISABLE_AUTO_COMPACT: Final = "DISABLE_AUTO_COMPACT"
 ENV_DISABLE_MICROCOMPACT: Final = "DISABLE_MICROCOMPACT"
 # Values that switch a boolean environment variable on (compared case-insensitively).
 ENV_TRUTHY_VALUES: Final = frozenset({"1", "true", "yes", "on"})
+
+# -- full compaction (REFERENCE.md §3) -----------------------------------------------------------
+
+# Output cap of the plain fallback summarization request (REFERENCE.md §3: "a plain streaming
+# request with thinking disabled and max_tokens 20_000"); the cache-sharing request uses it
+# too, plus the main loop's thinking budget when thinking is on.
+COMPACT_MAX_OUTPUT_TOKENS: Final = 20_000
+
+# "Prompt is too long" during compaction is retried at most 3 times, each time without the
+# oldest API rounds (REFERENCE.md §3).
+COMPACT_MAX_PTL_RETRIES: Final = 3
+
+# A stream that broke after it started, or ended without message_stop, is retried once
+# (issue 6; the SDK retries neither: REFERENCE.md §8).
+SUMMARIZER_STREAM_RETRIES: Final = 1
+
+# Retries of 429 / 5xx / 529 answers before a stream starts, done by the SDK itself (its
+# default, REFERENCE.md §8); ``initializationOptions.summarizer.maxRetries`` overrides it.
+SUMMARIZER_MAX_RETRIES: Final = 2
+
+# Wall-clock limit of one summarization, retries included (compactd's choice: real compactions
+# take 73-105 s, REFERENCE.md §3); ``summarizer.timeoutMs`` overrides it.
+SUMMARIZER_TIMEOUT_MS: Final = 300_000
+
+# The Messages API accepts at most 4 cache breakpoints per request (REFERENCE.md §8).
+MAX_CACHE_BREAKPOINTS: Final = 4
+
+# A compact/status keep-alive is sent this often while the model writes the summary: IDE
+# sockets time out on long calls (REFERENCE.md §3, "every 30 s");
+# ``initializationOptions.keepAliveIntervalMs`` overrides it.
+KEEP_ALIVE_INTERVAL_MS: Final = 30_000
+
+# Default timeout of a hook command, in seconds (Claude Code's hooks settings format puts a
+# per-command "timeout" in seconds; 60 is its default).
+HOOK_TIMEOUT_S: Final = 60

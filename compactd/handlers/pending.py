@@ -8,9 +8,7 @@ from compactd.handlers.base import Handler, not_implemented
 _PENDING = [
     p.SESSION_STATS,
     p.COMPACT_MICRO,
-    p.COMPACT_FULL,
     p.COMPACT_PARTIAL,
-    p.COMPACT_AUTO,
     p.COMPACT_PREVIEW,
     p.COMPACT_UNDO,
     p.RECALL_SEARCH,

@@ -1,0 +1,613 @@
+"""The compaction engine: summarize part of a session and commit boundary + summary atomically.
+
+``run_compaction`` is the whole pipeline behind ``compact/full`` and ``compact/auto`` (and the
+base of partial compaction): it snapshots the context under the session lock and lets a
+``Selector`` pick the records to summarize and those to keep; runs the PreCompact hooks;
+asks the summarizer (or builds the offline summary) while a keep-alive ``compact/status``
+goes out every ``keepAliveIntervalMs``; gathers rehydration attachments and SessionStart hook
+output; then takes the lock again and appends, in ONE durable write, the boundary, the
+continuation summary, the attachments and the hook context (REFERENCE.md §3). PostCompact
+hooks run last.
+
+The lock is NOT held while the model writes: the agent may keep appending. Entries appended
+meanwhile end up before the new boundary in the file, so the boundary's ``preservedSegment``
+names them (with any records a partial compaction keeps) and ``core.view`` relinks them right
+after the summary; nothing is copied and their uuids stay valid. Nothing touches the
+transcript before the commit, so a failure or a cancellation leaves the session exactly as it
+was; a cancel that arrives during the commit itself is too late and the compaction completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from compactd import protocol as p
+from compactd.core import constants as c
+from compactd.core import tokens
+from compactd.core.normalize import to_api_messages
+from compactd.core.offline_summary import offline_summary
+from compactd.core.prompts import (
+    PromptKind,
+    compact_prompt,
+    continuation_message,
+    format_summary,
+    join_instructions,
+)
+from compactd.model import Record, ToolUseBlock, record_from_dict
+from compactd.services import hooks
+from compactd.services.rehydration import rehydration_attachments
+from compactd.services.store import GROUP_SIZE_FIELD
+from compactd.services.summarizer import SummarizerError, SummaryRequest, get_summarizer
+
+if TYPE_CHECKING:
+    from compactd.app import App
+    from compactd.handlers.base import WorkDone
+    from compactd.session import Session
+
+__all__ = [
+    "CompactionSpec",
+    "Selection",
+    "Selector",
+    "run_compaction",
+    "select_whole_context",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BOUNDARY_CONTENT = "Conversation compacted"
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What a compaction replaces and what it keeps, chosen from a snapshot of the context.
+
+    ``summarize``: the records the summary replaces. ``kept``: records kept verbatim after the
+    summary (partial ``upTo``); they must be the most recent records of the context, linked by
+    ``parentUuid`` or contiguous in the file, since the boundary's preserved segment names
+    them by head and tail. ``request``: the records the model is shown, when that is more than
+    ``summarize`` (partial ``from`` shows the earlier part for context).
+    """
+
+    summarize: Sequence[Record]
+    kept: Sequence[Record] = ()
+    request: Sequence[Record] | None = None
+
+
+Selector = Callable[[list[Record]], Selection]
+
+
+def select_whole_context(context: list[Record]) -> Selection:
+    """Full compaction: everything after the last boundary (the previous summary included)."""
+    return Selection(summarize=context)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionSpec:
+    trigger: p.Trigger
+    kind: PromptKind = "full"
+    custom_instructions: str | None = None
+    mechanism: p.Mechanism = "full"
+    select: Selector = select_whole_context
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """Everything computed before the commit, from the snapshot."""
+
+    snapshot_len: int
+    logical_parent: str | None
+    pre_tokens: int
+    pre_raw: int
+    context_head: Record | None
+    summarized: list[Record]
+    kept: list[Record]
+    continuation: str
+    attachments: list[dict[str, Any]]
+    session_context: list[str]
+    hook_results: list[p.HookResult]
+    summarizer: str
+    usage: dict[str, Any] | None
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Run:
+    """One compaction: its id, clock, status notifications and progress bar."""
+
+    def __init__(
+        self, app: App, session: Session, spec: CompactionSpec, progress: WorkDone | None
+    ) -> None:
+        self.app = app
+        self.session = session
+        self.spec = spec
+        self.progress = progress
+        self.compaction_id = str(uuid.uuid4())
+        self.started = time.monotonic()
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def status(self, phase: p.Phase, message: str | None = None) -> None:
+        self.app.notify(
+            p.NOTIFY_COMPACT_STATUS,
+            p.StatusNotification(
+                session_id=self.session.session_id,
+                compaction_id=self.compaction_id,
+                phase=phase,
+                trigger=self.spec.trigger,
+                elapsed_ms=self.elapsed_ms(),
+                message=message,
+            ),
+        )
+        if self.progress is None:
+            return
+        text = message or phase
+        if phase in ("completed", "failed", "cancelled"):
+            self.progress.end(text)
+        else:
+            self.progress.report(text)
+
+
+async def run_compaction(
+    app: App, session: Session, spec: CompactionSpec, *, progress: WorkDone | None = None
+) -> p.CompactResult:
+    """Compact ``session`` as ``spec`` says. Raises ``CompactdError`` when it cannot.
+
+    Codes: ``compactionDisabled``, ``sessionBusy`` (another compaction runs),
+    ``notEnoughMessages``, ``summaryFailed``, ``contextTooLargeToCompact``,
+    ``compactionIneffective`` (the result would not be smaller), ``cancelled``. A success resets
+    the auto-compaction circuit breaker; counting failures is the caller's business (only
+    automatic ones count).
+    """
+    if not tokens.flags(app.env).compaction_enabled:
+        raise p.CompactdError(
+            p.ErrorCode.COMPACTION_DISABLED,
+            f"compaction is disabled ({c.ENV_DISABLE_COMPACT} is set)",
+        )
+    if session.compacting:
+        raise p.CompactdError(
+            p.ErrorCode.SESSION_BUSY,
+            f"session {session.session_id!r} is already being compacted; try again when it ends",
+            sessionId=session.session_id,
+        )
+    session.compacting = True
+    run = _Run(app, session, spec, progress)
+    try:
+        run.status("started")
+        prepared: _Prepared | None = None
+        with anyio.CancelScope() as scope:
+            if progress is not None:
+                progress.on_cancel(scope.cancel)
+            prepared = await _prepare(run)
+        if prepared is None:
+            raise p.CompactdError(
+                p.ErrorCode.CANCELLED, "the compaction was cancelled; the session is unchanged"
+            )
+        ready = prepared
+        return await _finish_even_if_cancelled(lambda: _commit(run, ready))
+    except asyncio.CancelledError:
+        run.status("cancelled", "cancelled by the client; the session is unchanged")
+        raise
+    except p.CompactdError as err:
+        session.health.last_error = err.message
+        run.status("cancelled" if err.code == p.ErrorCode.CANCELLED else "failed", err.message)
+        raise
+    except Exception as exc:
+        log.exception("compaction of session %s failed", session.session_id)
+        session.health.last_error = str(exc)
+        run.status("failed", f"internal error: {exc}")
+        raise p.CompactdError(p.ErrorCode.INTERNAL, f"compaction failed: {exc}") from exc
+    finally:
+        session.compacting = False
+
+
+# -- before the commit ---------------------------------------------------------------------------
+
+
+def _has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
+    roles = {m.get("role") for m in messages}
+    return "user" in roles and "assistant" in roles
+
+
+def _raw_estimate(records: Sequence[Record]) -> int:
+    return sum(
+        tokens.estimate_entry_raw(r.entry) for r in records if tokens.counts_toward_context(r.entry)
+    )
+
+
+async def _prepare(run: _Run) -> _Prepared:
+    app, session, spec = run.app, run.session, run.spec
+    async with session.lock:
+        context = session.context()
+        selection = spec.select(context)
+        pre_tokens = app.status(session).tokens
+        snapshot_len = len(session.records)
+        logical_parent = next(
+            (r.entry.uuid for r in reversed(session.records) if r.entry.uuid), None
+        )
+        cleared = frozenset(session.cleared_tool_ids)
+    summarized = list(selection.summarize)
+    kept = list(selection.kept)
+    shown = list(selection.request) if selection.request is not None else summarized
+    # Exactly what the main loop sends (session/messages), so the cache-sharing request
+    # reads the main loop's cached prefix.
+    messages = to_api_messages(shown, cleared_tool_ids=cleared)
+    if not _has_exchange(messages):
+        raise p.CompactdError(
+            p.ErrorCode.NOT_ENOUGH_MESSAGES,
+            "not enough messages to compact: the context needs at least one user message and "
+            "one assistant response since the last compaction",
+        )
+    base = {
+        "session_id": session.session_id,
+        "transcript_path": session.transcript_path,
+        "cwd": session.meta.cwd,
+    }
+
+    run.status("preCompactHooks")
+    hook_results = await hooks.run_hooks(
+        app.options.hooks_settings_path,
+        "PreCompact",
+        spec.trigger,
+        {**base, "trigger": spec.trigger, "custom_instructions": spec.custom_instructions or ""},
+        cwd=session.meta.cwd,
+        env=app.env,
+    )
+    from_hooks = join_instructions(
+        *(hooks.additional_context(r.stdout) for r in hook_results if r.ok)
+    )
+    instructions = [x for x in (spec.custom_instructions, from_hooks) if x and x.strip()]
+
+    run.status("summarizing")
+    warnings: list[str] = []
+    summarizer = get_summarizer(app)
+    usage: dict[str, Any] | None = None
+    if summarizer.offline:
+        raw = offline_summary(summarized, cleared_tool_ids=cleared)
+        mode = "offline"
+    else:
+        request = SummaryRequest(
+            messages=messages,
+            instruction=compact_prompt(spec.kind, instructions),
+            model=session.meta.model,
+            cache_safe=session.meta.cache_safe_params,
+            plain=to_api_messages(
+                shown, cleared_tool_ids=cleared, strip_media=True, drop_skill_listing=True
+            ),
+        )
+        interval = (app.options.keep_alive_interval_ms or c.KEEP_ALIVE_INTERVAL_MS) / 1000
+        try:
+            outcome = await _with_keepalive(
+                lambda: summarizer.summarize(request, lambda m: run.status("summarizing", m)),
+                interval,
+                lambda: run.status("keepAlive", f"still summarizing ({run.elapsed_ms()} ms)"),
+            )
+        except SummarizerError as err:
+            if not (err.api_failure and summarizer.offline_fallback):
+                raise
+            log.warning("summarizer failed (%s); building the summary offline", err.message)
+            warnings.append(
+                f"the summarizer API failed ({err.message}); the summary was built offline "
+                "from the transcript instead"
+            )
+            run.status("summarizing", "the API failed; building the summary offline")
+            raw = offline_summary(summarized, cleared_tool_ids=cleared)
+            mode = "offlineFallback"
+        else:
+            raw = outcome.text
+            mode = outcome.mode
+            usage = outcome.usage
+            if outcome.stop_reason == "max_tokens":
+                warnings.append("the summary reached the output limit and may be cut short")
+    summary = format_summary(raw)
+    if not summary:
+        raise p.CompactdError(p.ErrorCode.SUMMARY_FAILED, "the summary is empty")
+
+    run.status("rehydrating")
+    attachments = await rehydration_attachments(app, session, kept)
+
+    run.status("sessionStartHooks")
+    start_results = await hooks.run_hooks(
+        app.options.hooks_settings_path,
+        "SessionStart",
+        "compact",
+        {**base, "source": "compact"},
+        cwd=session.meta.cwd,
+        env=app.env,
+    )
+    hook_results.extend(start_results)
+    session_context = [
+        text for r in start_results if r.ok and (text := hooks.additional_context(r.stdout))
+    ]
+    return _Prepared(
+        snapshot_len=snapshot_len,
+        logical_parent=logical_parent,
+        pre_tokens=pre_tokens,
+        pre_raw=_raw_estimate(context),
+        context_head=context[0] if context else None,
+        summarized=summarized,
+        kept=kept,
+        continuation=continuation_message(
+            summary,
+            transcript_path=session.transcript_path,
+            trigger=spec.trigger,
+            recent_messages_kept=bool(kept),
+        ),
+        attachments=attachments,
+        session_context=session_context,
+        hook_results=hook_results,
+        summarizer=mode,
+        usage=usage,
+        warnings=warnings,
+    )
+
+
+async def _with_keepalive(
+    call: Callable[[], Awaitable[T]], interval: float, tick: Callable[[], None]
+) -> T:
+    """Await ``call()`` while ``tick()`` runs every ``interval`` seconds."""
+    box: list[T] = []
+    error: Exception | None = None
+
+    async def beat() -> None:
+        while True:
+            await anyio.sleep(interval)
+            tick()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(beat)
+        try:
+            box.append(await call())
+        except Exception as exc:  # re-raised below, unwrapped by the task group
+            error = exc
+        finally:
+            tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return box[0]
+
+
+async def _finish_even_if_cancelled(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run ``fn`` to completion even if the calling task is cancelled meanwhile.
+
+    Used for the commit: once the transcript write has started, stopping half-way would leave
+    the file and the in-memory session disagreeing. A cancel that arrives now is absorbed and
+    the finished compaction is returned.
+    """
+    task = asyncio.ensure_future(fn())
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()
+        log.info("a cancel arrived while the compaction was being committed; it completed")
+    return result
+
+
+# -- the commit ----------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _fixed_prefix_tokens(cache_safe: dict[str, Any] | None) -> int:
+    """Estimate of what every request carries besides the messages: system prompt and tools."""
+    if not cache_safe:
+        return 0
+    chars = 0
+    for key in ("system", "tools"):
+        value = cache_safe.get(key)
+        if value:
+            chars += len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    return tokens.pad(-(-chars // c.CHARS_PER_TOKEN))
+
+
+def _discovered_tools(records: Sequence[Record], cache_safe: dict[str, Any] | None) -> list[str]:
+    """Tools the summarized part used that the main loop's tool list does not announce."""
+    declared: set[str] = set()
+    for tool in (cache_safe or {}).get("tools") or []:
+        if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+            declared.add(tool["name"])
+    used: set[str] = set()
+    for r in records:
+        if r.entry.type == "assistant":
+            used.update(b.name for b in r.entry.blocks if isinstance(b, ToolUseBlock) and b.name)
+    return sorted(used - declared) if declared else sorted(used)
+
+
+def _previous_dropped(head: Record | None) -> int:
+    if head is None or not head.entry.is_compact_boundary:
+        return 0
+    meta = head.entry.compact_metadata
+    if meta is None:
+        return 0
+    return meta.cumulative_dropped_tokens or 0
+
+
+def _common(session: Session) -> dict[str, Any]:
+    return {
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": session.meta.cwd,
+        "sessionId": session.session_id,
+        "timestamp": _now(),
+    }
+
+
+def _hook_context_entry(session: Session, text: str) -> dict[str, Any]:
+    return {
+        "type": "attachment",
+        "uuid": str(uuid.uuid4()),
+        "attachment": {
+            "type": "hook_additional_context",
+            "content": [text],
+            "hookName": "SessionStart:compact",
+            "hookEvent": "SessionStart",
+            "toolUseID": "SessionStart",
+        },
+        # What the model is shown: the text the hook asked to add, marked as a hook's output.
+        "rendered": [
+            {
+                "content": "<system-reminder>\nSessionStart hook (after compaction) added this "
+                f"context:\n{text}\n</system-reminder>"
+            }
+        ],
+        **_common(session),
+    }
+
+
+async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
+    app, session, spec = run.app, run.session, run.spec
+    cache_safe = session.meta.cache_safe_params
+    async with session.lock:
+        appended = session.records[prep.snapshot_len :]
+        if any(r.entry.is_compact_boundary for r in appended):
+            raise p.CompactdError(
+                p.ErrorCode.SESSION_BUSY,
+                "the session was compacted by someone else meanwhile; nothing was written",
+            )
+        preserved = [r for r in (*prep.kept, *appended) if r.entry.uuid]
+        boundary_uuid = str(uuid.uuid4())
+        summary_uuid = str(uuid.uuid4())
+        summary = {
+            "parentUuid": boundary_uuid,
+            "type": "user",
+            "message": {"role": "user", "content": prep.continuation},
+            "isVisibleInTranscriptOnly": True,
+            "isCompactSummary": True,
+            "uuid": summary_uuid,
+            **_common(session),
+        }
+        extra: list[dict[str, Any]] = []
+        parent = summary_uuid
+        for att in prep.attachments:
+            entry = {**_common(session), **att}
+            entry.setdefault("type", "attachment")
+            if not entry.get("uuid"):
+                entry["uuid"] = str(uuid.uuid4())
+            entry["parentUuid"] = parent
+            parent = entry["uuid"]
+            extra.append(entry)
+        for text in prep.session_context:
+            entry = _hook_context_entry(session, text)
+            entry["parentUuid"] = parent
+            parent = entry["uuid"]
+            extra.append(entry)
+        tail_records = [record_from_dict(e) for e in (summary, *extra)]
+
+        # Thrash guard: both sides are estimates of the messages alone (usage figures include
+        # the system prompt and tools, which compaction cannot shrink).
+        appended_raw = _raw_estimate(appended)
+        before = tokens.pad(prep.pre_raw + appended_raw)
+        post_raw = _raw_estimate(tail_records) + _raw_estimate(prep.kept) + appended_raw
+        after = tokens.pad(post_raw)
+        if after >= before:
+            raise p.CompactdError(
+                p.ErrorCode.COMPACTION_INEFFECTIVE,
+                f"the compacted context would not be smaller ({before} -> {after} estimated "
+                "tokens); nothing was written",
+                preTokens=before,
+                postTokens=after,
+            )
+        warnings = list(prep.warnings)
+        prefix = _fixed_prefix_tokens(cache_safe)
+        limits = session.limits(app.env)
+        threshold = tokens.thresholds(limits, app.env).auto_compact_threshold
+        if prefix + after >= threshold:
+            warnings.append(
+                f"the fixed prefix (system prompt and tools, about {prefix} tokens) plus the "
+                f"compacted conversation ({after} tokens) is still above the auto-compact "
+                f"threshold ({threshold}): the window refills at once; shorten the system "
+                "prompt, the tool list or the attachments"
+            )
+            log.warning("session %s: %s", session.session_id, warnings[-1])
+
+        duration_ms = run.elapsed_ms()
+        metadata: dict[str, Any] = {
+            "trigger": spec.trigger,
+            "preTokens": prep.pre_tokens,
+            "postTokens": after,
+            "durationMs": duration_ms,
+            "messagesSummarized": sum(
+                1 for r in prep.summarized if r.entry.type in ("user", "assistant")
+            ),
+            "preCompactDiscoveredTools": _discovered_tools(prep.summarized, cache_safe),
+            "cumulativeDroppedTokens": _previous_dropped(prep.context_head)
+            + max(0, prep.pre_tokens - after),
+            "mechanism": spec.mechanism,
+            "compactionId": run.compaction_id,
+        }
+        if preserved:
+            metadata["preservedSegment"] = {
+                "headUuid": preserved[0].entry.uuid,
+                "anchorUuid": summary_uuid,
+                "tailUuid": preserved[-1].entry.uuid,
+            }
+        boundary = {
+            "parentUuid": None,
+            "logicalParentUuid": prep.logical_parent,
+            "type": "system",
+            "subtype": "compact_boundary",
+            "content": BOUNDARY_CONTENT,
+            "isMeta": False,
+            "level": "info",
+            "uuid": boundary_uuid,
+            "compactMetadata": metadata,
+            # The store drops a group cut short by a crash: boundary + summary + extras.
+            GROUP_SIZE_FIELD: 1 + len(tail_records),
+            **_common(session),
+        }
+        await app.commit(session, [record_from_dict(boundary), *tail_records])
+        session.health.consecutive_failures = 0
+        session.health.last_error = None
+        status = app.status(session)
+    app.check_thresholds(session, status)
+
+    post_results = await hooks.run_hooks(
+        app.options.hooks_settings_path,
+        "PostCompact",
+        spec.trigger,
+        {
+            "session_id": session.session_id,
+            "transcript_path": session.transcript_path,
+            "cwd": session.meta.cwd,
+            "trigger": spec.trigger,
+        },
+        cwd=session.meta.cwd,
+        env=app.env,
+    )
+    run.status("completed", f"{prep.pre_tokens} -> {status.tokens} tokens")
+    return p.CompactResult(
+        compaction_id=run.compaction_id,
+        boundary=boundary,
+        summary=summary,
+        kept_entries=[r.to_builtins() for r in preserved],
+        attachments=extra,
+        hook_results=[*prep.hook_results, *post_results],
+        pre_compact_tokens=prep.pre_tokens,
+        post_compact_tokens=status.tokens,
+        duration_ms=run.elapsed_ms(),
+        usage=prep.usage,
+        summarizer=prep.summarizer,
+        warnings=warnings or None,
+    )

@@ -1,0 +1,144 @@
+"""compact/auto end to end: threshold, force, the circuit breaker, the thrash guard, the flags."""
+
+from __future__ import annotations
+
+import pytest
+from compactd_client import RpcError
+
+from compactd import protocol as p
+from tests.conftest import SpawnDaemon
+from tests.e2e.test_compact_support import (
+    CACHE_SAFE,
+    Harness,
+    emulator_options,
+    h,  # noqa: F401 - fixture
+    harness_fixture,
+    open_session,
+    transcript_lines,
+    transcript_path,
+)
+from tests.emulator import Emulator, Reply, empty_reply
+
+pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
+
+harness = harness_fixture()
+
+# A 40K window: effective 20K, auto-compact threshold 7K; the test sessions hold about 16K.
+SMALL_WINDOW = 40_000
+
+
+async def test_below_threshold_nothing_happens_and_force_compacts(h: Harness) -> None:  # noqa: F811
+    client, emu = h.client, h.emu
+    sid = await open_session(client)
+    status = await client.tokens_status(sid)
+    assert not status.is_above_auto_compact_threshold
+    result = await client.compact_auto(sid)
+    assert not result.was_compacted and result.mechanism is None
+    assert result.reason and "below the auto-compact threshold" in result.reason
+    assert emu.message_requests == []
+
+    forced = await client.compact_auto(sid, force=True)
+    assert forced.was_compacted and forced.mechanism == "full"
+    assert forced.result is not None
+    assert forced.result.boundary["compactMetadata"]["trigger"] == "auto"
+    assert len(emu.message_requests) == 1
+
+
+async def test_above_threshold_runs_a_full_compaction_that_continues_silently(
+    h: Harness,  # noqa: F811
+) -> None:
+    client = h.client
+    sid = await open_session(client, contextWindow=SMALL_WINDOW)
+    status = await client.tokens_status(sid)
+    assert status.is_above_auto_compact_threshold
+    result = await client.compact_auto(sid)
+    assert result.was_compacted and result.mechanism == "full"
+    assert result.micro is not None  # microcompact ran first
+    assert result.result is not None
+    text = result.result.summary["message"]["content"]
+    assert "without asking the user any further questions" in text
+    assert "Do not acknowledge or recap this summary" in text
+    assert result.status is not None and not result.status.is_above_auto_compact_threshold
+    assert result.status.tokens == (await client.tokens_status(sid)).tokens
+
+
+async def test_circuit_breaker_trips_after_three_failures_and_resets(h: Harness) -> None:  # noqa: F811
+    client, emu = h.client, h.emu
+    sid = await open_session(client, contextWindow=SMALL_WINDOW)
+    emu.set_default(empty_reply())
+    for n in range(1, 4):
+        result = await client.compact_auto(sid)
+        assert not result.was_compacted
+        assert result.reason and result.reason.startswith(p.ErrorCode.SUMMARY_FAILED)
+        status = await client.tokens_status(sid)
+        assert status.consecutive_failures == n
+        assert status.circuit_open == (n >= 3)
+    calls = len(emu.message_requests)
+    tripped = await client.compact_auto(sid)
+    assert not tripped.was_compacted
+    assert tripped.reason and "paused after 3 consecutive failures" in tripped.reason
+    assert len(emu.message_requests) == calls  # no model call while the breaker is open
+    assert not any(
+        ln.get("subtype") == "compact_boundary"
+        for ln in transcript_lines(await transcript_path(client, sid))
+    )
+    # A successful (manual) compaction closes the breaker.
+    emu.set_default(Reply())
+    await client.compact_full(sid)
+    status = await client.tokens_status(sid)
+    assert not status.circuit_open and status.consecutive_failures == 0
+
+
+async def test_thrash_guard_refuses_a_summary_that_does_not_shrink(h: Harness) -> None:  # noqa: F811
+    client, emu = h.client, h.emu
+    sid = await open_session(client, contextWindow=SMALL_WINDOW)
+    before = await client.messages(sid)
+    bloated = "<summary>" + "a very long summary line\n" * 4_000 + "</summary>"
+    emu.set_default(Reply(text=bloated))
+    with pytest.raises(RpcError) as info:
+        await client.compact_full(sid)
+    assert info.value.code == p.ErrorCode.COMPACTION_INEFFECTIVE
+    assert "would not be smaller" in info.value.message
+    assert (await client.messages(sid)) == before
+    result = await client.compact_auto(sid)
+    assert not result.was_compacted
+    assert result.reason and result.reason.startswith(p.ErrorCode.COMPACTION_INEFFECTIVE)
+    assert (await client.tokens_status(sid)).consecutive_failures == 1
+
+
+async def test_fixed_prefix_above_the_threshold_is_reported(h: Harness) -> None:  # noqa: F811
+    client = h.client
+    huge_system = [{"type": "text", "text": "Rules of the house. " * 2_000}]
+    sid = await open_session(
+        client, cache_safe={**CACHE_SAFE, "system": huge_system}, contextWindow=SMALL_WINDOW
+    )
+    result = await client.compact_full(sid)
+    assert result.warnings is not None
+    assert any("fixed prefix" in w and "auto-compact threshold" in w for w in result.warnings)
+
+
+async def test_disable_flags(spawn_daemon: SpawnDaemon) -> None:
+    with Emulator() as emu:
+        async with spawn_daemon(
+            options=emulator_options(emu), env={"DISABLE_AUTO_COMPACT": "1"}
+        ) as client:
+            sid = await open_session(client, contextWindow=SMALL_WINDOW)
+            result = await client.compact_auto(sid, force=True)
+            assert not result.was_compacted
+            assert result.reason and "DISABLE_AUTO_COMPACT" in result.reason
+            assert emu.message_requests == []
+            assert (await client.tokens_status(sid)).consecutive_failures == 0
+            full = await client.compact_full(sid)  # manual compaction still works
+            assert full.summarizer == "cacheShared"
+        emu.reset()
+        async with spawn_daemon(
+            options=emulator_options(emu), env={"DISABLE_COMPACT": "true"}
+        ) as client:
+            sid = await open_session(client, contextWindow=SMALL_WINDOW)
+            result = await client.compact_auto(sid, force=True)
+            assert not result.was_compacted
+            assert result.reason and "DISABLE_COMPACT" in result.reason
+            with pytest.raises(RpcError) as info:
+                await client.compact_full(sid)
+            assert info.value.code == p.ErrorCode.COMPACTION_DISABLED
+            assert emu.message_requests == []

@@ -1,0 +1,191 @@
+"""A compaction in flight: keep-alives, cancellation, progress, appends and a second request.
+
+The emulator delays its answer so that the test can act while the daemon waits on the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compactd_client import Client, RpcError
+
+from compactd import protocol as p
+from tests.conftest import SpawnDaemon
+from tests.e2e.test_compact_support import (
+    Harness,
+    drain,
+    emulator_options,
+    h,  # noqa: F401 - fixture
+    harness_fixture,
+    open_session,
+    phases,
+    transcript_lines,
+    transcript_path,
+)
+from tests.emulator import Emulator, Reply
+
+pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
+
+harness = harness_fixture()
+
+
+async def _until_requested(emu: Emulator, n: int = 1, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while len(emu.message_requests) < n:
+        assert time.monotonic() < deadline, "the daemon never called the model"
+        await asyncio.sleep(0.01)
+
+
+async def _state(client: Client, sid: str) -> tuple[Any, bytes, int]:
+    path = await transcript_path(client, sid)
+    status = await client.tokens_status(sid)
+    return (await client.messages(sid)).messages, Path(path).read_bytes(), status.tokens
+
+
+async def test_keep_alive_every_interval_while_the_model_writes(h: Harness) -> None:  # noqa: F811
+    client, emu = h.client, h.emu
+    # Warm-up on another session: the first compaction also loads the SDK.
+    await client.compact_full(await open_session(client))
+    sid = await open_session(client)
+    emu.script(Reply(delay=1.0))
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        result = await client.compact_full(sid)
+        notes = await drain(queue)
+    assert {n["compactionId"] for n in notes} == {result.compaction_id}
+    seen = phases(notes)
+    first, last = seen.index("summarizing"), seen.index("rehydrating")
+    beats = [n for n in notes[first:last] if n["phase"] == "keepAlive"]
+    # 1 s of model time at 200 ms intervals: about five, none outside the model call.
+    assert 4 <= len(beats) <= 6, seen
+    assert [ph for ph in seen if ph != "keepAlive"] == [
+        "started",
+        "preCompactHooks",
+        "summarizing",
+        "rehydrating",
+        "sessionStartHooks",
+        "completed",
+    ]
+    gaps = [b["elapsedMs"] - a["elapsedMs"] for a, b in zip(beats, beats[1:], strict=False)]
+    assert all(150 <= g <= 400 for g in gaps), gaps
+
+
+async def test_cancel_mid_call_leaves_the_session_unchanged(h: Harness) -> None:  # noqa: F811
+    client, emu = h.client, h.emu
+    sid = await open_session(client)
+    before = await _state(client, sid)
+    emu.script(Reply(delay=8.0))
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        msg_id, fut = await client.request_with_id(p.COMPACT_FULL, {"sessionId": sid})
+        await _until_requested(emu)
+        started = time.monotonic()
+        await client.cancel(msg_id)
+        with pytest.raises(RpcError) as info:
+            await asyncio.wait_for(fut, 5)
+        assert time.monotonic() - started < 3  # the HTTP call was abandoned, not awaited
+        await asyncio.sleep(0.1)
+        notes = await drain(queue)
+    assert info.value.number == -32800
+    assert phases(notes)[-1] == "cancelled"
+    assert await _state(client, sid) == before
+    assert not any(
+        ln.get("subtype") == "compact_boundary"
+        for ln in transcript_lines(await transcript_path(client, sid))
+    )
+    # Nothing is left locked or flagged: the next compaction runs normally.
+    result = await client.compact_full(sid)
+    assert (await client.messages(sid)).boundary_uuid == result.boundary["uuid"]
+
+
+def _more_work(tag: str, parent: str | None = None) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "user",
+            "uuid": f"{tag}-u",
+            "parentUuid": parent,
+            "message": {"role": "user", "content": f"New request {tag}: rename the module."},
+        },
+        {
+            "type": "assistant",
+            "uuid": f"{tag}-a",
+            "parentUuid": f"{tag}-u",
+            "message": {
+                "id": f"msg-{tag}",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": f"Renamed the module ({tag})."}],
+            },
+        },
+    ]
+
+
+async def test_entries_appended_during_the_call_stay_after_the_summary(
+    h: Harness,  # noqa: F811
+) -> None:
+    client, emu = h.client, h.emu
+    sid = await open_session(client)
+    last_uuid = transcript_lines(await transcript_path(client, sid))[-1]["uuid"]
+    emu.script(Reply(delay=1.0))
+    task = asyncio.ensure_future(client.compact_full(sid))
+    await _until_requested(emu)
+    # A second compaction of the same session is refused while this one runs.
+    with pytest.raises(RpcError) as info:
+        await client.compact_full(sid)
+    assert info.value.code == p.ErrorCode.SESSION_BUSY
+    auto = await client.compact_auto(sid, force=True)
+    assert not auto.was_compacted and auto.reason and "already running" in auto.reason
+    # The agent keeps working meanwhile.
+    await client.append(sid, _more_work("live", parent=last_uuid))
+    result = await task
+
+    meta = result.boundary["compactMetadata"]
+    assert meta["preservedSegment"] == {
+        "headUuid": "live-u",
+        "anchorUuid": result.summary["uuid"],
+        "tailUuid": "live-a",
+    }
+    assert [e["uuid"] for e in result.kept_entries] == ["live-u", "live-a"]
+    assert result.boundary["logicalParentUuid"] == last_uuid  # the snapshot's last entry
+    lines = transcript_lines(await transcript_path(client, sid))
+    order = [ln.get("uuid") for ln in lines]
+    assert order.index("live-a") < order.index(result.boundary["uuid"])  # written before
+    view = await client.messages(sid)
+    assert view.messages[0]["content"][0]["text"] == result.summary["message"]["content"]
+    texts = [b.get("text") for m in view.messages for b in m["content"]]
+    assert "New request live: rename the module." in texts
+    assert "Renamed the module (live)." in texts
+    assert texts.index("New request live: rename the module.") > 0
+
+
+async def test_work_done_progress_and_progress_cancel(spawn_daemon: SpawnDaemon) -> None:
+    caps = {"window": {"workDoneProgress": True}}
+    with Emulator() as emu:
+        async with spawn_daemon(options=emulator_options(emu), capabilities=caps) as client:
+            sid = await open_session(client)
+            async with client.subscribe("$/progress") as queue:
+                result = await client.compact_full(sid)
+                await asyncio.sleep(0.05)
+                progress = await drain(queue)
+            kinds = [n["value"]["kind"] for n in progress]
+            assert kinds[0] == "begin" and kinds[-1] == "end"
+            assert "report" in kinds
+            assert len({n["token"] for n in progress}) == 1
+            assert progress[0]["value"]["cancellable"] is True
+            assert result.compaction_id
+
+            # The user cancels from the progress bar: the compaction stops, nothing is written.
+            sid = await open_session(client)
+            before = await _state(client, sid)
+            emu.script(Reply(delay=8.0))
+            async with client.subscribe("$/progress") as queue:
+                task = asyncio.ensure_future(client.compact_full(sid))
+                await _until_requested(emu, 2)
+                token = (await queue.get())[1]["token"]
+                await client.notify("window/workDoneProgress/cancel", {"token": token})
+                with pytest.raises(RpcError) as info:
+                    await asyncio.wait_for(task, 5)
+            assert info.value.code == p.ErrorCode.CANCELLED
+            assert await _state(client, sid) == before

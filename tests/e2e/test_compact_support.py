@@ -1,0 +1,160 @@
+"""Shared helpers of the compaction e2e tests (no tests here).
+
+The daemon is spawned with its summarizer pointed at the loopback emulator of the Messages API
+(``tests/emulator``), so every compaction goes through the real ``anthropic`` SDK over HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from compactd_client import Client
+
+from compactd import protocol as p
+from compactd.synthetic import make_session
+from tests.conftest import daemon_args
+from tests.emulator import Emulator
+
+MODEL = "claude-sonnet-4-5"
+
+# The main loop's cache key inputs, as a client would pass them in ``session/open``.
+SYSTEM: list[dict[str, Any]] = [
+    {"type": "text", "text": "You are a careful coding agent working in a repository."},
+    {
+        "type": "text",
+        "text": "Follow the project's conventions. " * 60,
+        "cache_control": {"type": "ephemeral"},
+    },
+]
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": name,
+        "description": f"The {name} tool. " * 20,
+        "input_schema": {"type": "object", "properties": {"arg": {"type": "string"}}},
+    }
+    for name in ("Read", "Bash", "Grep", "Edit", "TodoWrite")
+]
+THINKING: dict[str, Any] = {"type": "enabled", "budget_tokens": 1024}
+CACHE_SAFE: dict[str, Any] = {"system": SYSTEM, "tools": TOOLS, "thinking": THINKING}
+
+
+def emulator_options(emu: Emulator, **extra: Any) -> dict[str, Any]:
+    summarizer = {"baseUrl": emu.base_url, "apiKey": "test", **extra.pop("summarizer", {})}
+    return {"summarizer": summarizer, "keepAliveIntervalMs": 200, **extra}
+
+
+def session_entries(
+    entries: int = 160, tokens: int = 16_000, seed: int = 7, *, recent: bool = True
+) -> list[dict[str, Any]]:
+    """A synthetic session; ``recent`` stamps it up to now, so that time-based microcompact
+    (an hour of idleness) does not kick in before a full compaction."""
+    out = make_session(entries=entries, target_tokens=tokens, seed=seed, model=MODEL)
+    if recent:
+        now = time.time()
+        for i, entry in enumerate(out):
+            t = now - (len(out) - i) * 0.5
+            stamp = datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+            entry["timestamp"] = stamp.replace("+00:00", "Z")
+    return out
+
+
+async def open_session(
+    client: Client,
+    entries: list[dict[str, Any]] | None = None,
+    *,
+    cache_safe: dict[str, Any] | None = CACHE_SAFE,
+    **fields: Any,
+) -> str:
+    opened = await client.request(
+        p.SESSION_OPEN,
+        {"cwd": "/home/dev/project", "model": MODEL, "cacheSafeParams": cache_safe, **fields}
+        if cache_safe is not None
+        else {"cwd": "/home/dev/project", "model": MODEL, **fields},
+    )
+    sid = str(opened["sessionId"])
+    await client.append(sid, entries if entries is not None else session_entries())
+    return sid
+
+
+async def transcript_path(client: Client, sid: str) -> str:
+    listed = await client.list_sessions()
+    return next(s.transcript_path for s in listed.sessions if s.session_id == sid)
+
+
+def transcript_lines(path: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+async def drain(queue: asyncio.Queue[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Everything queued so far (notifications sent before a response arrive before it)."""
+    out: list[dict[str, Any]] = []
+    while not queue.empty():
+        _, params = queue.get_nowait()
+        out.append(params)
+    return out
+
+
+def phases(notes: list[dict[str, Any]]) -> list[str]:
+    return [n["phase"] for n in notes]
+
+
+def last_request_body(emu: Emulator) -> dict[str, Any]:
+    body = emu.message_requests[-1].body
+    assert isinstance(body, dict)
+    return body
+
+
+@dataclass
+class Harness:
+    """One daemon and one emulator shared by the tests of a module (each test opens its own
+    session): spawning a daemon and loading the SDK cost seconds, the tests milliseconds."""
+
+    client: Client
+    emu: Emulator
+    root: Path
+
+
+def _open_log(root: Path) -> Any:
+    return open(root / "daemon.log", "ab")  # noqa: SIM115 - the caller closes it
+
+
+def harness_fixture(**extra_options: Any) -> Callable[..., Any]:
+    """A module-scoped ``harness`` fixture; use with ``pytest.mark.asyncio(loop_scope="module")``.
+
+    ``extra_options`` are added to the initializationOptions (a callable gets the root dir).
+    """
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    async def harness(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Harness]:
+        root = tmp_path_factory.mktemp("compact")
+        extra = {k: (v(root) if callable(v) else v) for k, v in extra_options.items()}
+        emu = Emulator()
+        emu.start()
+        try:
+            with _open_log(root) as log:
+                async with Client.spawn(
+                    daemon_args(root / "data"),
+                    initialization_options=emulator_options(emu, **extra),
+                    stderr=log,
+                ) as client:
+                    yield Harness(client, emu, root)
+        finally:
+            emu.stop()
+
+    return harness
+
+
+@pytest.fixture
+def h(harness: Harness) -> Harness:
+    """The module's harness with a fresh emulator script, request log and cache."""
+    harness.emu.reset()
+    return harness

@@ -165,9 +165,37 @@ async def demo(transcript: str | None, data_dir: str | None) -> int:
             _print_breakdown(await client.tokens_breakdown(opened.session_id))
             msgs = await client.messages(opened.session_id)
             print(f"  API view: {len(msgs.messages)} messages after normalization")
+            await _demo_compaction(client, opened.session_id)
             listed = await client.list_sessions()
             print(f"daemon holds {len(listed.sessions)} session(s)")
     return 0
+
+
+# How many lines of the summary the demo prints.
+_DEMO_SUMMARY_LINES = 14
+
+
+async def _demo_compaction(client: Client, session_id: str) -> None:
+    """Compact with the offline summarizer and show what changed."""
+    print("compacting offline (no API key: a structured summary built from the transcript)")
+    try:
+        result = await client.compact_full(session_id)
+    except RpcError as exc:
+        print(f"  not compacted: {exc}")
+        return
+    summary = result.summary["message"]["content"]
+    print(
+        f"  {result.pre_compact_tokens:,} -> {result.post_compact_tokens:,} tokens in "
+        f"{result.duration_ms:,} ms ({result.summarizer} summary, {len(summary):,} characters; "
+        f"{len(result.attachments)} attachment(s) re-injected)"
+    )
+    shown = summary.splitlines()[:_DEMO_SUMMARY_LINES]
+    for line in shown:
+        print(f"  | {line}")
+    print("  | ...")
+    _print_status(await client.tokens_status(session_id))
+    after = await client.messages(session_id)
+    print(f"  API view after compaction: {len(after.messages)} message(s)")
 
 
 async def status(transcript: str, model: str | None, as_json: bool) -> int:

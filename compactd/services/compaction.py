@@ -282,7 +282,7 @@ async def _prepare(run: _Run) -> _Prepared:
             instruction=compact_prompt(spec.kind, instructions),
             model=session.meta.model,
             cache_safe=session.meta.cache_safe_params,
-            plain=to_api_messages(
+            plain=lambda: to_api_messages(
                 shown, cleared_tool_ids=cleared, strip_media=True, drop_skill_listing=True
             ),
         )

@@ -27,10 +27,11 @@ import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
+import msgspec
 
 from compactd import protocol as p
 from compactd.core import constants as c
@@ -65,6 +66,8 @@ warnings.filterwarnings(
 Mode = Literal["cacheShared", "plain"]
 
 _EPHEMERAL: Final = {"type": "ephemeral"}
+_MESSAGES_PATH: Final = "/v1/messages"
+_json_encoder: Final = msgspec.json.Encoder()
 _THINKING_KINDS: Final = frozenset({"thinking", "redacted_thinking"})
 
 # Environment variables the SDK itself reads; compactd reads them from ``App.env`` instead so
@@ -87,15 +90,16 @@ class SummaryRequest:
     """What to summarize and how.
 
     ``messages`` is the conversation exactly as the main loop sends it (needed for the cache
-    to be shared); ``plain`` the same conversation normalized for the fallback request (media
-    replaced by markers, the skill listing dropped), when the caller has it.
+    to be shared); ``plain`` builds the same conversation normalized for the fallback request
+    (media replaced by markers, the skill listing dropped).
     """
 
     messages: list[dict[str, Any]]
     instruction: str
     model: str
     cache_safe: Mapping[str, Any] | None = None
-    plain: list[dict[str, Any]] | None = None
+    # Built only when the fallback request is needed (normalizing a long session takes ms).
+    plain: Callable[[], list[dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,19 +275,6 @@ def plain_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _text_of(message: Any) -> str:
-    parts = [getattr(b, "text", "") for b in getattr(message, "content", []) if b.type == "text"]
-    return "\n".join(x for x in parts if x)
-
-
-def _usage_of(message: Any) -> dict[str, Any] | None:
-    usage = getattr(message, "usage", None)
-    if usage is None:
-        return None
-    dumped = usage.model_dump(exclude_none=True)
-    return dumped if isinstance(dumped, dict) else None
-
-
 Note = Callable[[str], None]
 
 
@@ -351,7 +342,8 @@ class Summarizer:
         failure: _ModeFailed | None = None
         for mode in modes:
             if mode == "plain":
-                source = request.plain if (request.plain and state.ptl_retries == 0) else None
+                fresh = request.plain is not None and state.ptl_retries == 0
+                source = request.plain() if request.plain is not None and fresh else None
                 state.messages = plain_messages(source or state.messages)
             try:
                 return await self._run_mode(mode, model, request, state, note)
@@ -393,7 +385,7 @@ class Summarizer:
                 note(f"prompt too long; retrying without the oldest messages ({dropped} fewer)")
                 state.messages = truncated
                 continue
-            text = _text_of(message)
+            text = message.text
             if not text.strip():
                 raise _ModeFailed("the model returned no summary text", api_failure=False)
             if message.stop_reason == "max_tokens":
@@ -402,7 +394,7 @@ class Summarizer:
                 text=text,
                 mode=mode,
                 model=model,
-                usage=_usage_of(message),
+                usage=message.usage or None,
                 stop_reason=message.stop_reason,
                 attempts=state.attempts,
                 ptl_retries=state.ptl_retries,
@@ -450,7 +442,7 @@ class Summarizer:
         betas: list[str] | None,
         state: _ChainState,
         note: Note,
-    ) -> Any:
+    ) -> _Reply:
         for attempt in range(c.SUMMARIZER_STREAM_RETRIES + 1):
             state.attempts += 1
             started = time.perf_counter()
@@ -466,25 +458,57 @@ class Summarizer:
                 state.api_seconds += time.perf_counter() - started
         raise AssertionError("unreachable")
 
-    async def _stream_once(self, params: dict[str, Any], betas: list[str] | None) -> Any:
+    async def _stream_once(self, params: dict[str, Any], betas: list[str] | None) -> _Reply:
+        """One streaming request, read event by event.
+
+        The raw event stream is read rather than through the SDK's stream helper: the helper
+        rebuilds a message snapshot at every event, which on a long summary costs more than
+        everything else compactd does in a compaction.
+        """
         client = await self._sdk()
         import anthropic  # loaded by ``_sdk``
         import httpx2
 
+        reply = _Reply()
         begun = False
         finished = False
+        # The body is encoded here and handed over as bytes through the SDK's request method
+        # (its documented way to send a custom request): its own path deep-copies and
+        # re-encodes a body of several hundred kilobytes, which costs more than compactd's work.
+        # Authentication, retries, error mapping and SSE decoding stay the SDK's.
+        headers = {"content-type": "application/json"}
+        path = _MESSAGES_PATH
+        if betas:
+            headers["anthropic-beta"] = ",".join(betas)
+            path += "?beta=true"
+        body = _json_encoder.encode({**params, "stream": True})
         try:
-            if betas:
-                manager: Any = client.beta.messages.stream(**params, betas=betas)
-            else:
-                manager = client.messages.stream(**params)
-            async with manager as stream:
-                async for event in stream:
-                    if event.type == "message_start":
+            stream = await client.post(
+                path,
+                cast_to=anthropic.types.Message,
+                content=body,
+                options={"headers": headers},
+                stream=True,
+                stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
+            )
+            async with stream:
+                async for item in stream:
+                    event: Any = item  # a union the checks below tell apart by ``type``
+                    kind = event.type
+                    if kind == "content_block_delta":
+                        if event.delta.type == "text_delta":
+                            reply.parts.append(event.delta.text)
+                    elif kind == "content_block_start":
+                        if event.content_block.type == "text" and event.content_block.text:
+                            reply.parts.append(event.content_block.text)
+                    elif kind == "message_start":
                         begun = True
-                    elif event.type == "message_stop":
+                        reply.add_usage(event.message.usage)
+                    elif kind == "message_delta":
+                        reply.stop_reason = event.delta.stop_reason
+                        reply.add_usage(event.usage)
+                    elif kind == "message_stop":
                         finished = True
-                message = await stream.get_final_message()
         except anthropic.APIStatusError as exc:
             text = _error_text(exc)
             if exc.status_code == 413 or "prompt is too long" in text.lower():
@@ -497,10 +521,28 @@ class Summarizer:
             if begun:
                 raise _StreamBroken(f"connection lost: {exc}") from exc
             raise _ModeFailed(f"cannot reach the API: {exc}", api_failure=True) from exc
-        if not finished or message.stop_reason is None:
+        if not finished or reply.stop_reason is None:
             # A stream closed before message_stop raises nothing in the SDK.
             raise _StreamBroken("the stream ended without message_stop")
-        return message
+        return reply
+
+
+@dataclass(slots=True)
+class _Reply:
+    """What a stream delivered: the text blocks' text, the stop reason and the usage."""
+
+    parts: list[str] = field(default_factory=list)
+    stop_reason: str | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add_usage(self, usage: Any) -> None:
+        # message_delta carries cumulative counts: later non-null values replace earlier ones.
+        if usage is not None:
+            self.usage.update(usage.model_dump(exclude_none=True))
 
 
 @dataclass(slots=True)

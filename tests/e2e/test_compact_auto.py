@@ -128,8 +128,11 @@ async def test_disable_flags(spawn_daemon: SpawnDaemon) -> None:
             assert result.reason and "DISABLE_AUTO_COMPACT" in result.reason
             assert emu.message_requests == []
             assert (await client.tokens_status(sid)).consecutive_failures == 0
-            full = await client.compact_full(sid)  # manual compaction still works
-            assert full.summarizer == "cacheShared"
+            # Manual compaction is still allowed: an empty session fails for its own reason.
+            empty = await open_session(client, [])
+            with pytest.raises(RpcError) as info:
+                await client.compact_full(empty)
+            assert info.value.code == p.ErrorCode.NOT_ENOUGH_MESSAGES
         emu.reset()
         async with spawn_daemon(
             options=emulator_options(emu), env={"DISABLE_COMPACT": "true"}

@@ -11,6 +11,7 @@ from compactd import protocol as p
 from compactd.core import prompts
 from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
+    CACHE_SAFE,
     MODEL,
     SYSTEM,
     THINKING,
@@ -226,3 +227,24 @@ async def test_bad_input_changes_nothing(h: Harness) -> None:  # noqa: F811
     assert h.emu.message_requests == []
     # The daemon is still fine.
     assert (await client.tokens_status(sid)).tokens == 0
+
+
+async def test_betas_and_metadata_of_the_main_loop_are_forwarded(h: Harness) -> None:  # noqa: F811
+    client, emulator = h.client, h.emu
+    cache_safe = {
+        **CACHE_SAFE,
+        "betas": ["context-management-2025-06-27", "interleaved-thinking-2025-05-14"],
+        "metadata": {"user_id": "user-123"},
+    }
+    sid = await open_session(client, cache_safe=cache_safe)
+    result = await client.compact_full(sid)
+    assert result.summarizer == "cacheShared"
+    request = emulator.message_requests[-1]
+    assert request.headers["anthropic-beta"] == (
+        "context-management-2025-06-27,interleaved-thinking-2025-05-14"
+    )
+    assert "beta=true" in request.query
+    assert request.body["metadata"] == {"user_id": "user-123"}
+    assert (
+        request.headers["authorization"] == "Bearer test" or request.headers["x-api-key"] == "test"
+    )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import msgspec
 
 from compactd import protocol as p
 from compactd.core import tokens
@@ -59,6 +60,7 @@ class Session:
         """Recompute every derived field from the records (load, compaction, undo)."""
         self.uuid_index = {r.entry.uuid: i for i, r in enumerate(self.records) if r.entry.uuid}
         ctx = context_records(self.records)
+        ctx = _without_stale_usage(ctx, self.records, self.uuid_index)
         self.context_start = _boundary_start(self.records)
         self.cleared_tool_ids = set()
         for r in ctx:
@@ -134,3 +136,28 @@ def _boundary_start(records: Sequence[Record]) -> int:
         if records[i].entry.is_compact_boundary:
             return i
     return 0
+
+
+def _without_stale_usage(
+    ctx: list[Record], records: Sequence[Record], uuid_index: dict[str, int]
+) -> list[Record]:
+    """The context with the API usage of relinked entries hidden from the token counter.
+
+    Entries a compaction keeps verbatim (a partial compaction's kept messages, or entries
+    appended while the model was summarizing) sit before the boundary in the file. Their
+    usage was measured on the conversation before the compaction, so it must not anchor the
+    count of the compacted one: until the next response reports usage, they are estimated.
+    """
+    if not ctx or not ctx[0].entry.is_compact_boundary:
+        return ctx
+    boundary_at = _boundary_start(records)
+    out: list[Record] = []
+    for r in ctx:
+        entry = r.entry
+        at = uuid_index.get(entry.uuid) if entry.uuid else None
+        message = entry.message
+        if at is not None and at < boundary_at and message is not None and message.usage:
+            stripped = msgspec.structs.replace(message, usage=None)
+            r = Record(msgspec.structs.replace(entry, message=stripped), r.raw)
+        out.append(r)
+    return out

@@ -117,6 +117,12 @@ def _more_work(tag: str, parent: str | None = None) -> list[dict[str, Any]]:
                 "role": "assistant",
                 "model": "claude-sonnet-4-5",
                 "content": [{"type": "text", "text": f"Renamed the module ({tag})."}],
+                # Measured on the whole conversation before the compaction.
+                "usage": {
+                    "input_tokens": 20,
+                    "cache_read_input_tokens": 16_000,
+                    "output_tokens": 9,
+                },
             },
         },
     ]
@@ -158,6 +164,9 @@ async def test_entries_appended_during_the_call_stay_after_the_summary(
     assert "New request live: rename the module." in texts
     assert "Renamed the module (live)." in texts
     assert texts.index("New request live: rename the module.") > 0
+    # The kept response's usage predates the compaction: it does not anchor the new count.
+    status = await client.tokens_status(sid)
+    assert status.tokens == result.post_compact_tokens < 5_000
 
 
 async def test_work_done_progress_and_progress_cancel(spawn_daemon: SpawnDaemon) -> None:

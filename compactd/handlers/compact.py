@@ -10,6 +10,7 @@ then a full compaction) and never fails for a compaction that did not happen: it
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
@@ -23,6 +24,8 @@ from compactd.services.micro import microcompact_session
 if TYPE_CHECKING:
     from compactd.app import App
     from compactd.session import Session
+
+log = logging.getLogger(__name__)
 
 
 def _kind(session: Session) -> PromptKind:
@@ -87,10 +90,19 @@ async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
 
     micro: p.MicroResult | None = None
     if flags.microcompact_enabled:
-        async with session.lock:
-            micro = await microcompact_session(app, session, None, "auto")
+        try:
+            async with session.lock:
+                micro = await microcompact_session(app, session, None, "auto")
+        except p.CompactdError as err:
+            # Microcompact is only the first stage: when it cannot run, a full compaction can.
+            log.warning("session %s: auto microcompact failed: %s", session.session_id, err)
         status = app.status(session)
-        if micro.tokens_saved > 0 and not force and not status.is_above_auto_compact_threshold:
+        if (
+            micro is not None
+            and micro.tokens_saved > 0
+            and not force
+            and not status.is_above_auto_compact_threshold
+        ):
             return p.AutoResult(was_compacted=True, mechanism="micro", micro=micro, status=status)
 
     remembered = await _session_memory(app, session)

@@ -248,3 +248,43 @@ async def test_betas_and_metadata_of_the_main_loop_are_forwarded(h: Harness) -> 
     assert (
         request.headers["authorization"] == "Bearer test" or request.headers["x-api-key"] == "test"
     )
+
+
+async def test_a_pending_tool_call_at_the_end_is_left_out_of_the_request(h: Harness) -> None:  # noqa: F811
+    client, emulator = h.client, h.emu
+    entries = session_entries()
+    last = entries[-1]["uuid"]
+    entries += [
+        {
+            "type": "user",
+            "uuid": "p-u",
+            "parentUuid": last,
+            "message": {"role": "user", "content": "Now run the whole test suite."},
+        },
+        {
+            "type": "assistant",
+            "uuid": "p-a",
+            "parentUuid": "p-u",
+            "message": {
+                "id": "msg-pending",
+                "role": "assistant",
+                "model": MODEL,
+                "content": [
+                    {"type": "text", "text": "Running the suite."},
+                    {"type": "tool_use", "id": "toolu_pending", "name": "Bash", "input": {}},
+                ],
+            },
+        },
+    ]
+    sid = await open_session(client, entries)
+    main = (await client.messages(sid)).messages
+    assert main[-1]["content"][-1]["type"] == "tool_use"  # the result is still to come
+    await client.compact_full(sid)
+    sent = last_request_body(emulator)["messages"]
+    # The instruction comes in a user message of its own, after the assistant's text; the
+    # unanswered call is dropped (the API would reject a user turn that does not answer it).
+    assert sent[-1]["role"] == "user" and len(sent[-1]["content"]) == 1
+    assert sent[-2]["role"] == "assistant"
+    assert [b["type"] for b in sent[-2]["content"]] == ["text"]
+    assert sent[-2]["content"][0]["cache_control"] == {"type": "ephemeral"}
+    assert len(sent) == len(main) + 1

@@ -135,6 +135,28 @@ def _print_breakdown(bd: p.BreakdownResult) -> None:
             print(f"    {d.path} read {d.reads}x ({d.wasted_tokens:,} tokens wasted)")
 
 
+def _print_stats(st: p.StatsResult) -> None:
+    """Compaction history (only called when there is one), microcompact savings, cache breaks."""
+    print(f"  {len(st.compactions)} compaction(s):")
+    for i, c in enumerate(st.compactions, 1):
+        post = f"~{c.post_tokens:,}" if c.post_tokens_estimated else f"{c.post_tokens:,}"
+        again = f", re-compaction after {c.turns_since_previous} turn(s)" if c.recompaction else ""
+        print(
+            f"    #{i} {c.trigger} {c.mechanism}: {c.pre_tokens:,} -> {post} tokens "
+            f"({c.dropped_tokens:,} dropped, {c.entries_summarized} entries summarized, "
+            f"{c.duration_ms:,} ms{again})"
+        )
+        if c.thrash:
+            print(f"       thrash: refilled past the threshold within {c.refill_turns} turn(s)")
+            for name in c.refill_contributors or []:
+                print(f"         {name}")
+    if st.microcompactions:
+        print(
+            f"  microcompact ran {st.microcompactions} time(s), "
+            f"saving {st.microcompact_tokens_saved:,} tokens"
+        )
+
+
 async def demo(transcript: str | None, data_dir: str | None) -> int:
     """Import a transcript into a fresh daemon, show its status, compact it offline, show again."""
     source = Path(transcript) if transcript else SHARED_FIXTURES / DEMO_FIXTURE
@@ -210,10 +232,17 @@ async def status(transcript: str, model: str | None, as_json: bool) -> int:
                 cwd=str(Path.cwd()), model=model or "claude-sonnet-4-5", transcript_path=str(path)
             )
             bd = await client.tokens_breakdown(opened.session_id)
+            st = await client.stats(opened.session_id)
             if as_json:
-                print(msgspec.json.encode({"status": opened.status, "breakdown": bd}).decode())
+                print(
+                    msgspec.json.encode(
+                        {"status": opened.status, "breakdown": bd, "stats": st}
+                    ).decode()
+                )
                 return 0
             print(f"{path.name}: {opened.entry_count} entries")
             _print_status(opened.status)
             _print_breakdown(bd)
+            if st.compactions:
+                _print_stats(st)
     return 0

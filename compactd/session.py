@@ -18,6 +18,7 @@ import msgspec
 
 from compactd import protocol as p
 from compactd.core import tokens
+from compactd.core.cachebreak import CacheBreakDetector
 from compactd.core.view import context_records
 from compactd.model import Entry, Record
 from compactd.services.store import SessionMeta
@@ -49,6 +50,9 @@ class Session:
     cleared_tool_ids: set[str] = field(default_factory=set)
     context_start: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    # Prompt-cache break detection: a baseline per query source and the breaks found (in
+    # memory only; a restarted daemon starts new baselines).
+    cache_detector: CacheBreakDetector = field(default_factory=CacheBreakDetector)
 
     @property
     def session_id(self) -> str:

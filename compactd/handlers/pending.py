@@ -6,7 +6,6 @@ from compactd import protocol as p
 from compactd.handlers.base import Handler, not_implemented
 
 _PENDING = [
-    p.SESSION_STATS,
     p.COMPACT_MICRO,
     p.COMPACT_PARTIAL,
     p.COMPACT_PREVIEW,
@@ -16,8 +15,6 @@ _PENDING = [
     p.ATTACHMENTS_PENDING,
     p.FILESTATE_RECORD,
     p.FILESTATE_LIST,
-    p.CACHE_BEFORE_REQUEST,
-    p.CACHE_AFTER_RESPONSE,
     p.SESSION_MEMORY_GET,
     p.SESSION_MEMORY_EXTRACT,
 ]

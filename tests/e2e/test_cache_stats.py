@@ -13,6 +13,7 @@ import pytest
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
+from compactd.synthetic import make_session
 from tests.conftest import FIXTURES, SpawnDaemon
 
 T0 = 1_800_000_000.0
@@ -92,6 +93,18 @@ def compaction_entries(n: int, **meta: Any) -> list[dict[str, Any]]:
 
 def prompt(uid: str, text: str) -> dict[str, Any]:
     return {"type": "user", "uuid": uid, "message": {"role": "user", "content": text}}
+
+
+def reply(n: int) -> dict[str, Any]:
+    return {
+        "type": "assistant",
+        "uuid": f"reply-{n}",
+        "message": {
+            "role": "assistant",
+            "id": f"msg_reply_{n}",
+            "content": [{"type": "text", "text": f"Step {n} is done. " + "detail " * 3_000}],
+        },
+    }
 
 
 # -- cache breaks -------------------------------------------------------------------------------
@@ -385,3 +398,41 @@ def test_status_cli_prints_the_compactions(tmp_path: Path) -> None:
     ).stdout
     assert "1 compaction(s):" in out
     assert "#1 auto full: 970,258 -> 2,939 tokens (967,319 dropped" in out
+
+
+# -- with the real compaction engine ------------------------------------------------------------
+
+
+async def test_real_full_compactions_reset_cache_baseline_and_show_in_stats(
+    spawn_daemon: SpawnDaemon,
+) -> None:
+    async with spawn_daemon(options={"summarizer": {"offline": True}}) as client:
+        sid = await open_session(client)
+        await client.append(sid, make_session(entries=60, target_tokens=20_000))
+        async with client.subscribe(p.NOTIFY_CACHE_BREAK) as breaks:
+            await turn(client, sid, T0, 18_000)
+            first = await client.compact_full(sid)
+            ack = await turn(client, sid, T0 + 10, 2_500)
+            assert ack.baseline_reset and ack.cache_break is None
+            for n in (1, 2):
+                await client.append(sid, [prompt(f"p-after-{n}", "keep going"), reply(n)])
+            second = await client.compact_full(sid, custom_instructions="keep file names")
+            ack = await turn(client, sid, T0 + 20, 1_000)
+            assert ack.baseline_reset and ack.cache_break is None
+            assert drain(breaks) == []
+        st = await client.stats(sid)
+    one, two = st.compactions
+    for stat, result in ((one, first), (two, second)):
+        assert stat.compaction_id == result.compaction_id
+        assert (stat.trigger, stat.mechanism) == ("manual", "full")
+        assert stat.pre_tokens == result.pre_compact_tokens
+        assert stat.post_tokens == result.post_compact_tokens
+        # The boundary is written before the result is assembled: its duration is the record.
+        meta = result.boundary["compactMetadata"]
+        assert stat.duration_ms == meta["durationMs"] <= result.duration_ms
+        assert stat.boundary_uuid == result.boundary["uuid"]
+        assert stat.dropped_tokens == result.pre_compact_tokens - result.post_compact_tokens
+        assert stat.entries_summarized > 0
+    assert not one.recompaction
+    assert two.recompaction and two.turns_since_previous == 2
+    assert st.cache_breaks == []

@@ -8,7 +8,7 @@ and notifications are open so that clients can be older than the daemon.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -141,6 +141,27 @@ class SummarizerOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unk
     offline_fallback: bool | None = None
 
 
+class MicrocompactOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
+    """Overrides of microcompact's numbers (REFERENCE.md §2); an unset field keeps its default.
+
+    ``cacheEdits: true`` says the client sends ``cache_edits`` blocks, which makes "cached" the
+    default strategy while the prompt cache is warm. ``apiTriggerTokens`` and
+    ``apiClearToolInputs`` shape the ``context_management`` edits of API-native sessions.
+    """
+
+    clearable_tools: list[str] | None = None
+    keep_recent: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    protected_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    min_savings: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    idle_minutes: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    idle_keep_recent: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    cached_trigger: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    cached_keep_recent: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    cache_edits: bool | None = None
+    api_trigger_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    api_clear_tool_inputs: bool | None = None
+
+
 class InitializationOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
@@ -152,6 +173,7 @@ class InitializationOptions(
     env: dict[str, str] | None = None
     max_frame_bytes: int | None = None
     memory_file_names: list[str] | None = None
+    microcompact: MicrocompactOptions | None = None
 
 
 # -- session ------------------------------------------------------------------------------------
@@ -291,6 +313,8 @@ class MicroResult(_Wire, kw_only=True):
     boundary: dict[str, Any] | None = None
     cache_edits: list[dict[str, Any]] | None = None
     reason: str | None = None
+    # Files whose latest Read / Edit / Write result was cleared: they leave the read-file state.
+    cleared_read_paths: list[str] | None = None
 
 
 class FullParams(_Params, kw_only=True):

@@ -19,6 +19,7 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import tokens
 from compactd.core.cachebreak import CacheBreakDetector
+from compactd.core.microcompact import CachedState
 from compactd.core.view import context_records
 from compactd.model import Entry, Record
 from compactd.services.store import SessionMeta
@@ -50,6 +51,9 @@ class Session:
     cleared_tool_ids: set[str] = field(default_factory=set)
     context_start: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    # Cached-microcompact state (registered / deleted tool results, pinned cache edits);
+    # loaded lazily from its state file by ``services/micro.py``.
+    cached_micro: CachedState | None = None
     # Prompt-cache break detection: a baseline per query source and the breaks found (in
     # memory only; a restarted daemon starts new baselines).
     cache_detector: CacheBreakDetector = field(default_factory=CacheBreakDetector)
@@ -67,10 +71,8 @@ class Session:
         ctx = _without_stale_usage(ctx, self.records, self.uuid_index)
         self.context_start = _boundary_start(self.records)
         self.cleared_tool_ids = set()
-        for r in ctx:
-            self._note_microcompact(r.entry)
         self.counter = tokens.TokenCounter()
-        self.counter.extend([r.entry for r in ctx if tokens.counts_toward_context(r.entry)])
+        self._feed(ctx)
 
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""
@@ -82,8 +84,25 @@ class Session:
         for i, r in enumerate(new):
             if r.entry.uuid:
                 self.uuid_index[r.entry.uuid] = base + i
-            self._note_microcompact(r.entry)
-        self.counter.extend([r.entry for r in new if tokens.counts_toward_context(r.entry)])
+        self._feed(new)
+
+    def _feed(self, records: Sequence[Record]) -> None:
+        """Count records in order; a microcompact boundary subtracts what it cleared.
+
+        Order matters: a saving only holds until the next response reports usage (that usage
+        already reflects the clearing), so the counter must see the boundary between the
+        responses before and after it.
+        """
+        batch: list[Entry] = []
+        for r in records:
+            entry = r.entry
+            if tokens.counts_toward_context(entry):
+                batch.append(entry)
+            elif entry.is_microcompact_boundary:
+                self.counter.extend(batch)
+                batch = []
+                self._note_microcompact(entry)
+        self.counter.extend(batch)
 
     def _note_microcompact(self, entry: Entry) -> None:
         if not entry.is_microcompact_boundary or not entry.microcompact_metadata:
@@ -91,6 +110,9 @@ class Session:
         ids = entry.microcompact_metadata.get("compactedToolIds")
         if isinstance(ids, list):
             self.cleared_tool_ids.update(i for i in ids if isinstance(i, str))
+        saved = entry.microcompact_metadata.get("tokensSaved")
+        if isinstance(saved, int) and not isinstance(saved, bool):
+            self.counter.apply_saving(saved)
 
     def context(self) -> list[Record]:
         """The records the model currently sees (after the last boundary, relinked)."""

@@ -186,6 +186,7 @@ export interface InitializationOptions {
   env?: Record<string, string> | null;
   maxFrameBytes?: number | null;
   memoryFileNames?: Array<string> | null;
+  microcompact?: MicrocompactOptions | null;
 }
 
 export interface ListResult {
@@ -220,6 +221,21 @@ export interface MicroResult {
   boundary?: Record<string, unknown> | null;
   cacheEdits?: Array<Record<string, unknown>> | null;
   reason?: string | null;
+  clearedReadPaths?: Array<string> | null;
+}
+
+export interface MicrocompactOptions {
+  clearableTools?: Array<string> | null;
+  keepRecent?: number | null;
+  protectedTokens?: number | null;
+  minSavings?: number | null;
+  idleMinutes?: number | null;
+  idleKeepRecent?: number | null;
+  cachedTrigger?: number | null;
+  cachedKeepRecent?: number | null;
+  cacheEdits?: boolean | null;
+  apiTriggerTokens?: number | null;
+  apiClearToolInputs?: boolean | null;
 }
 
 export interface NoParams {

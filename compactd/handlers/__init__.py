@@ -6,12 +6,13 @@ result Struct. It raises ``protocol.CompactdError`` for errors the client should
 
 from __future__ import annotations
 
-from compactd.handlers import cache, compact, pending, sessions, tokens
+from compactd.handlers import cache, compact, micro, pending, sessions, tokens
 from compactd.handlers.base import Handler
 
 HANDLERS: dict[str, Handler] = {
     **sessions.HANDLERS,
     **tokens.HANDLERS,
+    **micro.HANDLERS,
     **cache.HANDLERS,
     **compact.HANDLERS,
     **pending.HANDLERS,

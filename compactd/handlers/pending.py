@@ -6,7 +6,6 @@ from compactd import protocol as p
 from compactd.handlers.base import Handler, not_implemented
 
 _PENDING = [
-    p.COMPACT_MICRO,
     p.COMPACT_PARTIAL,
     p.COMPACT_PREVIEW,
     p.COMPACT_UNDO,

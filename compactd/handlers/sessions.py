@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from compactd import protocol as p
 from compactd.core.normalize import to_api_messages
 from compactd.handlers.base import Context, Handler
+from compactd.services import micro
 
 if TYPE_CHECKING:
     from compactd.app import App
@@ -25,9 +26,13 @@ async def messages(app: App, params: p.SessionParams, ctx: Context) -> p.Message
     session = await app.get_session(params.session_id)
     ctx_records = session.context()
     boundary = next((r.entry.uuid for r in ctx_records if r.entry.is_compact_boundary), None)
+    extras = await micro.messages_extras(app, session)
     return p.MessagesResult(
         messages=to_api_messages(ctx_records, cleared_tool_ids=frozenset(session.cleared_tool_ids)),
         boundary_uuid=boundary,
+        cache_edits=extras.cache_edits,
+        context_management=extras.context_management,
+        betas=extras.betas,
     )
 
 

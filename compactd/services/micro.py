@@ -1,30 +1,455 @@
-"""Microcompact of a session (issue 5 fills this in).
+"""Microcompact of a session: run a strategy, record it durably, report what it did.
 
-``microcompact_session`` clears old tool results without a model call, durably records a
-``microcompact_boundary`` and returns what it did. ``compact/auto`` runs it first.
+``microcompact_session`` is the engine behind ``compact/micro`` and the first stage of
+``compact/auto``. It picks a strategy (or runs the requested one), asks the pure core which tool
+results to clear, and appends a ``microcompact_boundary`` system entry -- the shape Claude Code
+writes -- whose metadata names the cleared tool ids and the tokens saved. Nothing is deleted:
+the original results stay in the transcript, and the session derives the cleared view and the
+lower token count from the boundary (also after a restart). The cached strategy edits nothing
+locally: its state (registered, ordered and deleted tool results, pinned ``cache_edits``) lives
+in a small per-session state file written atomically. ``messages_extras`` adds what
+``session/messages`` returns besides the messages: pinned cache edits, or for sessions opened
+with ``apiContextManagement`` the ``context_management`` edits and their beta header.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+import anyio
+import msgspec
 
 from compactd import protocol as p
+from compactd.core import microcompact as mc
+from compactd.core import tokens
+from compactd.core.normalize import to_api_messages
+from compactd.core.view import main_thread
+from compactd.model import Entry, Record, ToolUseBlock, record_from_dict
+from compactd.services.store import atomic_write
 
 if TYPE_CHECKING:
     from compactd.app import App
     from compactd.session import Session
 
+__all__ = [
+    "STATE_FILE",
+    "MessagesExtras",
+    "forget_cleared_reads",
+    "load_cached_state",
+    "messages_extras",
+    "micro_config",
+    "microcompact_session",
+    "reset_cached_edits",
+]
+
+log = logging.getLogger(__name__)
+
+# Per-session file holding the cached strategy's state, next to the transcript.
+STATE_FILE = "microcompact.json"
+
+# Text of the boundary entry a person sees in a transcript viewer.
+_BOUNDARY_CONTENT = "Old tool results cleared by microcompact"
+
+_CONFIG_KEY = "microcompact.config"
+_STRATEGY_API = "api"
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def micro_config(app: App) -> mc.MicroConfig:
+    """The daemon's microcompact settings: ``initializationOptions.microcompact`` over defaults."""
+    cached = app.services.get(_CONFIG_KEY)
+    if isinstance(cached, mc.MicroConfig):
+        return cached
+    opts = app.options.microcompact or p.MicrocompactOptions()
+    base = mc.MicroConfig()
+    config = mc.MicroConfig(
+        clearable_tools=(
+            frozenset(opts.clearable_tools)
+            if opts.clearable_tools is not None
+            else base.clearable_tools
+        ),
+        keep_recent=_pick(opts.keep_recent, base.keep_recent),
+        protected_tokens=_pick(opts.protected_tokens, base.protected_tokens),
+        min_savings=_pick(opts.min_savings, base.min_savings),
+        idle_minutes=_pick(opts.idle_minutes, base.idle_minutes),
+        idle_keep_recent=_pick(opts.idle_keep_recent, base.idle_keep_recent),
+        cached_trigger=_pick(opts.cached_trigger, base.cached_trigger),
+        cached_keep_recent=_pick(opts.cached_keep_recent, base.cached_keep_recent),
+        cache_edits=_pick(opts.cache_edits, base.cache_edits),
+        api_trigger_tokens=opts.api_trigger_tokens,
+        api_clear_tool_inputs=_pick(opts.api_clear_tool_inputs, base.api_clear_tool_inputs),
+    )
+    app.services[_CONFIG_KEY] = config
+    return config
+
+
+_T = TypeVar("_T")
+
+
+def _pick(value: _T | None, default: _T) -> _T:
+    return default if value is None else value
+
+
+def _enabled(app: App) -> bool:
+    return tokens.flags(app.env).microcompact_enabled
+
+
+# -- the engine ---------------------------------------------------------------------------------
+
 
 async def microcompact_session(
     app: App, session: Session, strategy: str | None, trigger: str
 ) -> p.MicroResult:
-    """Run microcompact; the caller holds ``session.lock``."""
-    status = app.status(session)
+    """Run microcompact; the caller holds ``session.lock``.
+
+    ``strategy`` is "count", "time", "cached" or None (the reference's choice: time after an
+    idle gap, cached when the client opted in to cache edits, else count). Nothing happening is
+    not an error: the result then says why in ``reason``.
+    """
+    pre = app.status(session).tokens
+    if not _enabled(app):
+        return _nothing(strategy or "count", pre, "microcompact is disabled by the environment")
+    if session.meta.api_context_management:
+        return _nothing(
+            _STRATEGY_API,
+            pre,
+            "this session lets the API clear tool results (context_management); "
+            "nothing is cleared locally",
+        )
+    config = micro_config(app)
+    now = time.time()
+    records = main_thread(session.context())
+    entries = [r.entry for r in records]
+    chosen = strategy if strategy in ("count", "time", "cached") else None
+    if chosen is None:
+        chosen = mc.choose_strategy(entries, now, config)
+    if chosen == "cached":
+        return await _run_cached(app, session, records, entries, config, now, trigger, pre)
+    cleared = frozenset(session.cleared_tool_ids)
+    if chosen == "time":
+        plan = mc.plan_time(entries, now, config, cleared)
+    else:
+        plan = mc.plan_count(entries, config, cleared)
+    if not plan.cleared:
+        return _nothing(plan.strategy, pre, plan.reason)
+
+    boundary = _boundary(
+        session,
+        trigger=trigger,
+        strategy=plan.strategy,
+        pre_tokens=pre,
+        tokens_saved=plan.tokens_saved,
+        compacted=plan.cleared_ids,
+        now=now,
+    )
+    await app.commit(session, [boundary])
+    # Clearing rewrites messages, so the cached prefix breaks: pinned cache edits refer to a
+    # cache that will not be read again.
+    await reset_cached_edits(app, session)
+    forget_cleared_reads(session, plan.cleared_ids)
+    post = app.status(session)
+    app.check_thresholds(session, post)
+    log.info(
+        "session %s: %s microcompact cleared %d tool results, %d tokens",
+        session.session_id,
+        plan.strategy,
+        len(plan.cleared),
+        plan.tokens_saved,
+    )
     return p.MicroResult(
-        strategy=strategy or "count",
+        strategy=plan.strategy,
+        cleared_tool_ids=plan.cleared_ids,
+        tokens_saved=plan.tokens_saved,
+        pre_tokens=pre,
+        post_tokens=post.tokens,
+        boundary=boundary.to_builtins(),
+        cleared_read_paths=list(plan.dropped_paths),
+    )
+
+
+async def _run_cached(
+    app: App,
+    session: Session,
+    records: list[Record],
+    entries: list[Entry],
+    config: mc.MicroConfig,
+    now: float,
+    trigger: str,
+    pre: int,
+) -> p.MicroResult:
+    if mc.is_idle(entries, now, config):
+        return _nothing(
+            "cached",
+            pre,
+            f"the prompt cache is cold (no response for over {config.idle_minutes:g} min): "
+            "cache edits have nothing to edit; use the time strategy",
+        )
+    state = await load_cached_state(app, session)
+    results = mc.clearable_results(entries, config, session.cleared_tool_ids)
+    step = mc.advance_cached(state, results, _edit_message_index(records, session), config)
+    if step.state != state:
+        # Written before the boundary: a crash in between leaves edits pinned and the count
+        # too high (safe), never a lower count with nothing sent to the API.
+        await _save_state(app, session, step.state)
+    if not step.deleted:
+        return _nothing(
+            "cached", pre, step.reason, cache_edits=mc.cache_edit_blocks(step.state) or None
+        )
+    boundary = _boundary(
+        session,
+        trigger=trigger,
+        strategy="cached",
+        pre_tokens=pre,
+        tokens_saved=step.tokens_saved,
+        # The messages stay as they are (the cache is edited, not the prompt), so no id goes
+        # into compactedToolIds, which the session would render as placeholders.
+        compacted=[],
+        now=now,
+        cache_deleted=step.deleted_ids,
+    )
+    await app.commit(session, [boundary])
+    forget_cleared_reads(session, step.deleted_ids)
+    post = app.status(session)
+    app.check_thresholds(session, post)
+    log.info(
+        "session %s: cached microcompact queued %d deletions, %d tokens",
+        session.session_id,
+        len(step.deleted),
+        step.tokens_saved,
+    )
+    return p.MicroResult(
+        strategy="cached",
+        cleared_tool_ids=step.deleted_ids,
+        tokens_saved=step.tokens_saved,
+        pre_tokens=pre,
+        post_tokens=post.tokens,
+        boundary=boundary.to_builtins(),
+        cache_edits=mc.cache_edit_blocks(step.state),
+        cleared_read_paths=list(step.dropped_paths),
+    )
+
+
+def _edit_message_index(records: Sequence[Record], session: Session) -> int:
+    """Where new cache edits ride: the last user message of the view, or the next message."""
+    messages = to_api_messages(records, cleared_tool_ids=frozenset(session.cleared_tool_ids))
+    if messages and messages[-1].get("role") == "user":
+        return len(messages) - 1
+    return len(messages)
+
+
+def _nothing(
+    strategy: str,
+    pre: int,
+    reason: str | None,
+    cache_edits: list[dict[str, Any]] | None = None,
+) -> p.MicroResult:
+    return p.MicroResult(
+        strategy=strategy,
         cleared_tool_ids=[],
         tokens_saved=0,
-        pre_tokens=status.tokens,
-        post_tokens=status.tokens,
-        reason="microcompact is not implemented yet",
+        pre_tokens=pre,
+        post_tokens=pre,
+        reason=reason,
+        cache_edits=cache_edits,
+    )
+
+
+def _iso(now: float) -> str:
+    stamp = datetime.fromtimestamp(now, tz=UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def _boundary(
+    session: Session,
+    *,
+    trigger: str,
+    strategy: str,
+    pre_tokens: int,
+    tokens_saved: int,
+    compacted: list[str],
+    now: float,
+    cache_deleted: list[str] | None = None,
+) -> Record:
+    """A ``microcompact_boundary`` system entry in Claude Code's shape.
+
+    It hangs off the last entry (it is not a chain break) and adds compactd's own fields to
+    the metadata: the strategy, and for cache edits the ids deleted from the cache.
+    """
+    parent = next((r.entry.uuid for r in reversed(session.records) if r.entry.uuid), None)
+    metadata: dict[str, Any] = {
+        "trigger": trigger,
+        "preTokens": pre_tokens,
+        "tokensSaved": tokens_saved,
+        "compactedToolIds": compacted,
+        "clearedAttachmentUUIDs": [],
+        "strategy": strategy,
+    }
+    if cache_deleted is not None:
+        metadata["cacheDeletedToolIds"] = cache_deleted
+    entry: dict[str, Any] = {
+        "type": "system",
+        "subtype": "microcompact_boundary",
+        "content": _BOUNDARY_CONTENT,
+        "isMeta": False,
+        "level": "info",
+        "parentUuid": parent,
+        "uuid": str(uuid.uuid4()),
+        "timestamp": _iso(now),
+        "sessionId": session.session_id,
+        "cwd": session.meta.cwd,
+        "microcompactMetadata": metadata,
+    }
+    return record_from_dict(entry)
+
+
+# -- read-file state ----------------------------------------------------------------------------
+
+
+@runtime_checkable
+class _DropsToolIds(Protocol):
+    def drop_tool_ids(self, ids: Iterable[str]) -> list[str]: ...
+
+
+def forget_cleared_reads(session: Session, tool_ids: Sequence[str]) -> list[str]:
+    """Drop files whose latest Read result was just cleared from the read-file state.
+
+    The reference forgets such files so that a later read is not answered with "unchanged"
+    while the model no longer sees the content. The read-file state (``session.file_state``)
+    belongs to the files service, which also folds ``compactedToolIds`` of appended boundaries
+    in by itself; calling it again is harmless, and it is the only way the cached strategy's
+    deletions (which leave ``compactedToolIds`` empty) reach it. Returns the paths dropped.
+    """
+    state = getattr(session, "file_state", None)
+    if not tool_ids or not isinstance(state, _DropsToolIds):
+        return []
+    try:
+        return state.drop_tool_ids(tool_ids)
+    except Exception:  # the file state must not fail a committed microcompact
+        log.exception("could not update the read-file state of %s", session.session_id)
+        return []
+
+
+# -- cached state -------------------------------------------------------------------------------
+
+
+def _state_path(app: App, session: Session) -> Path:
+    return app.store.session_dir(session.session_id) / STATE_FILE
+
+
+def _current_boundary(session: Session) -> str | None:
+    """Uuid of the session's last compact boundary (the cached state belongs to it)."""
+    start = session.context_start
+    if start < len(session.records) and session.records[start].entry.is_compact_boundary:
+        return session.records[start].entry.uuid
+    return None
+
+
+def _read_state(path: Path) -> mc.CachedState | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("cannot read %s: %s", path, exc.strerror)
+        return None
+    try:
+        return msgspec.json.decode(data, type=mc.CachedState)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        log.warning("ignoring a corrupt microcompact state file %s: %s", path, exc)
+        return None
+
+
+async def load_cached_state(app: App, session: Session) -> mc.CachedState:
+    """The session's cached-strategy state; void (empty) after a full compaction."""
+    state = session.cached_micro
+    if state is None:
+        state = await anyio.to_thread.run_sync(_read_state, _state_path(app, session))
+        if state is None:
+            state = mc.CachedState(boundary_uuid=_current_boundary(session))
+        session.cached_micro = state
+    boundary = _current_boundary(session)
+    if state.boundary_uuid != boundary:
+        # A full compaction replaced the prompt: the edits refer to results no longer sent.
+        state = mc.CachedState(boundary_uuid=boundary)
+        session.cached_micro = state
+    return state
+
+
+async def _save_state(app: App, session: Session, state: mc.CachedState) -> None:
+    data = msgspec.json.encode(state)
+    await anyio.to_thread.run_sync(atomic_write, _state_path(app, session), data)
+    session.cached_micro = state
+
+
+async def reset_cached_edits(app: App, session: Session) -> bool:
+    """Forget the cached strategy's state and pinned edits; True if there was any.
+
+    Call it when the prompt cache broke (the edits then refer to a cache that is gone) or the
+    prompt was rewritten (a full compaction also voids the state by itself). It takes no lock,
+    so it can be called with or without ``session.lock`` held.
+    """
+    state = await load_cached_state(app, session)
+    if not state.tool_order and not state.pinned_edits:
+        return False
+    await _save_state(app, session, mc.CachedState(boundary_uuid=_current_boundary(session)))
+    return True
+
+
+# -- session/messages ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesExtras:
+    """What ``session/messages`` sends besides the messages for microcompact's sake."""
+
+    cache_edits: list[dict[str, Any]] | None = None
+    context_management: dict[str, Any] | None = None
+    betas: list[str] | None = None
+
+
+async def messages_extras(app: App, session: Session) -> MessagesExtras:
+    """Pinned cache edits, or the API-native ``context_management`` edits and beta."""
+    if not _enabled(app):
+        return MessagesExtras()
+    if session.meta.api_context_management:
+        return MessagesExtras(
+            context_management=_context_management(app, session),
+            betas=[mc.API_CONTEXT_MANAGEMENT_BETA],
+        )
+    state = await load_cached_state(app, session)
+    edits = mc.cache_edit_blocks(state)
+    return MessagesExtras(cache_edits=edits or None)
+
+
+def _context_management(app: App, session: Session) -> dict[str, Any]:
+    config = micro_config(app)
+    entries = [r.entry for r in main_thread(session.context())]
+    params = session.meta.cache_safe_params or {}
+    thinking = params.get("thinking")
+    tool_names = {
+        t["name"]
+        for t in params.get("tools") or []
+        if isinstance(t, dict) and isinstance(t.get("name"), str)
+    }
+    for entry in entries:
+        if entry.type == "assistant":
+            tool_names.update(
+                b.name for b in entry.blocks if isinstance(b, ToolUseBlock) and b.name
+            )
+    trigger = config.api_trigger_tokens or app.status(session).warning_threshold
+    return mc.context_management(
+        config,
+        thinking=mc.thinking_enabled(thinking if isinstance(thinking, dict) else None),
+        idle=mc.is_idle(entries, time.time(), config),
+        trigger_tokens=max(1, trigger),
+        exclude_tools=tool_names,
     )

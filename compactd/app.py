@@ -21,6 +21,7 @@ import platformdirs
 
 from compactd import protocol as p
 from compactd.model import ParseReport, Record, parse_lines, record_from_dict
+from compactd.services import files as files_service
 from compactd.services.store import SessionMeta, Store, valid_session_id
 from compactd.session import Session
 
@@ -63,6 +64,7 @@ class App:
         self.services: dict[str, Any] = {}
         self.task_group: anyio.abc.TaskGroup | None = None
         self.append_observers: list[AppendObserver] = []
+        files_service.install(self)  # read-file state, nested memory, watching
 
     # -- notifications -----------------------------------------------------------------------
 

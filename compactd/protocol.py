@@ -434,6 +434,27 @@ class AttachmentsResult(_Wire, kw_only=True):
     attachments: list[dict[str, Any]]
 
 
+class RehydrationExtras(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
+    """What only the client knows, for rehydration (``attachments/rehydrate`` ``extras``).
+
+    ``announcements`` are attachment payloads re-injected as they are, e.g. the client's
+    current ``{"type": "deferred_tools_delta", ...}``, ``agent_listing_delta`` or
+    ``mcp_instructions_delta``; each needs a string ``type`` and replaces what the transcript
+    says for that type. ``planFilePath`` / ``planMode`` override what the transcript says about
+    the plan. The daemon remembers the last extras of a session (until it restarts) and uses
+    them for the rehydration after ``compact/full`` and ``compact/partial`` too.
+    """
+
+    plan_file_path: str | None = None
+    plan_mode: bool | None = None
+    announcements: list[dict[str, Any]] | None = None
+
+
+class RehydrateParams(_Params, kw_only=True):
+    session_id: str
+    extras: RehydrationExtras | None = None
+
+
 class FileRecordParams(_Params, kw_only=True):
     session_id: str
     path: str
@@ -450,6 +471,8 @@ class FileStateEntry(_Wire, kw_only=True):
     limit: int | None = None
     content_hash: str | None = None
     source: str | None = None
+    # Whether a change of this file on disk is being watched for right now.
+    watched: bool | None = None
 
 
 class FileStateResult(_Wire, kw_only=True):
@@ -569,7 +592,7 @@ REQUESTS: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {
     COMPACT_PREVIEW: (PreviewParams, PreviewResult),
     COMPACT_UNDO: (SessionParams, UndoResult),
     RECALL_SEARCH: (RecallParams, RecallResult),
-    ATTACHMENTS_REHYDRATE: (SessionParams, AttachmentsResult),
+    ATTACHMENTS_REHYDRATE: (RehydrateParams, AttachmentsResult),
     ATTACHMENTS_PENDING: (SessionParams, AttachmentsResult),
     FILESTATE_RECORD: (FileRecordParams, FileStateResult),
     FILESTATE_LIST: (SessionParams, FileStateResult),

@@ -22,6 +22,7 @@ from compactd.core.cachebreak import CacheBreakDetector
 from compactd.core.microcompact import CachedState
 from compactd.core.view import context_records
 from compactd.model import Entry, Record
+from compactd.services.files import FileState, build_file_state
 from compactd.services.store import SessionMeta
 
 
@@ -51,6 +52,9 @@ class Session:
     cleared_tool_ids: set[str] = field(default_factory=set)
     context_start: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
+    # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
+    # by the files service's append observer (``services/files.py``).
+    file_state: FileState = field(default_factory=FileState)
     # Cached-microcompact state (registered / deleted tool results, pinned cache edits);
     # loaded lazily from its state file by ``services/micro.py``.
     cached_micro: CachedState | None = None
@@ -73,6 +77,7 @@ class Session:
         self.cleared_tool_ids = set()
         self.counter = tokens.TokenCounter()
         self._feed(ctx)
+        self.file_state = build_file_state(ctx, self.meta.cwd, self.cleared_tool_ids)
 
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""

@@ -155,6 +155,7 @@ export interface FileStateEntry {
   limit?: number | null;
   contentHash?: string | null;
   source?: string | null;
+  watched?: boolean | null;
 }
 
 export interface FileStateResult {
@@ -306,6 +307,17 @@ export interface RecallResult {
   hits: Array<RecallHit>;
 }
 
+export interface RehydrateParams {
+  sessionId: string;
+  extras?: RehydrationExtras | null;
+}
+
+export interface RehydrationExtras {
+  planFilePath?: string | null;
+  planMode?: boolean | null;
+  announcements?: Array<Record<string, unknown>> | null;
+}
+
 export interface SessionInfo {
   sessionId: string;
   transcriptPath: string;
@@ -393,7 +405,7 @@ export interface UndoResult {
 
 export interface Methods {
   "attachments/pending": { params: SessionParams; result: AttachmentsResult };
-  "attachments/rehydrate": { params: SessionParams; result: AttachmentsResult };
+  "attachments/rehydrate": { params: RehydrateParams; result: AttachmentsResult };
   "cache/afterResponse": { params: CacheAfterParams; result: CacheAck };
   "cache/beforeRequest": { params: CacheBeforeParams; result: CacheAck };
   "compact/auto": { params: AutoParams; result: AutoResult };

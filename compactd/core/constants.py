@@ -131,3 +131,49 @@ KEEP_ALIVE_INTERVAL_MS: Final = 30_000
 # Default timeout of a hook command, in seconds (Claude Code's hooks settings format puts a
 # per-command "timeout" in seconds; 60 is its default).
 HOOK_TIMEOUT_S: Final = 60
+
+# -- rehydration after compaction (REFERENCE.md §6) ------------------------------------------------
+
+# The most recently read files re-read from disk after a compaction: at most 5 files, each
+# capped at 5_000 tokens, 50_000 tokens for all of them (REFERENCE.md §6).
+REHYDRATE_MAX_FILES: Final = 5
+REHYDRATE_FILE_TOKENS: Final = 5_000
+REHYDRATE_FILES_TOTAL_TOKENS: Final = 50_000
+
+# Invoked skills are re-attached most recent first, 5_000 tokens each, 25_000 in total
+# (REFERENCE.md §6).
+REHYDRATE_SKILL_TOKENS: Final = 5_000
+REHYDRATE_SKILLS_TOTAL_TOKENS: Final = 25_000
+
+# Memory file names looked for in each directory from the working directory down to a file the
+# agent reads (REFERENCE.md §6: "CLAUDE.md and the like"; CLAUDE.local.md is the personal,
+# git-ignored variant). ``initializationOptions.memoryFileNames`` overrides the list.
+DEFAULT_MEMORY_FILE_NAMES: Final = ("CLAUDE.md", "CLAUDE.local.md")
+
+# The start of the stub Claude Code's Read tool returns instead of content when a file has
+# not changed since the agent last read it; such reads carry no content worth restoring and
+# are skipped by rehydration (REFERENCE.md §6, "file unchanged" stubs).
+FILE_UNCHANGED_STUB_PREFIX: Final = "File unchanged since last read"
+
+# Tools whose calls name a file the agent has seen or produced (``input.file_path``; the
+# notebook tool says ``notebook_path``). Read-file state is inferred from them (REFERENCE.md §6;
+# tool names as they appear in Claude Code transcripts).
+FILE_READ_TOOLS: Final = frozenset({"Read"})
+FILE_WRITE_TOOLS: Final = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
+
+# Tools that start a sub-agent; a call without a result yet is a background agent still
+# running, re-announced after compaction (REFERENCE.md §6). "Task" is the older name.
+AGENT_TOOLS: Final = frozenset({"Task", "Agent"})
+
+# The tool that loads a skill, and the one that maintains the todo list (REFERENCE.md §6).
+SKILL_TOOL: Final = "Skill"
+TODO_TOOL: Final = "TodoWrite"
+
+# Plan mode is entered and left with these tools (REFERENCE.md §6, plan-mode reminder).
+ENTER_PLAN_MODE_TOOL: Final = "EnterPlanMode"
+EXIT_PLAN_MODE_TOOL: Final = "ExitPlanMode"
+
+# Claude Code keeps its plans and user skills under its configuration directory, which
+# ``CLAUDE_CONFIG_DIR`` relocates (default ``~/.claude``).
+ENV_CLAUDE_CONFIG_DIR: Final = "CLAUDE_CONFIG_DIR"
+DEFAULT_CLAUDE_CONFIG_DIR: Final = "~/.claude"

@@ -6,7 +6,7 @@ result Struct. It raises ``protocol.CompactdError`` for errors the client should
 
 from __future__ import annotations
 
-from compactd.handlers import cache, compact, micro, pending, sessions, tokens
+from compactd.handlers import cache, compact, files, micro, pending, sessions, tokens
 from compactd.handlers.base import Handler
 
 HANDLERS: dict[str, Handler] = {
@@ -15,6 +15,7 @@ HANDLERS: dict[str, Handler] = {
     **micro.HANDLERS,
     **cache.HANDLERS,
     **compact.HANDLERS,
+    **files.HANDLERS,
     **pending.HANDLERS,
 }
 

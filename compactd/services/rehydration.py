@@ -1,24 +1,237 @@
-"""Rehydration after a full or partial compaction (issue 8 fills this in).
+"""Rehydration after a full or partial compaction, and on demand (``attachments/rehydrate``).
 
 ``rehydration_attachments`` returns the attachment entries (Claude Code's attachment entry
-shape, as dicts) that re-inject the agent's working set after a compaction: recently read
-files, the todo list, the plan, invoked skills, nested memory. ``kept`` are the records kept
-verbatim by a partial compaction (files read in them are not re-attached).
+shape, as dicts, ``parentUuid`` left null for the writer to link) that re-inject the agent's
+working set after a compaction (REFERENCE.md §6): the most recently read files re-read from
+disk, the todo list, the plan file and plan mode, invoked skills, background agents still
+running and the tool / agent / MCP announcements. ``kept`` are the records a partial
+compaction keeps verbatim: files read in them are not re-attached.
+
+The facts come from the current context (``core.rehydrate.scan_context``) and the session's
+read-file state; disk reads happen in a worker thread, confined to the session's roots (plan
+files may also live in Claude Code's plans directory, user skills in its skills directory);
+budgets and order are decided by the pure ``core.rehydrate.plan_attachments``.
 """
 
 from __future__ import annotations
 
+import re
+import time
+import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
+import anyio
+
+from compactd import protocol as p
+from compactd.core import constants as c
+from compactd.core import rehydrate as rh
 from compactd.model import Record
+from compactd.services import files
 
 if TYPE_CHECKING:
     from compactd.app import App
     from compactd.session import Session
 
+# A skill name that can safely become a directory name.
+_SKILL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def claude_config_dir(app: App) -> Path:
+    raw = app.env.get(c.ENV_CLAUDE_CONFIG_DIR) or c.DEFAULT_CLAUDE_CONFIG_DIR
+    return Path(raw).expanduser()
+
 
 async def rehydration_attachments(
     app: App, session: Session, kept: Sequence[Record]
 ) -> list[dict[str, Any]]:
-    return []
+    """The attachments to write after a compaction of ``session`` that keeps ``kept``.
+
+    Call it before the boundary is committed: it reads the read-file state and the context
+    the compaction is about to replace.
+    """
+    rt = files.service(app).runtime(session)
+    return await _build(app, session, kept, rt.extras)
+
+
+async def rehydrate_now(
+    app: App, session: Session, extras: p.RehydrationExtras | None
+) -> list[dict[str, Any]]:
+    """``attachments/rehydrate``: what a full compaction now would re-inject.
+
+    ``extras`` (validated here) are remembered for the session's later compactions.
+    """
+    rt = files.service(app).runtime(session)
+    if extras is not None:
+        for i, item in enumerate(extras.announcements or []):
+            kind = item.get("type")
+            if not isinstance(kind, str) or not kind:
+                raise p.CompactdError(
+                    p.ErrorCode.INVALID_PARAMS,
+                    f"extras.announcements[{i}] needs a string 'type' (an attachment payload "
+                    'such as {"type": "deferred_tools_delta", ...})',
+                )
+        if extras.plan_file_path is not None and (
+            not extras.plan_file_path or "\x00" in extras.plan_file_path
+        ):
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS, "extras.planFilePath must be a non-empty path"
+            )
+        rt.extras = extras
+    return await _build(app, session, (), rt.extras)
+
+
+@dataclass(frozen=True, slots=True)
+class _DiskFacts:
+    files: list[rh.FileSnapshot | rh.FileNotice]
+    plan_content: str | None
+    skill_texts: dict[str, tuple[str, str]]  # name -> (content, path)
+
+
+async def _build(
+    app: App,
+    session: Session,
+    kept: Sequence[Record],
+    extras: p.RehydrationExtras | None,
+) -> list[dict[str, Any]]:
+    svc = files.service(app)
+    cwd = session.meta.cwd
+    config = claude_config_dir(app)
+    plan_dir = str(config / "plans")
+    facts = rh.scan_context(session.context(), cwd, plan_dirs=[plan_dir])
+    plan_path = facts.plan.path
+    plan_mode = facts.plan.mode
+    if extras is not None:
+        plan_path = extras.plan_file_path or plan_path
+        plan_mode = extras.plan_mode if extras.plan_mode is not None else plan_mode
+    if plan_path is not None:
+        plan_path = rh.normalize_path(plan_path, cwd)
+    budgets = rh.Budgets()
+    candidates = rh.select_files(
+        session.file_state.candidates(),
+        exclude_paths=rh.read_paths(kept, cwd),
+        plan_paths=[plan_path] if plan_path else [],
+        plan_dirs=[plan_dir],
+        memory_names=svc.memory_names,
+    )
+    wanted_skills = [s.name for s in facts.skills if not s.content]
+    disk = await anyio.to_thread.run_sync(
+        _read_disk,
+        candidates,
+        cwd,
+        svc.roots(session),
+        budgets.max_files,
+        plan_path,
+        Path(plan_dir),
+        wanted_skills,
+        config / "skills",
+    )
+    skills = []
+    for ref in facts.skills:
+        if ref.content:
+            skills.append(rh.SkillSnapshot(name=ref.name, content=ref.content, path=ref.path))
+        elif ref.name in disk.skill_texts:
+            text, where = disk.skill_texts[ref.name]
+            skills.append(rh.SkillSnapshot(name=ref.name, content=text, path=where))
+    announcements = list(facts.announcements)
+    if extras is not None and extras.announcements:
+        supplied = {a["type"] for a in extras.announcements}
+        announcements = [a for a in announcements if a.get("type") not in supplied]
+        announcements.extend(dict(a) for a in extras.announcements)
+    plan = None
+    if plan_path is not None or plan_mode:
+        plan = rh.PlanSnapshot(path=plan_path or "", content=disk.plan_content, mode=plan_mode)
+    inputs = rh.RehydrationInputs(
+        files=disk.files,
+        todos=facts.todos,
+        plan=plan,
+        skills=skills,
+        agents=facts.agents,
+        announcements=announcements,
+        is_subagent=session.meta.agent_kind == "subagent",
+    )
+    now = files.iso_timestamp(time.time())
+    return [
+        rh.attachment_entry(payload, str(uuid.uuid4()), now, session.session_id)
+        for payload in rh.plan_attachments(inputs, budgets)
+    ]
+
+
+def _read_disk(
+    candidates: list[rh.FileCandidate],
+    cwd: str,
+    roots: list[str],
+    max_files: int,
+    plan_path: str | None,
+    plan_dir: Path,
+    skills: list[str],
+    user_skills: Path,
+) -> _DiskFacts:
+    """Blocking: read the candidates in order until ``max_files`` take a slot, the plan and
+    skill files. Missing files and files outside the roots are passed over."""
+    resolved_roots = files.resolve_roots(cwd, roots)
+    out: list[rh.FileSnapshot | rh.FileNotice] = []
+    seen: set[Path] = set()
+    for cand in candidates:
+        if len(out) >= max_files:
+            break
+        try:
+            real = files.confine(cand.path, cwd, resolved_roots)
+        except p.CompactdError:
+            continue
+        if real in seen:
+            continue
+        seen.add(real)
+        got = files.read_file(real)
+        if got is None:
+            continue
+        shown = rh.display_path(cand.path, cwd)
+        if got.text is None:
+            out.append(rh.FileNotice(path=cand.path, display_path=shown, reason=got.reason or ""))
+            continue
+        text, start, total = files.slice_lines(got.text, cand.offset, cand.limit)
+        out.append(
+            rh.FileSnapshot(
+                path=cand.path,
+                display_path=shown,
+                content=text,
+                start_line=start,
+                total_lines=total,
+            )
+        )
+    plan_content = None
+    if plan_path is not None:
+        plan_content = _read_confined(plan_path, cwd, [*resolved_roots, *_resolved(plan_dir)])
+    texts: dict[str, tuple[str, str]] = {}
+    project_skills = Path(cwd) / ".claude" / "skills"
+    for name in skills:
+        if not _SKILL_NAME_RE.match(name):
+            continue
+        for base, allowed in (
+            (project_skills, resolved_roots),
+            (user_skills, _resolved(user_skills)),
+        ):
+            where = str(base / name / "SKILL.md")
+            skill_text = _read_confined(where, cwd, allowed)
+            if skill_text is not None:
+                texts[name] = (skill_text, where)
+                break
+    return _DiskFacts(files=out, plan_content=plan_content, skill_texts=texts)
+
+
+def _resolved(path: Path) -> list[Path]:
+    try:
+        return [path.resolve()]
+    except (OSError, RuntimeError):
+        return []
+
+
+def _read_confined(path: str, cwd: str, roots: list[Path]) -> str | None:
+    try:
+        real = files.confine(path, cwd, roots)
+    except p.CompactdError:
+        return None
+    got = files.read_file(real)
+    return got.text if got is not None else None

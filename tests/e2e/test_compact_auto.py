@@ -14,6 +14,7 @@ from tests.e2e.test_compact_support import (
     h,  # noqa: F401 - fixture
     harness_fixture,
     open_session,
+    session_entries,
     transcript_lines,
     transcript_path,
 )
@@ -60,6 +61,21 @@ async def test_above_threshold_runs_a_full_compaction_that_continues_silently(
     assert "Do not acknowledge or recap this summary" in text
     assert result.status is not None and not result.status.is_above_auto_compact_threshold
     assert result.status.tokens == (await client.tokens_status(sid)).tokens
+
+
+async def test_microcompact_alone_can_be_enough(h: Harness) -> None:  # noqa: F811
+    client, emu = h.client, h.emu
+    # Stamped long ago: the prompt cache has expired, so time-based microcompact clears all
+    # but the newest tool results, which brings the session under the threshold.
+    entries = session_entries(recent=False)
+    sid = await open_session(client, entries, contextWindow=SMALL_WINDOW)
+    assert (await client.tokens_status(sid)).is_above_auto_compact_threshold
+    result = await client.compact_auto(sid)
+    assert result.was_compacted and result.mechanism == "micro"
+    assert result.micro is not None and result.micro.tokens_saved > 0
+    assert result.result is None
+    assert result.status is not None and not result.status.is_above_auto_compact_threshold
+    assert emu.message_requests == []
 
 
 async def test_circuit_breaker_trips_after_three_failures_and_resets(h: Harness) -> None:  # noqa: F811

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -410,8 +409,3 @@ async def test_rehydrate_on_an_unknown_session_is_an_error(daemon: Client) -> No
         with pytest.raises(RpcError) as err:
             await daemon.request(method, {"sessionId": "nope"})
         assert err.value.code == p.ErrorCode.SESSION_NOT_FOUND
-
-
-def test_symlink_fixture_assumption() -> None:
-    # The confinement test relies on symlinks; make the assumption explicit.
-    assert hasattr(os, "symlink")

@@ -20,6 +20,7 @@ import msgspec
 import platformdirs
 
 from compactd import protocol as p
+from compactd.core import tokens
 from compactd.model import ParseReport, Record, parse_lines, record_from_dict
 from compactd.services import files as files_service
 from compactd.services.store import SessionMeta, Store, valid_session_id
@@ -152,10 +153,30 @@ class App:
                 p.ErrorCode.INVALID_PARAMS,
                 f"invalid sessionId {sid!r}: use letters, digits, '.', '_' and '-' only",
             )
+        if not params.cwd.strip() or "\x00" in params.cwd:
+            raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "cwd must be a non-empty path")
+        if not params.model.strip():
+            raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "model must be a non-empty string")
+        if params.transcript_path is not None and (
+            not params.transcript_path.strip() or "\x00" in params.transcript_path
+        ):
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS, "transcriptPath must be a non-empty path"
+            )
         if params.context_window is not None and params.context_window <= 0:
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "contextWindow must be positive")
         if params.max_output_tokens is not None and params.max_output_tokens <= 0:
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "maxOutputTokens must be positive")
+        limits = tokens.resolve_limits(
+            params.model, params.context_window, params.max_output_tokens, self.env
+        )
+        if tokens.thresholds(limits, self.env).auto_compact_threshold <= 0:
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS,
+                f"a {limits.context_window}-token window leaves no room for the conversation once "
+                f"{limits.max_output_tokens} output tokens and the compaction buffer are reserved;"
+                " pass a smaller maxOutputTokens",
+            )
         source = Path(params.transcript_path).expanduser() if params.transcript_path else None
         if self.store.exists(sid):
             session = await self.get_session(sid)
@@ -322,6 +343,12 @@ def _read_transcript(path: Path) -> tuple[list[Record], ParseReport]:
         ) from exc
     report = ParseReport()
     records = list(parse_lines(data.split(b"\n"), report))
+    if not records and report.skipped:
+        raise p.CompactdError(
+            p.ErrorCode.TRANSCRIPT_UNREADABLE,
+            f"{path} is not a Claude Code transcript: none of its {report.lines} lines is a JSON "
+            f"object ({report.first_error})",
+        )
     return records, report
 
 

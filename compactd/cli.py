@@ -35,6 +35,9 @@ def _setup_logging(verbosity: int, log_file: str | None) -> None:
     # pygls logs whole message bodies (prompts, file contents) at INFO: keep it quiet.
     for name in ("pygls", "pygls.protocol", "pygls.server", "pygls.feature_manager"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    # pygls also logs a traceback for every error answer (bad params, unknown sessions); those
+    # are normal answers here, and compactd logs real failures itself.
+    logging.getLogger("pygls.protocol.json_rpc").setLevel(logging.CRITICAL)
     # The HTTP stack logs request details at INFO/DEBUG; only errors are useful here.
     for name in ("httpx", "httpx2", "httpcore", "anthropic"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))

@@ -137,6 +137,9 @@ def _dispatch(body: bytes, deliver: Deliver, reject: Reject) -> None:
     except msgspec.DecodeError as exc:
         reject(FrameError(-32700, p.ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}"))
         return
+    except RecursionError:
+        reject(FrameError(-32700, p.ErrorCode.PARSE_ERROR, "JSON nested too deeply"))
+        return
     if isinstance(msg, list):
         reject(FrameError(-32600, p.ErrorCode.INVALID_REQUEST, "batch requests are not supported"))
         return

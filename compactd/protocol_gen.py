@@ -120,17 +120,17 @@ def build_typescript(schema: dict[str, Any]) -> str:
         out.append(f"  {json.dumps(method)}: {_ts_type(spec['params'])};")
     out.append("}")
     out.append("")
-    out.append("export const METHODS = {")
+    out.append("export declare const METHODS: {")
     for const, value in sorted(vars(p).items()):
         if const.isupper() and isinstance(value, str) and "/" in value:
-            out.append(f"  {const}: {json.dumps(value)},")
-    out.append("} as const;")
+            out.append(f"  readonly {const}: {json.dumps(value)};")
+    out.append("};")
     out.append("")
     codes = ", ".join(json.dumps(c) for c in schema["errorCodes"])
     out.append(
         f"export type ErrorCode = {' | '.join(json.dumps(c) for c in schema['errorCodes'])};"
     )
-    out.append(f"export const ERROR_CODES: readonly ErrorCode[] = [{codes}];")
+    out.append(f"export declare const ERROR_CODES: readonly ErrorCode[]; // {codes}")
     out.append("")
     return "\n".join(out)
 

@@ -167,6 +167,12 @@ class CompactdServer(LanguageServer):
                 )
             try:
                 decoded = msgspec.convert(params, params_type)
+            except RecursionError as exc:
+                raise JsonRpcException(
+                    message=f"invalid params for {method}: nested too deeply",
+                    code=-32602,
+                    data={"code": p.ErrorCode.INVALID_PARAMS},
+                ) from exc
             except msgspec.ValidationError as exc:
                 raise JsonRpcException(
                     message=f"invalid params for {method}: {exc}",
@@ -177,6 +183,16 @@ class CompactdServer(LanguageServer):
                 result = await handler(app, decoded, ls.request_context())
             except p.CompactdError as err:
                 raise to_jsonrpc_error(err) from err
+            except (JsonRpcException, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                # A bug must cost one request, not the daemon; the log keeps the traceback.
+                log.exception("%s failed", method)
+                raise JsonRpcException(
+                    message=f"{method} failed: {type(exc).__name__}: {exc}",
+                    code=-32603,
+                    data={"code": p.ErrorCode.INTERNAL},
+                ) from exc
             return msgspec.to_builtins(result)
 
         run.__name__ = f"handle_{method.replace('/', '_')}"
@@ -189,14 +205,43 @@ class CompactdServer(LanguageServer):
 
     def _reject(self, err: FrameError) -> None:
         log.warning("rejected a frame: %s", err.message)
-        self.protocol._send_response(
-            err.msg_id,  # null when the request's id could not be read
-            error=lsp.ResponseError(
-                code=err.jsonrpc_code, message=err.message, data={"code": err.code}
-            ),
+        # Written as a plain dict: JSON-RPC wants ``"id": null`` when the id could not be
+        # read, and pygls' converter would drop a None id altogether.
+        self.protocol._send_data(
+            {
+                "jsonrpc": "2.0",
+                "id": err.msg_id,
+                "error": {
+                    "code": err.jsonrpc_code,
+                    "message": err.message,
+                    "data": {"code": err.code},
+                },
+            }
         )
 
     def _deliver(self, msg: dict[str, Any]) -> None:
+        # One message must never take the daemon down, whatever it contains.
+        try:
+            self._deliver_one(msg)
+        except RecursionError:
+            self._answer_error(
+                msg, -32600, p.ErrorCode.INVALID_REQUEST, "message nested too deeply"
+            )
+        except Exception:
+            log.exception("failed to handle a message")
+            self._answer_error(msg, -32603, p.ErrorCode.INTERNAL, "internal error handling message")
+
+    def _answer_error(self, msg: dict[str, Any], number: int, code: str, text: str) -> None:
+        if "id" not in msg or "method" not in msg:
+            return
+        try:
+            self.protocol._send_response(
+                msg["id"], error=lsp.ResponseError(code=number, message=text, data={"code": code})
+            )
+        except Exception:
+            log.exception("failed to send an error response")
+
+    def _deliver_one(self, msg: dict[str, Any]) -> None:
         try:
             structured = self.protocol.structure_message(msg)
         except JsonRpcException as exc:

@@ -436,35 +436,35 @@ export interface Notifications {
   "tokens/threshold": ThresholdNotification;
 }
 
-export const METHODS = {
-  ATTACHMENTS_PENDING: "attachments/pending",
-  ATTACHMENTS_REHYDRATE: "attachments/rehydrate",
-  CACHE_AFTER_RESPONSE: "cache/afterResponse",
-  CACHE_BEFORE_REQUEST: "cache/beforeRequest",
-  COMPACT_AUTO: "compact/auto",
-  COMPACT_FULL: "compact/full",
-  COMPACT_MICRO: "compact/micro",
-  COMPACT_PARTIAL: "compact/partial",
-  COMPACT_PREVIEW: "compact/preview",
-  COMPACT_UNDO: "compact/undo",
-  FILESTATE_LIST: "fileState/list",
-  FILESTATE_RECORD: "fileState/record",
-  NOTIFY_CACHE_BREAK: "cache/break",
-  NOTIFY_COMPACT_STATUS: "compact/status",
-  NOTIFY_MEMORY_CHANGED: "memory/changed",
-  NOTIFY_TOKENS_THRESHOLD: "tokens/threshold",
-  RECALL_SEARCH: "recall/search",
-  SESSION_APPEND: "session/append",
-  SESSION_CLOSE: "session/close",
-  SESSION_LIST: "session/list",
-  SESSION_MEMORY_EXTRACT: "sessionMemory/extract",
-  SESSION_MEMORY_GET: "sessionMemory/get",
-  SESSION_MESSAGES: "session/messages",
-  SESSION_OPEN: "session/open",
-  SESSION_STATS: "session/stats",
-  TOKENS_BREAKDOWN: "tokens/breakdown",
-  TOKENS_STATUS: "tokens/status",
-} as const;
+export declare const METHODS: {
+  readonly ATTACHMENTS_PENDING: "attachments/pending";
+  readonly ATTACHMENTS_REHYDRATE: "attachments/rehydrate";
+  readonly CACHE_AFTER_RESPONSE: "cache/afterResponse";
+  readonly CACHE_BEFORE_REQUEST: "cache/beforeRequest";
+  readonly COMPACT_AUTO: "compact/auto";
+  readonly COMPACT_FULL: "compact/full";
+  readonly COMPACT_MICRO: "compact/micro";
+  readonly COMPACT_PARTIAL: "compact/partial";
+  readonly COMPACT_PREVIEW: "compact/preview";
+  readonly COMPACT_UNDO: "compact/undo";
+  readonly FILESTATE_LIST: "fileState/list";
+  readonly FILESTATE_RECORD: "fileState/record";
+  readonly NOTIFY_CACHE_BREAK: "cache/break";
+  readonly NOTIFY_COMPACT_STATUS: "compact/status";
+  readonly NOTIFY_MEMORY_CHANGED: "memory/changed";
+  readonly NOTIFY_TOKENS_THRESHOLD: "tokens/threshold";
+  readonly RECALL_SEARCH: "recall/search";
+  readonly SESSION_APPEND: "session/append";
+  readonly SESSION_CLOSE: "session/close";
+  readonly SESSION_LIST: "session/list";
+  readonly SESSION_MEMORY_EXTRACT: "sessionMemory/extract";
+  readonly SESSION_MEMORY_GET: "sessionMemory/get";
+  readonly SESSION_MESSAGES: "session/messages";
+  readonly SESSION_OPEN: "session/open";
+  readonly SESSION_STATS: "session/stats";
+  readonly TOKENS_BREAKDOWN: "tokens/breakdown";
+  readonly TOKENS_STATUS: "tokens/status";
+};
 
 export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "notImplemented" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "sessionBusy" | "sessionExists" | "sessionNotFound" | "summaryFailed" | "transcriptUnreadable";
-export const ERROR_CODES: readonly ErrorCode[] = ["cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "notImplemented", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "sessionBusy", "sessionExists", "sessionNotFound", "summaryFailed", "transcriptUnreadable"];
+export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "notImplemented", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "sessionBusy", "sessionExists", "sessionNotFound", "summaryFailed", "transcriptUnreadable"

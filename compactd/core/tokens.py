@@ -451,12 +451,14 @@ def thresholds(
         auto_threshold = min(math.floor(effective * pct / 100), auto_threshold)
     base = auto_threshold if auto_compact_enabled else effective
     blocking = _positive_int(env, c.ENV_BLOCKING_LIMIT_OVERRIDE)
+    # The reference's fixed buffers assume large windows; on a tiny one a level would go
+    # negative, which no client can display sensibly. Levels never go below zero.
     return Thresholds(
-        effective_window=effective,
-        auto_compact_threshold=auto_threshold,
-        warning_threshold=base - c.WARNING_BUFFER,
-        error_threshold=base - c.ERROR_BUFFER,
-        blocking_limit=blocking if blocking is not None else effective - c.BLOCKING_BUFFER,
+        effective_window=max(0, effective),
+        auto_compact_threshold=max(0, auto_threshold),
+        warning_threshold=max(0, base - c.WARNING_BUFFER),
+        error_threshold=max(0, base - c.ERROR_BUFFER),
+        blocking_limit=blocking if blocking is not None else max(0, effective - c.BLOCKING_BUFFER),
     )
 
 

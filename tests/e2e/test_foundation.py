@@ -450,3 +450,14 @@ def test_generated_protocol_files_are_current() -> None:
         assert path.read_text(encoding="utf-8") == text, f"{path.name} is stale: run make protocol"
     schema = msgspec.json.decode(protocol_gen.SCHEMA_PATH.read_bytes())
     assert set(schema["methods"]) == set(p.REQUESTS)
+
+
+async def test_window_too_small_for_the_reserves_is_refused(daemon: Client) -> None:
+    with pytest.raises(RpcError) as err:
+        await daemon.open_session(cwd="/w", model="m", context_window=30_000)
+    assert err.value.code == "invalidParams"
+    assert "maxOutputTokens" in err.value.message
+    ok = await daemon.open_session(
+        cwd="/w", model="m", context_window=30_000, max_output_tokens=4_000
+    )
+    assert ok.status.auto_compact_threshold == 13_000

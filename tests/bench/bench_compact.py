@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.emulator import Emulator, RecordedRequest  # noqa: E402
 
 RUNS = 5
+# The SDK warns on every call naming a deprecated model; the figures are what matters here.
+warnings.filterwarnings(
+    "ignore", message=r"The model .* is deprecated", category=DeprecationWarning
+)
 MODEL = "claude-sonnet-4-5"
 SYSTEM: list[dict[str, Any]] = [
     {"type": "text", "text": "You are an AI coding agent working in the user's repository."},

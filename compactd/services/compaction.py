@@ -34,6 +34,7 @@ import anyio
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
+from compactd.core.ledger import complete_summary
 from compactd.core.normalize import to_api_messages
 from compactd.core.offline_summary import offline_summary
 from compactd.core.prompts import (
@@ -120,6 +121,7 @@ class _Prepared:
     summarizer: str
     usage: dict[str, Any] | None
     warnings: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
 
 
 class _Run:
@@ -313,6 +315,9 @@ async def _prepare(run: _Run) -> _Prepared:
     summary = format_summary(raw)
     if not summary:
         raise p.CompactdError(p.ErrorCode.SUMMARY_FAILED, "the summary is empty")
+    # Ledger check (DESIGN.md "Beyond the reference"): whatever the user said, and the files
+    # touched, that the summary left out is appended to it, so nothing is lost.
+    summary, restored = complete_summary(summary, summarized, cleared_tool_ids=cleared)
 
     run.status("rehydrating")
     attachments = await rehydration_attachments(app, session, kept)
@@ -350,6 +355,7 @@ async def _prepare(run: _Run) -> _Prepared:
         summarizer=mode,
         usage=usage,
         warnings=warnings,
+        restored=restored,
     )
 
 
@@ -609,5 +615,6 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         duration_ms=run.elapsed_ms(),
         usage=prep.usage,
         summarizer=prep.summarizer,
+        restored_from_ledger=prep.restored or None,
         warnings=warnings or None,
     )

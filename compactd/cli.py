@@ -9,15 +9,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from compactd_client import Client, RpcError
 
 from compactd import __version__
 from compactd import protocol as p
+from compactd.core.split import group_rounds
+from compactd.model import ParseReport, parse_lines
+from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
 from compactd.synthetic import make_session, to_jsonl
 
 
@@ -65,10 +71,27 @@ def _build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     replay = sub.add_parser("replay", help="stream a transcript into a daemon and compact")
-    replay.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
+    replay.add_argument(
+        "transcript", nargs="?", help="a Claude Code transcript (default: a synthetic session)"
+    )
     replay.add_argument("--model", default=None, help="model whose window applies")
-    replay.add_argument("--context-window", type=int, default=None)
-    replay.add_argument("--online", action="store_true", help="use the Anthropic API (needs a key)")
+    replay.add_argument(
+        "--context-window",
+        type=int,
+        default=None,
+        help="window in tokens (default: the model's; 100,000 for the synthetic session)",
+    )
+    replay.add_argument("--max-output-tokens", type=int, default=None)
+    replay.add_argument(
+        "--online",
+        action="store_true",
+        help=f"summarize with the Anthropic API ({ENV_API_KEY} from the environment)",
+    )
+    replay.add_argument("--data-dir", help="keep the replayed session here (default: a temp dir)")
+    replay.add_argument(
+        "--rounds-per-batch", type=int, default=1, help="API rounds appended per batch"
+    )
+    replay.add_argument("--json", action="store_true", help="print the timeline as JSON")
     return parser
 
 
@@ -85,6 +108,19 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(demo(args.transcript, args.data_dir))
         if args.command == "status":
             return asyncio.run(status(args.transcript, args.model, args.json))
+        if args.command == "replay":
+            return asyncio.run(
+                replay(
+                    args.transcript,
+                    model=args.model,
+                    context_window=args.context_window,
+                    max_output_tokens=args.max_output_tokens,
+                    online=args.online,
+                    data_dir=args.data_dir,
+                    rounds_per_batch=args.rounds_per_batch,
+                    as_json=args.json,
+                )
+            )
     except RpcError as exc:
         print(f"compactd: {exc}", file=sys.stderr)
         return 1
@@ -191,6 +227,7 @@ async def demo(transcript: str | None, data_dir: str | None) -> int:
             msgs = await client.messages(opened.session_id)
             print(f"  API view: {len(msgs.messages)} messages after normalization")
             await _demo_compaction(client, opened.session_id)
+            await _demo_auto(client)
             listed = await client.list_sessions()
             print(f"daemon holds {len(listed.sessions)} session(s)")
     return 0
@@ -223,6 +260,37 @@ async def _demo_compaction(client: Client, session_id: str) -> None:
     print(f"  API view after compaction: {len(after.messages)} message(s)")
 
 
+# The synthetic session the demo replays: big enough to cross the 100K window's auto-compact
+# threshold more than once, small enough to replay in a few seconds.
+_DEMO_REPLAY_ENTRIES = 1_000
+_DEMO_REPLAY_TOKENS = 150_000
+
+
+async def _demo_auto(client: Client) -> None:
+    """Replay a synthetic session as an agent would, letting compact/auto decide, and show
+    that the stored transcript still holds every original entry."""
+    entries = make_session(entries=_DEMO_REPLAY_ENTRIES, target_tokens=_DEMO_REPLAY_TOKENS)
+    print(
+        f"automatic compaction: an agent appends a synthetic session of {len(entries)} entries "
+        f"round by round and calls compact/auto before each request"
+    )
+    plan = plan_replay(to_jsonl(entries).splitlines())
+    outcome = await replay_session(
+        client, plan, model="claude-sonnet-4-5", context_window=REPLAY_SYNTHETIC_WINDOW
+    )
+    _print_timeline(outcome.events, outcome.saved)
+    print("status after:")
+    _print_status(await client.tokens_status(outcome.session_id))
+    stored = [r.entry for r in parse_lines(Path(outcome.transcript_path).read_bytes().splitlines())]
+    uuids = {e.uuid for e in stored}
+    kept = sum(1 for e in entries if e.get("uuid") in uuids)
+    boundaries = sum(1 for e in stored if e.is_compact_boundary or e.is_microcompact_boundary)
+    print(
+        f"  the transcript still holds {kept} of {len(entries)} original entries, plus "
+        f"{boundaries} compaction boundary entries ({outcome.transcript_path})"
+    )
+
+
 async def status(transcript: str, model: str | None, as_json: bool) -> int:
     """Token status and breakdown of a transcript, through a throwaway daemon."""
     path = Path(transcript)
@@ -249,3 +317,294 @@ async def status(transcript: str, model: str | None, as_json: bool) -> int:
             if st.compactions:
                 _print_stats(st)
     return 0
+
+
+# -- replay -------------------------------------------------------------------------------------
+
+# The window the replay of the synthetic session uses: small enough that its ~180K tokens are
+# compacted more than once, large enough to be a real model's (REFERENCE.md §1 thresholds).
+REPLAY_SYNTHETIC_WINDOW = 100_000
+# Progress lines printed over a replay when stdout is not a terminal (one per step of 10%).
+_REPLAY_PROGRESS_STEPS = 10
+_BAR_WIDTH = 24
+# Largest append batch of a replay: a round longer than this (an inline sub-agent run inside
+# one response) is appended in pieces, as an agent streams it, with compact/auto in between.
+REPLAY_MAX_BATCH = 20
+
+
+@dataclass(slots=True)
+class ReplayEvent:
+    """One compaction the daemon made during a replay."""
+
+    entry: int  # entries appended when it happened (1-based index of the last one)
+    mechanism: str
+    pre_tokens: int
+    post_tokens: int
+    boundary_uuid: str | None
+
+
+@dataclass(slots=True)
+class ReplayPlan:
+    """A transcript cut into append batches (API rounds), without its original compactions."""
+
+    batches: list[list[dict[str, Any]]]
+    entries: int
+    skipped_artefacts: int
+    corrupt_lines: int
+
+
+def plan_replay(
+    lines: list[bytes], rounds_per_batch: int = 1, max_batch: int = REPLAY_MAX_BATCH
+) -> ReplayPlan:
+    """Group a transcript's entries by API round, as an agent appends them turn by turn.
+
+    A batch holds ``rounds_per_batch`` rounds, cut into pieces of at most ``max_batch``
+    entries.
+
+    The original compaction boundaries and summaries are left out: the point of a replay is to
+    see which compactions this daemon makes on its own.
+    """
+    report = ParseReport()
+    records = [
+        r
+        for r in parse_lines(lines, report)
+        if not (
+            r.entry.is_compact_boundary
+            or r.entry.is_microcompact_boundary
+            or r.entry.is_compact_summary
+        )
+    ]
+    kept = len(records)
+    skipped = report.lines - report.skipped - kept
+    rounds = group_rounds([r.entry for r in records])
+    batches: list[list[dict[str, Any]]] = []
+    step = max(1, rounds_per_batch)
+    size = max(1, max_batch)
+    for i in range(0, len(rounds), step):
+        group = rounds[i : i + step]
+        span = [r.to_builtins() for r in records[group[0].start : group[-1].end]]
+        batches += [span[j : j + size] for j in range(0, len(span), size)]
+    return ReplayPlan(batches, kept, skipped, report.skipped)
+
+
+def _events(done: int, result: p.AutoResult) -> list[ReplayEvent]:
+    """The boundaries one ``compact/auto`` answer wrote (a microcompact may precede a full)."""
+    out: list[ReplayEvent] = []
+    micro = result.micro
+    if micro is not None and micro.tokens_saved > 0 and micro.boundary is not None:
+        out.append(
+            ReplayEvent(
+                done, "micro", micro.pre_tokens, micro.post_tokens, micro.boundary.get("uuid")
+            )
+        )
+    full = result.result
+    if full is not None:
+        out.append(
+            ReplayEvent(
+                done,
+                result.mechanism or "full",
+                full.pre_compact_tokens,
+                full.post_compact_tokens,
+                full.boundary.get("uuid"),
+            )
+        )
+    return out
+
+
+def _without_usage(entry: dict[str, Any]) -> dict[str, Any]:
+    message = entry.get("message")
+    if not isinstance(message, dict) or "usage" not in message:
+        return entry
+    return {**entry, "message": {k: v for k, v in message.items() if k != "usage"}}
+
+
+def _bar(done: int, total: int, width: int = _BAR_WIDTH) -> str:
+    frac = done / total if total else 1.0
+    filled = int(frac * width)
+    return "[" + "=" * filled + " " * (width - filled) + f"] {frac:4.0%}"
+
+
+class _Progress:
+    """A live gauge: rewritten in place on a terminal, a line per 10% otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.tty = sys.stdout.isatty()
+        self._next_step = 1
+        self._open_line = False
+
+    def update(self, done: int, status: p.TokenStatus) -> None:
+        line = f"entries {done:>6}/{self.total} {_bar(done, self.total)}  context {_gauge(status)}"
+        if self.tty:
+            sys.stdout.write("\r" + line + "\x1b[K")
+            sys.stdout.flush()
+            self._open_line = True
+            return
+        if done * _REPLAY_PROGRESS_STEPS >= self._next_step * self.total or done == self.total:
+            while done * _REPLAY_PROGRESS_STEPS >= self._next_step * self.total:
+                self._next_step += 1
+            print(line, flush=True)
+
+    def say(self, text: str) -> None:
+        if self._open_line:
+            sys.stdout.write("\n")
+            self._open_line = False
+        print(text, flush=True)
+
+    def finish(self) -> None:
+        if self._open_line:
+            sys.stdout.write("\n")
+            self._open_line = False
+
+
+@dataclass(slots=True)
+class ReplayOutcome:
+    session_id: str
+    transcript_path: str
+    events: list[ReplayEvent]
+    status: p.TokenStatus
+
+    @property
+    def saved(self) -> int:
+        return sum(ev.pre_tokens - ev.post_tokens for ev in self.events)
+
+
+async def replay_session(
+    client: Client,
+    plan: ReplayPlan,
+    *,
+    model: str,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+    quiet: bool = False,
+) -> ReplayOutcome:
+    """Append ``plan`` to a new session batch by batch, calling ``compact/auto`` after each
+    append exactly as an agent does before its next request; show a live gauge unless quiet."""
+    opened = await client.open_session(
+        cwd=str(Path.cwd()),
+        model=model,
+        context_window=context_window,
+        max_output_tokens=max_output_tokens,
+    )
+    sid = opened.session_id
+    progress = _Progress(plan.entries)
+    say = (lambda text: None) if quiet else progress.say
+    say(
+        f"replaying {plan.entries} entries in {len(plan.batches)} batches into a "
+        f"{opened.status.context_window:,}-token window "
+        f"(auto-compact at {opened.status.auto_compact_threshold:,})"
+    )
+    if plan.skipped_artefacts:
+        say(f"  left out {plan.skipped_artefacts} compaction entries of the original")
+    events: list[ReplayEvent] = []
+    done = 0
+    reasons: set[str] = set()
+    status = opened.status
+    for batch in plan.batches:
+        if events:
+            # The original usage figures measured the original, uncompacted context; after
+            # this daemon's first compaction they would anchor the count wrongly.
+            batch = [_without_usage(e) for e in batch]
+        await client.append(sid, batch)
+        done += len(batch)
+        auto = await client.compact_auto(sid)
+        status = auto.status or await client.tokens_status(sid)
+        new = _events(done, auto)
+        events += new
+        for ev in new:
+            say(
+                f"  compacted at entry {ev.entry}: {ev.mechanism} "
+                f"{ev.pre_tokens:,} -> {ev.post_tokens:,} tokens"
+            )
+        if not auto.was_compacted and status.is_above_auto_compact_threshold:
+            reason = auto.reason or "no reason given"
+            if reason not in reasons:
+                reasons.add(reason)
+                say(f"  not compacted at entry {done}: {reason}")
+        if not quiet:
+            progress.update(done, status)
+    progress.finish()
+    return ReplayOutcome(sid, opened.transcript_path, events, status)
+
+
+async def replay(
+    transcript: str | None,
+    *,
+    model: str | None = None,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+    online: bool = False,
+    data_dir: str | None = None,
+    rounds_per_batch: int = 1,
+    as_json: bool = False,
+) -> int:
+    """``compactd replay``: stream a transcript (default: a synthetic session in a 100K window)
+    into a fresh daemon and end with the timeline of the compactions it made."""
+    if transcript is None:
+        lines = to_jsonl(make_session()).splitlines()
+        name = "a synthetic session"
+        if context_window is None:
+            context_window = REPLAY_SYNTHETIC_WINDOW
+    else:
+        path = Path(transcript)
+        if not path.is_file():
+            print(f"compactd: no such file: {transcript}", file=sys.stderr)
+            return 1
+        lines = path.read_bytes().splitlines()
+        name = path.name
+    if online and not (os.environ.get(ENV_API_KEY) or os.environ.get(ENV_AUTH_TOKEN)):
+        print(f"compactd: --online needs {ENV_API_KEY} in the environment", file=sys.stderr)
+        return 2
+    plan = plan_replay(lines, rounds_per_batch)
+    options: dict[str, Any] = {} if online else {"summarizer": {"offline": True}}
+    with tempfile.TemporaryDirectory(prefix="compactd-replay-") as tmp:
+        async with Client.spawn(
+            _daemon_args(data_dir or tmp), initialization_options=options
+        ) as client:
+            if not as_json:
+                summarizer = "the Anthropic API" if online else "the offline summarizer"
+                print(f"compactd {__version__} replay of {name}, compacting with {summarizer}")
+            outcome = await replay_session(
+                client,
+                plan,
+                model=model or "claude-sonnet-4-5",
+                context_window=context_window,
+                max_output_tokens=max_output_tokens,
+                quiet=as_json,
+            )
+    if as_json:
+        out = {
+            "sessionId": outcome.session_id,
+            "transcriptPath": outcome.transcript_path,
+            "entries": plan.entries,
+            "batches": len(plan.batches),
+            "skippedArtefacts": plan.skipped_artefacts,
+            "compactions": [
+                {
+                    "entry": ev.entry,
+                    "mechanism": ev.mechanism,
+                    "preTokens": ev.pre_tokens,
+                    "postTokens": ev.post_tokens,
+                    "boundaryUuid": ev.boundary_uuid,
+                }
+                for ev in outcome.events
+            ],
+            "tokensSaved": outcome.saved,
+            "status": outcome.status,
+        }
+        print(msgspec.json.encode(out).decode())
+        return 0
+    _print_timeline(outcome.events, outcome.saved)
+    _print_status(outcome.status)
+    return 0
+
+
+def _print_timeline(events: list[ReplayEvent], saved: int) -> None:
+    if not events:
+        print("no compactions: the conversation stayed below the auto-compact threshold")
+        return
+    print(f"timeline: {len(events)} compaction(s)")
+    print(f"  {'entry':>7}  {'mechanism':<13} {'before':>10} -> {'after':>10}")
+    for ev in events:
+        print(f"  {ev.entry:>7}  {ev.mechanism:<13} {ev.pre_tokens:>10,} -> {ev.post_tokens:>10,}")
+    print(f"total tokens saved: {saved:,}")

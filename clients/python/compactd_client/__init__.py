@@ -1,14 +1,19 @@
 """A typed asyncio client for the compactd daemon.
 
-It spawns ``compactd serve`` (or talks over any pair of streams), speaks JSON-RPC 2.0 with LSP
-framing, decodes results into the Structs of ``compactd.protocol``, and yields server
-notifications as async iterators::
+It spawns ``compactd serve`` (``Client.spawn``) or attaches to a daemon that is already running
+over a pair of streams (``Client.connect``), speaks JSON-RPC 2.0 with LSP framing, has one typed
+method per request of protocol v1 (results decoded into the Structs of ``compactd.protocol``),
+and yields server notifications, decoded too, as async iterators that start listening as soon
+as they are created::
 
     async with Client.spawn() as client:
         opened = await client.open_session(cwd=".", model="claude-sonnet-4-5")
         status = await client.tokens_status(opened.session_id)
-        async for note in client.notifications(protocol.NOTIFY_COMPACT_STATUS):
-            ...
+        async with client.status_updates(opened.session_id) as updates:
+            await client.compact_full(opened.session_id)
+            async for note in updates:
+                if note.phase == "completed":
+                    break
 """
 
 from __future__ import annotations
@@ -19,15 +24,16 @@ import itertools
 import os
 import sys
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
 from compactd import protocol as p
 
-__all__ = ["Client", "RpcError"]
+__all__ = ["TYPED_METHODS", "TYPED_NOTIFICATIONS", "Client", "RpcError", "Subscription"]
 
 T = TypeVar("T", bound=msgspec.Struct)
+N = TypeVar("N", bound=msgspec.Struct)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
@@ -93,11 +99,12 @@ class Client:
     async def spawn(
         cls,
         args: Sequence[str] | None = None,
-        initialization_options: dict[str, Any] | None = None,
+        initialization_options: p.InitializationOptions | dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
         stderr: Any = None,
         capabilities: dict[str, Any] | None = None,
     ) -> AsyncIterator[Client]:
+        """Spawn a daemon (``compactd serve`` by default), initialize it, shut it down at exit."""
         client = await cls.spawn_process(args, env=env, stderr=stderr)
         try:
             await client.initialize(initialization_options or {}, capabilities=capabilities)
@@ -105,8 +112,43 @@ class Client:
         finally:
             await client.shutdown()
 
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(
+        cls,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        initialization_options: p.InitializationOptions | dict[str, Any] | None = None,
+        capabilities: dict[str, Any] | None = None,
+        shutdown_on_exit: bool = True,
+    ) -> AsyncIterator[Client]:
+        """Attach to a daemon that is already running, over its (reader, writer) streams.
+
+        The streams can be a process's stdout / stdin started by someone else, a socket, or a
+        pipe. The client initializes the daemon; at exit it sends shutdown + exit (the daemon
+        then ends) unless ``shutdown_on_exit`` is false, in which case it only stops reading
+        and leaves the streams open.
+        """
+        client = cls(reader, writer)
+        client.start()
+        try:
+            await client.initialize(initialization_options or {}, capabilities=capabilities)
+            yield client
+        finally:
+            if shutdown_on_exit:
+                await client.shutdown()
+            else:
+                await client.detach()
+
     def start(self) -> None:
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    async def detach(self) -> None:
+        """Stop reading without closing the streams or stopping the daemon."""
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader_task
 
     # -- transport ----------------------------------------------------------------------------
 
@@ -203,7 +245,7 @@ class Client:
         self, method: str, params: msgspec.Struct | dict[str, Any], result: type[T]
     ) -> T:
         """Send a request with Struct params and decode the result into ``result``."""
-        raw = params if isinstance(params, dict) else msgspec.to_builtins(params)
+        raw = params if isinstance(params, dict) else _drop_none(msgspec.to_builtins(params))
         return msgspec.convert(await self.request(method, raw), result)
 
     @contextlib.asynccontextmanager
@@ -231,8 +273,12 @@ class Client:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def initialize(
-        self, options: dict[str, Any], capabilities: dict[str, Any] | None = None
+        self,
+        options: p.InitializationOptions | dict[str, Any],
+        capabilities: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        if isinstance(options, p.InitializationOptions):
+            options = _drop_none(msgspec.to_builtins(options))
         result = await self.request(
             "initialize",
             {
@@ -268,125 +314,334 @@ class Client:
                 await asyncio.wait_for(self._reader_task, grace)
         return code
 
-    # -- typed protocol methods ---------------------------------------------------------------
+    # -- typed notifications ------------------------------------------------------------------
 
-    async def open_session(self, **fields: Any) -> p.OpenResult:
-        return await self.call(p.SESSION_OPEN, p.OpenParams(**fields), p.OpenResult)
+    def status_updates(self, session_id: str | None = None) -> Subscription[p.StatusNotification]:
+        """``compact/status``: phase changes and keep-alives of running compactions."""
+        return Subscription(self, p.NOTIFY_COMPACT_STATUS, p.StatusNotification, session_id)
+
+    def threshold_crossings(
+        self, session_id: str | None = None
+    ) -> Subscription[p.ThresholdNotification]:
+        """``tokens/threshold``: a session crossed warning / error / auto-compact / blocking."""
+        return Subscription(self, p.NOTIFY_TOKENS_THRESHOLD, p.ThresholdNotification, session_id)
+
+    def memory_changes(
+        self, session_id: str | None = None
+    ) -> Subscription[p.MemoryChangedNotification]:
+        """``memory/changed``: a watched memory file (or read file) changed on disk."""
+        return Subscription(self, p.NOTIFY_MEMORY_CHANGED, p.MemoryChangedNotification, session_id)
+
+    def cache_breaks(self, session_id: str | None = None) -> Subscription[p.CacheBreak]:
+        """``cache/break``: a prompt-cache break was detected, with its explanation."""
+        return Subscription(self, p.NOTIFY_CACHE_BREAK, p.CacheBreak, session_id)
+
+    # -- typed protocol methods (one per entry of ``protocol.REQUESTS``) ----------------------
+
+    async def open_session(
+        self,
+        *,
+        cwd: str,
+        model: str,
+        session_id: str | None = None,
+        context_window: int | None = None,
+        max_output_tokens: int | None = None,
+        agent_kind: p.AgentKind | None = None,
+        transcript_path: str | None = None,
+        cache_safe_params: p.CacheSafeParams | None = None,
+        api_context_management: bool | None = None,
+    ) -> p.OpenResult:
+        params = p.OpenParams(
+            cwd=cwd,
+            model=model,
+            session_id=session_id,
+            context_window=context_window,
+            max_output_tokens=max_output_tokens,
+            agent_kind=agent_kind,
+            transcript_path=transcript_path,
+            cache_safe_params=cache_safe_params,
+            api_context_management=api_context_management,
+        )
+        return await self.call(p.SESSION_OPEN, params, p.OpenResult)
 
     async def append(self, session_id: str, entries: list[dict[str, Any]]) -> p.AppendResult:
         return await self.call(
-            p.SESSION_APPEND, {"sessionId": session_id, "entries": entries}, p.AppendResult
+            p.SESSION_APPEND, p.AppendParams(session_id=session_id, entries=entries), p.AppendResult
         )
 
     async def messages(self, session_id: str) -> p.MessagesResult:
-        return await self.call(p.SESSION_MESSAGES, {"sessionId": session_id}, p.MessagesResult)
+        return await self.call(p.SESSION_MESSAGES, _session(session_id), p.MessagesResult)
 
     async def list_sessions(self) -> p.ListResult:
-        return await self.call(p.SESSION_LIST, {}, p.ListResult)
+        return await self.call(p.SESSION_LIST, p.NoParams(), p.ListResult)
 
     async def close_session(self, session_id: str) -> p.CloseResult:
-        return await self.call(p.SESSION_CLOSE, {"sessionId": session_id}, p.CloseResult)
+        return await self.call(p.SESSION_CLOSE, _session(session_id), p.CloseResult)
 
     async def stats(self, session_id: str) -> p.StatsResult:
-        return await self.call(p.SESSION_STATS, {"sessionId": session_id}, p.StatsResult)
+        return await self.call(p.SESSION_STATS, _session(session_id), p.StatsResult)
 
     async def tokens_status(self, session_id: str) -> p.TokenStatus:
-        return await self.call(p.TOKENS_STATUS, {"sessionId": session_id}, p.TokenStatus)
+        return await self.call(p.TOKENS_STATUS, _session(session_id), p.TokenStatus)
 
     async def tokens_breakdown(self, session_id: str) -> p.BreakdownResult:
-        return await self.call(p.TOKENS_BREAKDOWN, {"sessionId": session_id}, p.BreakdownResult)
+        return await self.call(p.TOKENS_BREAKDOWN, _session(session_id), p.BreakdownResult)
 
-    async def compact_micro(self, session_id: str, strategy: str | None = None) -> p.MicroResult:
-        params: dict[str, Any] = {"sessionId": session_id}
-        if strategy:
-            params["strategy"] = strategy
-        return await self.call(p.COMPACT_MICRO, params, p.MicroResult)
+    async def compact_micro(
+        self, session_id: str, strategy: Literal["count", "time", "cached"] | None = None
+    ) -> p.MicroResult:
+        return await self.call(
+            p.COMPACT_MICRO, p.MicroParams(session_id=session_id, strategy=strategy), p.MicroResult
+        )
 
     async def compact_full(
         self, session_id: str, custom_instructions: str | None = None
     ) -> p.CompactResult:
-        params: dict[str, Any] = {"sessionId": session_id}
-        if custom_instructions:
-            params["customInstructions"] = custom_instructions
+        params = p.FullParams(session_id=session_id, custom_instructions=custom_instructions)
         return await self.call(p.COMPACT_FULL, params, p.CompactResult)
 
     async def compact_partial(
         self,
         session_id: str,
         pivot_uuid: str,
-        direction: str,
+        direction: Literal["from", "upTo"],
         custom_instructions: str | None = None,
     ) -> p.CompactResult:
-        params: dict[str, Any] = {
-            "sessionId": session_id,
-            "pivotUuid": pivot_uuid,
-            "direction": direction,
-        }
-        if custom_instructions:
-            params["customInstructions"] = custom_instructions
+        params = p.PartialParams(
+            session_id=session_id,
+            pivot_uuid=pivot_uuid,
+            direction=direction,
+            custom_instructions=custom_instructions,
+        )
         return await self.call(p.COMPACT_PARTIAL, params, p.CompactResult)
 
     async def compact_auto(self, session_id: str, force: bool = False) -> p.AutoResult:
-        params: dict[str, Any] = {"sessionId": session_id}
-        if force:
-            params["force"] = True
+        params = p.AutoParams(session_id=session_id, force=True if force else None)
         return await self.call(p.COMPACT_AUTO, params, p.AutoResult)
 
-    async def compact_preview(self, session_id: str, **fields: Any) -> p.PreviewResult:
-        return await self.call(
-            p.COMPACT_PREVIEW, p.PreviewParams(session_id=session_id, **fields), p.PreviewResult
+    async def compact_preview(
+        self,
+        session_id: str,
+        mechanism: Literal["micro", "full", "partial", "auto"] | None = None,
+        pivot_uuid: str | None = None,
+        direction: Literal["from", "upTo"] | None = None,
+    ) -> p.PreviewResult:
+        params = p.PreviewParams(
+            session_id=session_id, mechanism=mechanism, pivot_uuid=pivot_uuid, direction=direction
         )
+        return await self.call(p.COMPACT_PREVIEW, params, p.PreviewResult)
 
     async def compact_undo(self, session_id: str) -> p.UndoResult:
-        return await self.call(p.COMPACT_UNDO, {"sessionId": session_id}, p.UndoResult)
+        return await self.call(p.COMPACT_UNDO, _session(session_id), p.UndoResult)
 
-    async def recall(self, session_id: str, **fields: Any) -> p.RecallResult:
-        return await self.call(
-            p.RECALL_SEARCH, p.RecallParams(session_id=session_id, **fields), p.RecallResult
-        )
+    async def recall(
+        self,
+        session_id: str,
+        query: str | None = None,
+        uuids: list[str] | None = None,
+        limit: int | None = None,
+    ) -> p.RecallResult:
+        params = p.RecallParams(session_id=session_id, query=query, uuids=uuids, limit=limit)
+        return await self.call(p.RECALL_SEARCH, params, p.RecallResult)
 
-    async def rehydrate(self, session_id: str) -> p.AttachmentsResult:
-        return await self.call(
-            p.ATTACHMENTS_REHYDRATE, {"sessionId": session_id}, p.AttachmentsResult
-        )
+    async def rehydrate(
+        self, session_id: str, extras: p.RehydrationExtras | None = None
+    ) -> p.AttachmentsResult:
+        params = p.RehydrateParams(session_id=session_id, extras=extras)
+        return await self.call(p.ATTACHMENTS_REHYDRATE, params, p.AttachmentsResult)
 
     async def pending_attachments(self, session_id: str) -> p.AttachmentsResult:
-        return await self.call(
-            p.ATTACHMENTS_PENDING, {"sessionId": session_id}, p.AttachmentsResult
-        )
+        return await self.call(p.ATTACHMENTS_PENDING, _session(session_id), p.AttachmentsResult)
 
-    async def record_file(self, session_id: str, path: str, **fields: Any) -> p.FileStateResult:
-        return await self.call(
-            p.FILESTATE_RECORD,
-            p.FileRecordParams(session_id=session_id, path=path, **fields),
-            p.FileStateResult,
+    async def record_file(
+        self,
+        session_id: str,
+        path: str,
+        offset: int | None = None,
+        limit: int | None = None,
+        timestamp: float | None = None,
+        content: str | None = None,
+    ) -> p.FileStateResult:
+        params = p.FileRecordParams(
+            session_id=session_id,
+            path=path,
+            offset=offset,
+            limit=limit,
+            timestamp=timestamp,
+            content=content,
         )
+        return await self.call(p.FILESTATE_RECORD, params, p.FileStateResult)
 
     async def file_state(self, session_id: str) -> p.FileStateResult:
-        return await self.call(p.FILESTATE_LIST, {"sessionId": session_id}, p.FileStateResult)
+        return await self.call(p.FILESTATE_LIST, _session(session_id), p.FileStateResult)
 
-    async def cache_before(self, session_id: str, **fields: Any) -> p.CacheAck:
-        return await self.call(
-            p.CACHE_BEFORE_REQUEST,
-            p.CacheBeforeParams(session_id=session_id, **fields),
-            p.CacheAck,
+    async def cache_before(
+        self,
+        session_id: str,
+        query_source: str | None = None,
+        system: str | list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        model: str | None = None,
+        betas: list[str] | None = None,
+        thinking: dict[str, Any] | None = None,
+        effort: str | None = None,
+        cache_control: list[dict[str, Any]] | None = None,
+        cache_edits: list[dict[str, Any]] | None = None,
+        timestamp: float | None = None,
+    ) -> p.CacheAck:
+        params = p.CacheBeforeParams(
+            session_id=session_id,
+            query_source=query_source,
+            system=system,
+            tools=tools,
+            model=model,
+            betas=betas,
+            thinking=thinking,
+            effort=effort,
+            cache_control=cache_control,
+            cache_edits=cache_edits,
+            timestamp=timestamp,
         )
+        return await self.call(p.CACHE_BEFORE_REQUEST, params, p.CacheAck)
 
     async def cache_after(
-        self, session_id: str, usage: dict[str, Any], **fields: Any
+        self,
+        session_id: str,
+        usage: dict[str, Any],
+        query_source: str | None = None,
+        timestamp: float | None = None,
     ) -> p.CacheAck:
-        return await self.call(
-            p.CACHE_AFTER_RESPONSE,
-            p.CacheAfterParams(session_id=session_id, usage=usage, **fields),
-            p.CacheAck,
+        params = p.CacheAfterParams(
+            session_id=session_id, usage=usage, query_source=query_source, timestamp=timestamp
         )
+        return await self.call(p.CACHE_AFTER_RESPONSE, params, p.CacheAck)
 
     async def session_memory(self, session_id: str) -> p.SessionMemoryResult:
-        return await self.call(
-            p.SESSION_MEMORY_GET, {"sessionId": session_id}, p.SessionMemoryResult
-        )
+        return await self.call(p.SESSION_MEMORY_GET, _session(session_id), p.SessionMemoryResult)
 
     async def extract_session_memory(self, session_id: str) -> p.SessionMemoryResult:
         return await self.call(
-            p.SESSION_MEMORY_EXTRACT, {"sessionId": session_id}, p.SessionMemoryResult
+            p.SESSION_MEMORY_EXTRACT, _session(session_id), p.SessionMemoryResult
         )
+
+
+def _session(session_id: str) -> p.SessionParams:
+    return p.SessionParams(session_id=session_id)
+
+
+def _drop_none(value: Any) -> Any:
+    """Leave unset (None) fields out of the params, at every depth, as a hand-written
+    request would; the daemon treats a missing field and its default the same."""
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+# The wire method of each typed method; every request of protocol v1 has one.
+TYPED_METHODS: dict[str, str] = {
+    p.SESSION_OPEN: "open_session",
+    p.SESSION_APPEND: "append",
+    p.SESSION_MESSAGES: "messages",
+    p.SESSION_LIST: "list_sessions",
+    p.SESSION_CLOSE: "close_session",
+    p.SESSION_STATS: "stats",
+    p.TOKENS_STATUS: "tokens_status",
+    p.TOKENS_BREAKDOWN: "tokens_breakdown",
+    p.COMPACT_MICRO: "compact_micro",
+    p.COMPACT_FULL: "compact_full",
+    p.COMPACT_PARTIAL: "compact_partial",
+    p.COMPACT_AUTO: "compact_auto",
+    p.COMPACT_PREVIEW: "compact_preview",
+    p.COMPACT_UNDO: "compact_undo",
+    p.RECALL_SEARCH: "recall",
+    p.ATTACHMENTS_REHYDRATE: "rehydrate",
+    p.ATTACHMENTS_PENDING: "pending_attachments",
+    p.FILESTATE_RECORD: "record_file",
+    p.FILESTATE_LIST: "file_state",
+    p.CACHE_BEFORE_REQUEST: "cache_before",
+    p.CACHE_AFTER_RESPONSE: "cache_after",
+    p.SESSION_MEMORY_GET: "session_memory",
+    p.SESSION_MEMORY_EXTRACT: "extract_session_memory",
+}
+
+# The typed iterator of each server notification.
+TYPED_NOTIFICATIONS: dict[str, str] = {
+    p.NOTIFY_COMPACT_STATUS: "status_updates",
+    p.NOTIFY_TOKENS_THRESHOLD: "threshold_crossings",
+    p.NOTIFY_MEMORY_CHANGED: "memory_changes",
+    p.NOTIFY_CACHE_BREAK: "cache_breaks",
+}
+
+
+class Subscription(Generic[N]):
+    """The notifications of one method, decoded into a Struct, as an async iterator.
+
+    Listening starts when the subscription is created (so nothing sent between creating it and
+    iterating is lost) and stops at ``close()`` or at the end of ``async with``. Iteration ends
+    when the connection closes. With a ``session_id``, other sessions' notifications are
+    skipped.
+    """
+
+    def __init__(
+        self, client: Client, method: str, kind: type[N], session_id: str | None = None
+    ) -> None:
+        self.method = method
+        self._client = client
+        self._kind = kind
+        self._session_id = session_id
+        self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._entry: tuple[str | None, asyncio.Queue[tuple[str, Any]]] = (method, self._queue)
+        self._active = True
+        client._subscribers.append(self._entry)
+        if client._closed.is_set():
+            self._queue.put_nowait(("", None))
+
+    def close(self) -> None:
+        if self._active:
+            self._active = False
+            self._client._subscribers.remove(self._entry)
+
+    async def __aenter__(self) -> Subscription[N]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __aiter__(self) -> Subscription[N]:
+        return self
+
+    def _decode(self, params: Any) -> N | None:
+        note = msgspec.convert(params, self._kind)
+        if self._session_id is not None and getattr(note, "session_id", None) != self._session_id:
+            return None
+        return note
+
+    async def __anext__(self) -> N:
+        while True:
+            name, params = await self._queue.get()
+            if not name:
+                # Leave the end marker for any later call, then stop.
+                self._queue.put_nowait(("", None))
+                raise StopAsyncIteration
+            note = self._decode(params)
+            if note is not None:
+                return note
+
+    async def next(self, within: float | None = None) -> N:
+        """The next notification; ``TimeoutError`` after ``within`` seconds without one."""
+        return await asyncio.wait_for(self.__anext__(), within)
+
+    def drain(self) -> list[N]:
+        """Every notification received so far and not yet consumed, without waiting."""
+        out: list[N] = []
+        while not self._queue.empty():
+            name, params = self._queue.get_nowait()
+            if not name:
+                self._queue.put_nowait(("", None))
+                break
+            note = self._decode(params)
+            if note is not None:
+                out.append(note)
+        return out

@@ -50,6 +50,8 @@ class Session:
     uuid_index: dict[str, int] = field(default_factory=dict)
     counter: tokens.TokenCounter = field(default_factory=tokens.TokenCounter)
     cleared_tool_ids: set[str] = field(default_factory=set)
+    # False while every conversation entry is a sidechain (a sub-agent's own transcript).
+    has_main_thread: bool = False
     context_start: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
@@ -75,6 +77,7 @@ class Session:
         ctx = _without_stale_usage(ctx, self.records, self.uuid_index)
         self.context_start = _boundary_start(self.records)
         self.cleared_tool_ids = set()
+        self.has_main_thread = any(_is_main_conversation(r.entry) for r in ctx)
         self.counter = tokens.TokenCounter()
         self._feed(ctx)
         self.file_state = build_file_state(ctx, self.meta.cwd, self.cleared_tool_ids)
@@ -84,6 +87,11 @@ class Session:
         base = len(self.records)
         self.records.extend(new)
         if any(r.entry.is_compact_boundary for r in new):
+            self.rebuild()
+            return
+        if not self.has_main_thread and any(_is_main_conversation(r.entry) for r in new):
+            # Sidechain entries were counted while they were all there was (a sub-agent's own
+            # transcript); now that the main thread shows up, they stop counting.
             self.rebuild()
             return
         for i, r in enumerate(new):
@@ -101,6 +109,9 @@ class Session:
         batch: list[Entry] = []
         for r in records:
             entry = r.entry
+            if entry.is_sidechain and self.has_main_thread:
+                # An inline sub-agent's turns live in its own context, not the main one.
+                continue
             if tokens.counts_toward_context(entry):
                 batch.append(entry)
             elif entry.is_microcompact_boundary:
@@ -160,6 +171,10 @@ class Session:
             open=loaded,
             tokens=self.counter.current.tokens,
         )
+
+
+def _is_main_conversation(entry: Entry) -> bool:
+    return entry.type in ("user", "assistant") and not entry.is_sidechain
 
 
 def _boundary_start(records: Sequence[Record]) -> int:

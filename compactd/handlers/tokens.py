@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core import tokens
+from compactd.core.view import main_thread
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:
@@ -19,7 +20,8 @@ async def status(app: App, params: p.SessionParams, ctx: Context) -> p.TokenStat
 
 async def breakdown(app: App, params: p.SessionParams, ctx: Context) -> p.BreakdownResult:
     session = await app.get_session(params.session_id)
-    return tokens.breakdown(session.context_entries())
+    # Inline sub-agent turns (sidechains) are not part of the main context.
+    return tokens.breakdown([r.entry for r in main_thread(session.context())])
 
 
 HANDLERS: dict[str, Handler] = {

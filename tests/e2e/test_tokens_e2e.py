@@ -62,3 +62,18 @@ async def test_status_honours_env_overrides(spawn_daemon: SpawnDaemon) -> None:
     async with spawn_daemon(options={"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "50"}}) as client:
         st = (await client.open_session(cwd="/w", model="claude-opus-4-6")).status
         assert st.auto_compact_threshold == 490_000
+
+
+async def test_inline_subagent_turns_do_not_count_toward_the_main_context(daemon: Client) -> None:
+    sid = (await daemon.open_session(cwd="/w", model="claude-sonnet-4-5")).session_id
+    main = [_user(1, 400)]
+    side = {**_user(2, 80_000), "isSidechain": True}
+    r1 = await daemon.append(sid, main)
+    r2 = await daemon.append(sid, [side])
+    assert r2.status.tokens == r1.status.tokens
+    bd = await daemon.tokens_breakdown(sid)
+    assert bd.total_tokens == r1.status.tokens
+    # A sub-agent's own transcript (sidechain entries only) does count.
+    sub = (await daemon.open_session(cwd="/w", model="claude-sonnet-4-5", agent_kind="subagent")).session_id
+    r3 = await daemon.append(sub, [side])
+    assert r3.status.tokens > 20_000

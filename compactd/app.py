@@ -23,6 +23,7 @@ from compactd import protocol as p
 from compactd.core import tokens
 from compactd.model import ParseReport, Record, parse_lines, record_from_dict
 from compactd.services import files as files_service
+from compactd.services import session_memory as session_memory_service
 from compactd.services.store import SessionMeta, Store, valid_session_id
 from compactd.session import Session
 
@@ -66,6 +67,7 @@ class App:
         self.task_group: anyio.abc.TaskGroup | None = None
         self.append_observers: list[AppendObserver] = []
         files_service.install(self)  # read-file state, nested memory, watching
+        session_memory_service.install(self)  # background note extraction
 
     # -- notifications -----------------------------------------------------------------------
 

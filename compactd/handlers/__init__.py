@@ -6,7 +6,16 @@ result Struct. It raises ``protocol.CompactdError`` for errors the client should
 
 from __future__ import annotations
 
-from compactd.handlers import cache, compact, files, micro, pending, sessions, tokens
+from compactd.handlers import (
+    cache,
+    compact,
+    files,
+    micro,
+    pending,
+    session_memory,
+    sessions,
+    tokens,
+)
 from compactd.handlers.base import Handler
 
 HANDLERS: dict[str, Handler] = {
@@ -16,6 +25,7 @@ HANDLERS: dict[str, Handler] = {
     **cache.HANDLERS,
     **compact.HANDLERS,
     **files.HANDLERS,
+    **session_memory.HANDLERS,
     **pending.HANDLERS,
 }
 

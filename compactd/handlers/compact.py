@@ -18,6 +18,7 @@ from compactd.core import tokens
 from compactd.core.constants import ENV_DISABLE_AUTO_COMPACT, ENV_DISABLE_COMPACT
 from compactd.core.prompts import PromptKind
 from compactd.handlers.base import Context, Handler
+from compactd.services import session_memory
 from compactd.services.compaction import CompactionSpec, run_compaction
 from compactd.services.micro import microcompact_session
 
@@ -52,10 +53,12 @@ async def full(app: App, params: p.FullParams, ctx: Context) -> p.CompactResult:
             progress.end("done")
 
 
-async def _session_memory(app: App, session: Session) -> p.AutoResult | None:
-    """Session-memory compaction (a later issue): compacts from the notes file without a model
-    call, or returns None to fall through to a full compaction. Not available yet."""
-    return None
+async def _session_memory(
+    app: App, session: Session, micro: p.MicroResult | None
+) -> p.AutoResult | None:
+    """Session-memory compaction: compacts from the notes file without a model call, or
+    returns None to fall through to a full compaction (REFERENCE.md §5)."""
+    return await session_memory.service(app).compact(session, _kind(session), micro)
 
 
 async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
@@ -105,7 +108,7 @@ async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
         ):
             return p.AutoResult(was_compacted=True, mechanism="micro", micro=micro, status=status)
 
-    remembered = await _session_memory(app, session)
+    remembered = await _session_memory(app, session, micro)
     if remembered is not None:
         return remembered
 

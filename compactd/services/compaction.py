@@ -101,6 +101,8 @@ class CompactionSpec:
     custom_instructions: str | None = None
     mechanism: p.Mechanism = "full"
     select: Selector = select_whole_context
+    # A ready summary that replaces the summarizer (session memory's notes, REFERENCE.md §5).
+    summary_override: str | None = None
 
 
 @dataclass(slots=True)
@@ -275,7 +277,11 @@ async def _prepare(run: _Run) -> _Prepared:
     warnings: list[str] = []
     summarizer = get_summarizer(app)
     usage: dict[str, Any] | None = None
-    if summarizer.offline:
+    if spec.summary_override is not None:
+        # Session-memory compaction: the notes already are the summary (no model call).
+        raw = spec.summary_override
+        mode: str = spec.mechanism
+    elif summarizer.offline:
         raw = offline_summary(summarized, cleared_tool_ids=cleared)
         mode = "offline"
     else:

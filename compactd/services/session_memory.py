@@ -1,0 +1,362 @@
+"""Session memory service: background note extraction and compaction from the notes.
+
+Each session may keep a markdown notes file, ``sessions/<id>/notes.md`` beside its transcript
+(REFERENCE.md §5). An append observer watches the session grow; when the trigger rule of
+``core.session_memory`` says so, an extraction runs as a task in the daemon's task group: it
+snapshots the context, asks the summarizer for the whole updated notes file (or, offline,
+builds the notes from the transcript's ledger) and replaces the file atomically. Extractions
+never block a request and never run two at a time for one session (a per-session lock).
+
+``compact`` is the session-memory stage of ``compact/auto``: it waits for a running
+extraction, keeps the recent entries the notes do not cover (``core.session_memory.
+kept_start``), and commits through the compaction engine with the truncated notes as the
+summary: no model call. When there are no notes, or the result would still be above the
+auto-compact threshold, it returns None and ``compact/auto`` goes on to a full compaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from compactd import protocol as p
+from compactd.core import session_memory as sm
+from compactd.core import tokens
+from compactd.core.normalize import to_api_messages
+from compactd.core.offline_summary import collect_ledger
+from compactd.core.prompts import PromptKind
+from compactd.model import Record
+from compactd.services.compaction import CompactionSpec, Selection, run_compaction
+from compactd.services.store import atomic_write
+from compactd.services.summarizer import SummarizerError, SummaryRequest, get_summarizer
+
+if TYPE_CHECKING:
+    from compactd.app import App
+    from compactd.session import Session
+
+__all__ = ["SessionMemoryService", "install", "service"]
+
+log = logging.getLogger(__name__)
+
+NOTES_FILE = "notes.md"
+STATE_FILE = "notes.state.json"
+_EXTRAS_KEY = "sessionMemory"
+
+
+class _Persisted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """What survives a restart besides the notes: when and up to where they were written."""
+
+    last_extracted_at: str | None = None
+    last_summarized_uuid: str | None = None
+    tokens_at_last: int | None = None
+
+
+@dataclass(eq=False)
+class _Runtime:
+    """Per-session state of the service (kept in ``Session.extras``)."""
+
+    persisted: _Persisted
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    tool_calls_since: int = 0
+    last_turn_tool_calls: bool = False
+    last_error: str | None = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class SessionMemoryService:
+    def __init__(self, app: App) -> None:
+        self.app = app
+        opts = app.options.session_memory or p.SessionMemoryOptions()
+        self.enabled = bool(opts.enabled)
+        defaults = sm.TriggerRule()
+        self.rule = sm.TriggerRule(
+            min_init_tokens=_or(opts.min_init_tokens, defaults.min_init_tokens),
+            min_token_growth=_or(opts.min_token_growth, defaults.min_token_growth),
+            min_tool_calls=_or(opts.min_tool_calls, defaults.min_tool_calls),
+        )
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def notes_path(self, session: Session) -> Path:
+        return self.app.store.session_dir(session.session_id) / NOTES_FILE
+
+    def _state_path(self, session: Session) -> Path:
+        return self.app.store.session_dir(session.session_id) / STATE_FILE
+
+    def runtime(self, session: Session) -> _Runtime:
+        rt = session.extras.get(_EXTRAS_KEY)
+        if isinstance(rt, _Runtime):
+            return rt
+        persisted = _Persisted()
+        try:
+            persisted = msgspec.json.decode(self._state_path(session).read_bytes(), type=_Persisted)
+        except FileNotFoundError:
+            pass
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            log.warning("session %s: unreadable session-memory state", session.session_id)
+        rt = _Runtime(persisted=persisted)
+        session.extras[_EXTRAS_KEY] = rt
+        return rt
+
+    def _read_notes(self, session: Session) -> str | None:
+        try:
+            return self.notes_path(session).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def _write(self, session: Session, notes: str, persisted: _Persisted) -> None:
+        atomic_write(self.notes_path(session), notes.encode("utf-8"))
+        atomic_write(self._state_path(session), msgspec.json.encode(persisted))
+
+    # -- the trigger --------------------------------------------------------------------------------
+
+    def observe(self, session: Session, records: list[Record]) -> None:
+        """Append observer: count tool calls and start an extraction when the rule says so."""
+        if not self.enabled or session.meta.agent_kind == "subagent":
+            return
+        rt = self.runtime(session)
+        entries = [r.entry for r in records]
+        if any(e.is_compact_boundary for e in entries):
+            # A compaction just committed: growth is measured from the compacted context.
+            rt.persisted.tokens_at_last = session.counter.current.tokens
+            return
+        rt.tool_calls_since += sm.tool_call_count(entries)
+        last = sm.last_turn_has_tool_calls(entries)
+        if last is not None:
+            rt.last_turn_tool_calls = last
+        if rt.lock.locked() or self.app.task_group is None:
+            return
+        if sm.should_extract(
+            self.rule,
+            tokens_now=session.counter.current.tokens,
+            tokens_at_last=rt.persisted.tokens_at_last,
+            tool_calls_since=rt.tool_calls_since,
+            last_turn_tool_calls=rt.last_turn_tool_calls,
+        ):
+            self.app.task_group.start_soon(self._background, session)
+
+    async def _background(self, session: Session) -> None:
+        try:
+            await self.extract(session)
+        except Exception as exc:  # a failed extraction must not take the daemon down
+            log.warning("session %s: session-memory extraction failed: %s", session.session_id, exc)
+
+    # -- extraction -------------------------------------------------------------------------------
+
+    async def extract(self, session: Session) -> None:
+        """Update the notes from the current context; waits for a running extraction first."""
+        rt = self.runtime(session)
+        async with rt.lock:
+            try:
+                await self._extract(session, rt)
+                rt.last_error = None
+            except Exception as exc:
+                rt.last_error = str(exc)
+                raise
+
+    async def _extract(self, session: Session, rt: _Runtime) -> None:
+        async with session.lock:
+            context = session.context()
+            cleared = frozenset(session.cleared_tool_ids)
+            tokens_now = session.counter.current.tokens
+            calls_seen = rt.tool_calls_since
+        last_uuid = next((r.entry.uuid for r in reversed(context) if r.entry.uuid), None)
+        if last_uuid is None:
+            raise p.CompactdError(
+                p.ErrorCode.NOT_ENOUGH_MESSAGES, "the session has no entries to take notes on"
+            )
+        path = self.notes_path(session)
+        current = await anyio.to_thread.run_sync(self._read_notes, session) or sm.template()
+        summarizer = get_summarizer(self.app)
+        if summarizer.offline:
+            notes = sm.offline_notes(collect_ledger(context, cleared_tool_ids=cleared), current)
+        else:
+            messages = to_api_messages(context, cleared_tool_ids=cleared)
+            if not messages:
+                raise p.CompactdError(
+                    p.ErrorCode.NOT_ENOUGH_MESSAGES, "the session has no messages to take notes on"
+                )
+            request = SummaryRequest(
+                messages=messages,
+                instruction=sm.extraction_instruction(current, str(path)),
+                model=session.meta.model,
+                cache_safe=session.meta.cache_safe_params,
+                plain=lambda: to_api_messages(
+                    context, cleared_tool_ids=cleared, strip_media=True, drop_skill_listing=True
+                ),
+            )
+            started = time.monotonic()
+            outcome = await summarizer.summarize(request)
+            parsed = sm.parse_notes_reply(outcome.text)
+            if parsed is None:
+                raise SummarizerError(
+                    p.ErrorCode.SUMMARY_FAILED,
+                    "the extraction reply did not contain the notes file",
+                )
+            notes = parsed
+            log.info(
+                "session %s: notes extracted in %.1f s",
+                session.session_id,
+                time.monotonic() - started,
+            )
+        persisted = _Persisted(
+            last_extracted_at=_now(), last_summarized_uuid=last_uuid, tokens_at_last=tokens_now
+        )
+        await anyio.to_thread.run_sync(self._write, session, notes, persisted)
+        rt.persisted = persisted
+        # Tool calls appended while the model wrote count toward the next extraction.
+        rt.tool_calls_since = max(0, rt.tool_calls_since - calls_seen)
+
+    # -- sessionMemory/get -----------------------------------------------------------------------
+
+    async def result(self, session: Session) -> p.SessionMemoryResult:
+        rt = self.runtime(session)
+        content = await anyio.to_thread.run_sync(self._read_notes, session) or ""
+        return p.SessionMemoryResult(
+            path=str(self.notes_path(session)),
+            content=content,
+            tokens=sm.text_tokens(content),
+            last_extracted_at=rt.persisted.last_extracted_at,
+            extracting=rt.lock.locked(),
+        )
+
+    # -- compaction from the notes ----------------------------------------------------------------
+
+    async def compact(
+        self, session: Session, kind: PromptKind, micro: p.MicroResult | None
+    ) -> p.AutoResult | None:
+        """The session-memory stage of ``compact/auto``; None to fall through to full."""
+        if not self.enabled:
+            return None
+        rt = self.runtime(session)
+        async with rt.lock:  # wait for a running extraction to finish
+            pass
+        notes = await anyio.to_thread.run_sync(self._read_notes, session)
+        covered = rt.persisted.last_summarized_uuid
+        if not notes or not sm.has_content(notes) or covered is None:
+            return None
+        path = str(self.notes_path(session))
+        summary = (
+            f"Session notes kept up to date during the session (full file: {path}):\n\n"
+            + sm.notes_for_summary(notes, path)
+        )
+        select = _selector(session, covered)
+        async with session.lock:
+            selection = select(session.context())
+            limits = session.limits(self.app.env)
+            threshold = tokens.thresholds(limits, self.app.env).auto_compact_threshold
+        if selection is None:
+            return None
+        post = tokens.pad(
+            sum(tokens.estimate_entry_raw(r.entry) for r in selection.kept)
+            + sm.text_tokens(summary)
+        )
+        if post >= threshold:
+            log.info(
+                "session %s: session-memory compaction would leave %d tokens (threshold %d); "
+                "falling through to a full compaction",
+                session.session_id,
+                post,
+                threshold,
+            )
+            return None
+
+        def chosen(context: list[Record]) -> Selection:
+            # Recomputed under the engine's lock, so entries appended meanwhile are counted.
+            selection = select(context)
+            if selection is None:
+                raise p.CompactdError(
+                    p.ErrorCode.NOT_ENOUGH_MESSAGES, "the session notes no longer fit the context"
+                )
+            return selection
+
+        spec = CompactionSpec(
+            trigger="auto",
+            kind=kind,
+            mechanism="sessionMemory",
+            select=chosen,
+            summary_override=summary,
+        )
+        try:
+            result = await run_compaction(self.app, session, spec)
+        except p.CompactdError as err:
+            log.warning(
+                "session %s: session-memory compaction failed (%s); trying a full one",
+                session.session_id,
+                err.message,
+            )
+            return None
+        return p.AutoResult(
+            was_compacted=True,
+            mechanism="sessionMemory",
+            result=result,
+            micro=micro,
+            status=self.app.status(session),
+        )
+
+
+def _selector(session: Session, covered: str) -> Callable[[list[Record]], Selection | None]:
+    """The selection of a session-memory compaction, or None when the notes cannot serve."""
+
+    def select(context: list[Record]) -> Selection | None:
+        entries = [r.entry for r in context]
+        floor = _floor(session, context)
+        at = next((i for i, e in enumerate(entries) if e.uuid == covered), None)
+        if at is not None:
+            first_unsummarized = at + 1
+        elif covered in session.uuid_index:
+            # The covered entry was compacted away: the whole current context is newer.
+            first_unsummarized = floor
+        else:
+            return None
+        start = sm.kept_start(entries, first_unsummarized, floor)
+        if start <= floor:
+            return None  # nothing would be replaced by the notes
+        return Selection(summarize=context[:start], kept=context[start:])
+
+    return select
+
+
+def _floor(session: Session, context: list[Record]) -> int:
+    """The first context index a compaction may keep: after the previous compaction's summary
+    and the entries it relinked (those sit before its boundary in the file)."""
+    floor = 0
+    boundary_at = session.context_start if context and context[0].entry.is_compact_boundary else 0
+    for i, r in enumerate(context):
+        entry = r.entry
+        at = session.uuid_index.get(entry.uuid) if entry.uuid else None
+        if (
+            entry.is_compact_boundary
+            or entry.is_compact_summary
+            or (at is not None and at < boundary_at)
+        ):
+            floor = i + 1
+    return floor
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def service(app: App) -> SessionMemoryService:
+    svc = app.services.get("sessionMemory")
+    if not isinstance(svc, SessionMemoryService):
+        svc = SessionMemoryService(app)
+        app.services["sessionMemory"] = svc
+    return svc
+
+
+def install(app: App) -> None:
+    """Create the service and register its append observer (``App.__init__``)."""
+    app.append_observers.append(service(app).observe)

@@ -1,0 +1,168 @@
+"""The ``compactd`` command line as a subprocess: ``status`` agrees with ``tokens/status``,
+``replay`` reports exactly the compactions the daemon wrote, ``demo`` runs offline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from compactd_client import Client
+
+from tests.conftest import FIXTURES, SpawnDaemon, fixture_transcripts
+
+VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
+# A window small enough that the fixtures (20K tokens at most) cross the auto-compact
+# threshold: 20,000 - 2,000 output = 18,000 effective, auto-compact at 5,000.
+SMALL_WINDOW = ["--context-window", "20000", "--max-output-tokens", "2000"]
+
+pytestmark = pytest.mark.skipif(not fixture_transcripts(), reason="no fixture transcripts")
+
+
+async def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "compactd",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env if env is not None else dict(os.environ),
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 50)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def _boundaries(transcript: Path) -> list[dict[str, Any]]:
+    lines = transcript.read_text().splitlines()
+    entries = [json.loads(line) for line in lines if line.strip()]
+    kinds = ("compact_boundary", "microcompact_boundary")
+    return [e for e in entries if e.get("type") == "system" and e.get("subtype") in kinds]
+
+
+async def test_status_matches_tokens_status(spawn_daemon: SpawnDaemon) -> None:
+    paths = [VIEWER, R2_AUTO, FIXTURES / "claude-code-2.1.330__r16_manual.jsonl"]
+    runs = await asyncio.gather(*(_run("status", str(path), "--json") for path in paths))
+    async with spawn_daemon() as client:
+        for path, (code, out, err) in zip(paths, runs, strict=True):
+            assert code == 0, err
+            printed = json.loads(out)
+            opened = await client.open_session(
+                cwd=str(Path.cwd()), model="claude-sonnet-4-5", transcript_path=str(path)
+            )
+            status = await client.tokens_status(opened.session_id)
+            assert printed["status"] == msgspec.to_builtins(status), path.name
+            breakdown = await client.tokens_breakdown(opened.session_id)
+            assert printed["breakdown"] == msgspec.to_builtins(breakdown), path.name
+    # The table shows the same figures.
+    code, out, _ = await _run("status", str(VIEWER))
+    assert code == 0
+    first = json.loads(runs[0][1])["status"]
+    assert f"{first['tokens']:,} / {first['autoCompactThreshold']:,} tokens" in out
+    assert f"{first['percentLeft']}% left" in out
+
+
+async def test_replay_timeline_is_what_the_daemon_wrote(tmp_path: Path) -> None:
+    code, out, err = await _run(
+        "replay", str(VIEWER), *SMALL_WINDOW, "--json", "--data-dir", str(tmp_path / "a")
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    events = report["compactions"]
+    assert events, "the small window makes the daemon compact"
+    written = _boundaries(Path(report["transcriptPath"]))
+    assert [e["boundaryUuid"] for e in events] == [b["uuid"] for b in written]
+    for event, boundary in zip(events, written, strict=True):
+        meta = boundary.get("compactMetadata") or boundary.get("microcompactMetadata") or {}
+        assert meta["preTokens"] == event["preTokens"]
+        if event["mechanism"] == "full":
+            assert meta["postTokens"] == event["postTokens"] < event["preTokens"]
+            assert meta["trigger"] == "auto"
+    assert report["tokensSaved"] == sum(e["preTokens"] - e["postTokens"] for e in events)
+    entries_seen = [e["entry"] for e in events]
+    assert entries_seen == sorted(entries_seen) and entries_seen[-1] <= report["entries"]
+
+    # The human-readable run makes the same decisions and prints them as a timeline.
+    code, text, err = await _run("replay", str(VIEWER), *SMALL_WINDOW)
+    assert code == 0, err
+    rows = re.findall(r"^\s+(\d+)\s+(\w+)\s+([\d,]+) ->\s+([\d,]+)$", text, re.M)
+    assert [(int(a), b) for a, b, _, _ in rows] == [(e["entry"], e["mechanism"]) for e in events]
+    assert f"timeline: {len(events)} compaction(s)" in text
+    # Exact figures differ a little between runs: the summary names the stored transcript,
+    # whose temporary path differs. The printed total is the sum of the printed rows.
+    saved = sum(int(pre.replace(",", "")) - int(post.replace(",", "")) for *_, pre, post in rows)
+    assert f"total tokens saved: {saved:,}" in text
+    # Not a terminal: progress comes as plain lines, never carriage returns.
+    assert "\r" not in text and "entries " in text and "context [" in text
+
+
+async def test_replay_leaves_out_the_original_compactions(tmp_path: Path) -> None:
+    original = _boundaries(R2_AUTO)
+    assert original
+    code, out, err = await _run(
+        "replay", str(R2_AUTO), *SMALL_WINDOW, "--json", "--data-dir", str(tmp_path)
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["skippedArtefacts"] >= len(original)
+    written = _boundaries(Path(report["transcriptPath"]))
+    original_ids = {b["uuid"] for b in original}
+    assert not original_ids & {b["uuid"] for b in written}
+    assert [b["uuid"] for b in written] == [e["boundaryUuid"] for e in report["compactions"]]
+
+
+async def test_replay_matches_a_client_driven_replay(spawn_daemon: SpawnDaemon) -> None:
+    from compactd.cli import plan_replay, replay_session
+
+    code, out, err = await _run("replay", str(VIEWER), *SMALL_WINDOW, "--json")
+    assert code == 0, err
+    cli = json.loads(out)["compactions"]
+    plan = plan_replay(VIEWER.read_bytes().splitlines())
+    async with spawn_daemon(options={"summarizer": {"offline": True}}) as client:
+        assert isinstance(client, Client)
+        outcome = await replay_session(
+            client,
+            plan,
+            model="claude-sonnet-4-5",
+            context_window=20_000,
+            max_output_tokens=2_000,
+            quiet=True,
+        )
+    assert [(e.entry, e.mechanism) for e in outcome.events] == [
+        (e["entry"], e["mechanism"]) for e in cli
+    ]
+    # Within 2%: the summary names the stored transcript, whose path differs between runs.
+    for mine, theirs in zip(outcome.events, cli, strict=True):
+        assert abs(mine.pre_tokens - theirs["preTokens"]) <= theirs["preTokens"] // 50
+
+
+async def test_demo_runs_offline_and_keeps_the_originals() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    code, out, err = await _run("demo", env=env)
+    assert code == 0, err
+    assert "imported 438 entries" in out
+    assert "compacting offline" in out and "offline summary" in out
+    match = re.search(r"the transcript still holds (\d+) of (\d+) original entries", out)
+    assert match and match.group(1) == match.group(2)
+    assert re.search(r"timeline: [1-9]\d* compaction\(s\)", out)
+    assert "status after:" in out
+
+
+async def test_bad_input_is_reported_without_a_traceback(tmp_path: Path) -> None:
+    code, _, err = await _run("status", str(tmp_path / "missing.jsonl"))
+    assert code == 1 and "no such file" in err and "Traceback" not in err
+    code, _, err = await _run("replay", str(tmp_path / "missing.jsonl"))
+    assert code == 1 and "no such file" in err
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    code, _, err = await _run("replay", str(VIEWER), "--online", env=env)
+    assert code == 2 and "ANTHROPIC_API_KEY" in err
+    code, _, err = await _run("replay", str(VIEWER), "--context-window", "1000")
+    assert code == 1 and "window" in err and "Traceback" not in err

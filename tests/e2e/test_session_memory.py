@@ -4,7 +4,9 @@ compact/auto compacting from the notes with no model call (or falling back to a 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from compactd_client import RpcError
@@ -99,6 +101,50 @@ async def test_extraction_then_compaction_from_the_notes_without_a_model_call(
     assert result.result.post_compact_tokens < status.tokens
 
 
+def fresh_ids(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A synthetic batch with its own uuids, message ids and tool ids (they are counters)."""
+    text = json.dumps(entries)
+    for old, new in (("00000000-0000", "22222222-0000"), ("msg_0000", "msg_2222")):
+        text = text.replace(old, new)
+    out: list[dict[str, Any]] = json.loads(text.replace("toolu_0000", "toolu_2222"))
+    return out
+
+
+async def test_second_round_compacts_from_the_new_notes(h: Harness) -> None:  # noqa: F811
+    h.emu.set_default(notes_or_summary)
+    sid = await open_session(
+        h.client, session_entries(entries=400, tokens=60_000), contextWindow=70_000
+    )
+    first = await wait_for_notes(h, sid)
+    assert (await h.client.compact_auto(sid)).mechanism == "sessionMemory"
+    await asyncio.sleep(0.01)  # the next extraction gets a later timestamp
+
+    # More work after the compaction: enough growth for a new extraction.
+    await h.client.append(sid, fresh_ids(session_entries(entries=200, tokens=26_000, seed=3)))
+    for _ in range(200):
+        second = await h.client.session_memory(sid)
+        if second.last_extracted_at != first.last_extracted_at and not second.extracting:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("no second extraction")
+    # The second extraction saw the compacted context: the first notes summary comes first.
+    extraction = [r for r in h.emu.message_requests if is_extraction(r)][-1]
+    assert "Refactoring the ingest pipeline" in user_texts(extraction.body)[0]
+
+    before = len(h.emu.message_requests)
+    again = await h.client.compact_auto(sid, force=True)
+    assert again.mechanism == "sessionMemory" and len(h.emu.message_requests) == before
+    assert again.result is not None
+    view = (await h.client.messages(sid)).messages
+    roles = [m["role"] for m in view]
+    assert roles[0] == "user" and all(a != b for a, b in zip(roles, roles[1:], strict=False))
+    # One notes summary only: the previous one was replaced, not kept.
+    summaries = [m for m in view if "Session notes kept up to date" in json.dumps(m)]
+    assert len(summaries) == 1
+    assert again.result.post_compact_tokens < again.result.pre_compact_tokens
+
+
 async def test_falls_back_to_full_when_the_kept_part_stays_above_threshold(
     h: Harness,  # noqa: F811
 ) -> None:
@@ -156,3 +202,8 @@ async def test_offline_notes_are_built_from_the_transcript(spawn_daemon: SpawnDa
         assert headings == [s.heading for s in sm.SECTIONS]
         assert sm.has_content(got.content)
         assert got.tokens > 0
+    # The notes and when they were written survive a restart.
+    async with spawn_daemon(options=options) as client:
+        again = await client.session_memory(sid)
+        assert again.content == got.content
+        assert again.last_extracted_at == got.last_extracted_at

@@ -145,6 +145,9 @@ class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_onl
     pre_compact_discovered_tools: list[str] | None = None
     preserved_segment: PreservedSegment | None = None
     cumulative_dropped_tokens: int | None = None
+    # compactd's addition for partial compaction ``from`` a pivot: the leading part of the
+    # previous view kept verbatim BEFORE the summary (head / tail uuids; anchor unused).
+    preserved_prefix: PreservedSegment | None = None
     # compactd's own additions (ignored by Claude Code): which mechanism produced this
     # boundary, a stable compaction id, and whether it undoes an earlier one.
     mechanism: str | None = None

@@ -162,24 +162,6 @@ class MicrocompactOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_u
     api_clear_tool_inputs: bool | None = None
 
 
-class SessionMemoryOptions(
-    msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
-):
-    """Session memory (REFERENCE.md §5): a notes file per session kept up to date in the
-    background and used by ``compact/auto`` as a summary that needs no model call.
-
-    Off unless ``enabled`` is true (an extraction is a model request the user pays for).
-    ``minInitTokens``: no notes before the context holds that many tokens (default 10,000);
-    ``minTokenGrowth``: growth since the last extraction (default 5,000); ``minToolCalls``:
-    tool calls since then, unless the last turn made none (default 3).
-    """
-
-    enabled: bool | None = None
-    min_init_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    min_token_growth: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    min_tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
-
-
 class InitializationOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
@@ -192,7 +174,6 @@ class InitializationOptions(
     max_frame_bytes: int | None = None
     memory_file_names: list[str] | None = None
     microcompact: MicrocompactOptions | None = None
-    session_memory: SessionMemoryOptions | None = None
 
 
 # -- session ------------------------------------------------------------------------------------
@@ -371,6 +352,23 @@ class HookResult(_Wire, kw_only=True):
     timed_out: bool = False
 
 
+class PartialInfo(_Wire, kw_only=True):
+    """Where a ``compact/partial`` cut: the pivot asked for and the one used.
+
+    ``moved`` is ``back`` / ``forward`` when the asked pivot would have split a response or a
+    tool call from its result and the cut moved to the nearest safe entry; ``pivotUuid`` is the
+    entry the cut starts at (the first kept entry for ``upTo``, the first summarized for
+    ``from``).
+    """
+
+    direction: Literal["from", "upTo"]
+    requested_pivot_uuid: str
+    pivot_uuid: str | None
+    moved: Literal["none", "back", "forward"]
+    summarized_entries: int
+    kept_entries: int
+
+
 class CompactResult(_Wire, kw_only=True):
     compaction_id: str
     boundary: dict[str, Any]
@@ -387,6 +385,8 @@ class CompactResult(_Wire, kw_only=True):
     # Things the client should show the user: an offline fallback, a fixed prefix (system
     # prompt + tools + summary) still above the auto-compact threshold, a cut-short summary.
     warnings: list[str] | None = None
+    # compact/partial only: where the cut was made.
+    partial: PartialInfo | None = None
 
 
 class AutoResult(_Wire, kw_only=True):

@@ -112,6 +112,7 @@ export interface CompactResult {
   summarizer?: string | null;
   restoredFromLedger?: Array<string> | null;
   warnings?: Array<string> | null;
+  partial?: PartialInfo | null;
 }
 
 export interface CompactionStat {
@@ -188,7 +189,6 @@ export interface InitializationOptions {
   maxFrameBytes?: number | null;
   memoryFileNames?: Array<string> | null;
   microcompact?: MicrocompactOptions | null;
-  sessionMemory?: SessionMemoryOptions | null;
 }
 
 export interface ListResult {
@@ -264,6 +264,15 @@ export interface OpenResult {
   importedFrom?: string | null;
 }
 
+export interface PartialInfo {
+  direction: "from" | "upTo";
+  requestedPivotUuid: string;
+  pivotUuid: string | null;
+  moved: "back" | "forward" | "none";
+  summarizedEntries: number;
+  keptEntries: number;
+}
+
 export interface PartialParams {
   sessionId: string;
   pivotUuid: string;
@@ -328,13 +337,6 @@ export interface SessionInfo {
   entryCount: number;
   open: boolean;
   tokens: number;
-}
-
-export interface SessionMemoryOptions {
-  enabled?: boolean | null;
-  minInitTokens?: number | null;
-  minTokenGrowth?: number | null;
-  minToolCalls?: number | null;
 }
 
 export interface SessionMemoryResult {

@@ -6,7 +6,11 @@ the continuation summary and everything appended after them. A partial compactio
 entries verbatim without copying them: the boundary's ``compactMetadata.preservedSegment``
 names the first (head) and last (tail) of those entries, which sit before the boundary in the
 file, and the entry they hang off (anchor, normally the summary). Claude Code relinks them
-after the summary when it loads the transcript; ``context_records`` does the same.
+after the summary when it loads the transcript; ``context_records`` does the same. A partial
+compaction ``from`` a pivot keeps the EARLIER part instead: compactd's own
+``compactMetadata.preservedPrefix`` names the first and last entries of the previous view that
+stay, and they are placed between the boundary and the summary, so the request still starts
+with the same messages and their prompt cache is reused.
 
 Everything here is pure and linear in the number of records examined, because the server
 rebuilds the view on every ``session/messages`` request.
@@ -22,6 +26,7 @@ __all__ = [
     "context_records",
     "last_boundary_index",
     "main_thread",
+    "preserved_prefix_records",
     "preserved_records",
 ]
 
@@ -47,19 +52,26 @@ def preserved_records(records: Sequence[Record], boundary_index: int) -> list[Re
     return _resolve_segment(records, boundary_index, segment)
 
 
-def context_records(records: Sequence[Record]) -> list[Record]:
+def context_records(records: Sequence[Record], end: int | None = None) -> list[Record]:
     """The records from the last compact boundary on, with preserved entries relinked.
 
     Without a boundary this is every record. With one, it is the boundary, then the records
     after it in file order; the entries named by the boundary's preserved segment are inserted
-    right after the anchor (the continuation summary), before anything that came later.
+    right after the anchor (the continuation summary), before anything that came later, and
+    those named by its preserved prefix right after the boundary itself.
     Entries that already appear after the boundary are not inserted twice, which also makes
     the function idempotent: ``context_records(context_records(r)) == context_records(r)``.
+    ``end`` limits the view to ``records[:end]`` without copying the list.
     """
-    b = last_boundary_index(records)
+    stop = len(records) if end is None else max(0, min(end, len(records)))
+    b = _last_boundary_before(records, stop)
     if b is None:
-        return list(records)
-    view = list(records[b:])
+        return list(records[:stop])
+    view = list(records[b:stop])
+    prefix = preserved_prefix_records(records, b)
+    if prefix:
+        present = {r.entry.uuid for r in view if r.entry.uuid is not None}
+        view = view[:1] + [r for r in prefix if r.entry.uuid not in present] + view[1:]
     kept = preserved_records(records, b)
     if not kept:
         return view
@@ -69,6 +81,29 @@ def context_records(records: Sequence[Record]) -> list[Record]:
         return view
     at = _insertion_point(view)
     return view[: at + 1] + kept + view[at + 1 :]
+
+
+def preserved_prefix_records(records: Sequence[Record], boundary_index: int) -> list[Record]:
+    """The leading entries a partial compaction ``from`` a pivot kept before its summary.
+
+    They are the start of the view as it was just before the boundary (which may itself come
+    from an earlier compaction), from the prefix's head through its tail, without that earlier
+    boundary record. Empty when the boundary names no prefix or its tail cannot be found.
+    """
+    meta = records[boundary_index].entry.compact_metadata
+    segment = meta.preserved_prefix if meta is not None else None
+    if segment is None or segment.tail_uuid is None:
+        return []
+    before = context_records(records, boundary_index)
+    ids = [r.entry.uuid for r in before]
+    try:
+        tail_at = ids.index(segment.tail_uuid)
+    except ValueError:
+        return []
+    head_at = 0
+    if segment.head_uuid is not None and segment.head_uuid in ids[: tail_at + 1]:
+        head_at = ids.index(segment.head_uuid)
+    return [r for r in before[head_at : tail_at + 1] if not r.entry.is_compact_boundary]
 
 
 def main_thread(records: Sequence[Record]) -> list[Record]:
@@ -90,6 +125,13 @@ def main_thread(records: Sequence[Record]) -> list[Record]:
 
 
 # -- internals -----------------------------------------------------------------------------------
+
+
+def _last_boundary_before(records: Sequence[Record], stop: int) -> int | None:
+    for i in range(stop - 1, -1, -1):
+        if records[i].entry.is_compact_boundary:
+            return i
+    return None
 
 
 def _insertion_point(view: list[Record]) -> int:

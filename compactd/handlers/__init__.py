@@ -6,16 +6,7 @@ result Struct. It raises ``protocol.CompactdError`` for errors the client should
 
 from __future__ import annotations
 
-from compactd.handlers import (
-    cache,
-    compact,
-    files,
-    micro,
-    pending,
-    session_memory,
-    sessions,
-    tokens,
-)
+from compactd.handlers import cache, compact, files, micro, partial, pending, sessions, tokens
 from compactd.handlers.base import Handler
 
 HANDLERS: dict[str, Handler] = {
@@ -24,8 +15,8 @@ HANDLERS: dict[str, Handler] = {
     **micro.HANDLERS,
     **cache.HANDLERS,
     **compact.HANDLERS,
+    **partial.HANDLERS,
     **files.HANDLERS,
-    **session_memory.HANDLERS,
     **pending.HANDLERS,
 }
 

@@ -78,12 +78,15 @@ class Selection:
     summary (partial ``upTo``); they must be the most recent records of the context, linked by
     ``parentUuid`` or contiguous in the file, since the boundary's preserved segment names
     them by head and tail. ``request``: the records the model is shown, when that is more than
-    ``summarize`` (partial ``from`` shows the earlier part for context).
+    ``summarize`` (partial ``from`` shows the earlier part for context). ``kept_before``: the
+    leading records of the context kept verbatim BEFORE the summary (partial ``from``); the
+    boundary's ``preservedPrefix`` names them and ``core.view`` puts them back after it.
     """
 
     summarize: Sequence[Record]
     kept: Sequence[Record] = ()
     request: Sequence[Record] | None = None
+    kept_before: Sequence[Record] = ()
 
 
 Selector = Callable[[list[Record]], Selection]
@@ -116,6 +119,7 @@ class _Prepared:
     context_head: Record | None
     summarized: list[Record]
     kept: list[Record]
+    kept_before: list[Record]
     continuation: str
     attachments: list[dict[str, Any]]
     session_context: list[str]
@@ -243,6 +247,7 @@ async def _prepare(run: _Run) -> _Prepared:
         cleared = frozenset(session.cleared_tool_ids)
     summarized = list(selection.summarize)
     kept = list(selection.kept)
+    kept_before = [r for r in selection.kept_before if not r.entry.is_compact_boundary]
     shown = list(selection.request) if selection.request is not None else summarized
     # Exactly what the main loop sends (session/messages), so the cache-sharing request
     # reads the main loop's cached prefix.
@@ -326,7 +331,7 @@ async def _prepare(run: _Run) -> _Prepared:
     summary, restored = complete_summary(summary, summarized, cleared_tool_ids=cleared)
 
     run.status("rehydrating")
-    attachments = await rehydration_attachments(app, session, kept)
+    attachments = await rehydration_attachments(app, session, [*kept_before, *kept])
 
     run.status("sessionStartHooks")
     start_results = await hooks.run_hooks(
@@ -349,6 +354,7 @@ async def _prepare(run: _Run) -> _Prepared:
         context_head=context[0] if context else None,
         summarized=summarized,
         kept=kept,
+        kept_before=kept_before,
         continuation=continuation_message(
             summary,
             transcript_path=session.transcript_path,
@@ -531,7 +537,12 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         # the system prompt and tools, which compaction cannot shrink).
         appended_raw = _raw_estimate(appended)
         before = tokens.pad(prep.pre_raw + appended_raw)
-        post_raw = _raw_estimate(tail_records) + _raw_estimate(prep.kept) + appended_raw
+        post_raw = (
+            _raw_estimate(prep.kept_before)
+            + _raw_estimate(tail_records)
+            + _raw_estimate(prep.kept)
+            + appended_raw
+        )
         after = tokens.pad(post_raw)
         if after >= before:
             raise p.CompactdError(
@@ -575,6 +586,9 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
                 "anchorUuid": summary_uuid,
                 "tailUuid": preserved[-1].entry.uuid,
             }
+        prefix_ids = [r.entry.uuid for r in prep.kept_before if r.entry.uuid]
+        if prefix_ids:
+            metadata["preservedPrefix"] = {"headUuid": prefix_ids[0], "tailUuid": prefix_ids[-1]}
         boundary = {
             "parentUuid": None,
             "logicalParentUuid": prep.logical_parent,
@@ -613,7 +627,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         compaction_id=run.compaction_id,
         boundary=boundary,
         summary=summary,
-        kept_entries=[r.to_builtins() for r in preserved],
+        kept_entries=[r.to_builtins() for r in (*prep.kept_before, *preserved) if r.entry.uuid],
         attachments=extra,
         hook_results=[*prep.hook_results, *post_results],
         pre_compact_tokens=prep.pre_tokens,

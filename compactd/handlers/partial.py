@@ -1,0 +1,114 @@
+"""compact/partial: summarize one side of a pivot entry and keep the other side verbatim.
+
+A thin handler over ``core.partial.plan_partial`` (where to cut) and the compaction engine
+(``services.compaction.run_compaction``). The pivot is checked against the session's current
+context before anything starts, so a pivot that does not exist or leaves nothing to summarize
+is refused with ``pivotNotFound`` / ``notEnoughMessages`` and nothing is written or announced.
+The selector plans again on the engine's snapshot, which is the context the summary replaces.
+When the pivot had to move to a safe cut (never between a tool call and its result, never
+inside one response), the result says so in ``partial`` and in ``warnings``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from compactd import protocol as p
+from compactd.core.partial import PartialError, PartialPlan, plan_partial
+from compactd.core.prompts import PromptKind
+from compactd.handlers.base import Context, Handler
+from compactd.services.compaction import CompactionSpec, Selection, run_compaction
+
+if TYPE_CHECKING:
+    from compactd.app import App
+    from compactd.model import Record
+    from compactd.session import Session
+
+log = logging.getLogger(__name__)
+
+
+def _kind(session: Session, params: p.PartialParams) -> PromptKind:
+    # A sub-agent resumes its delegated task from its own continuation summary, whichever
+    # side is summarized (REFERENCE.md §4).
+    if session.meta.agent_kind == "subagent":
+        return "subagent"
+    return "partialUpTo" if params.direction == "upTo" else "partialFrom"
+
+
+def _plan(context: list[Record], params: p.PartialParams) -> PartialPlan:
+    try:
+        return plan_partial(context, params.pivot_uuid, params.direction)
+    except PartialError as err:
+        raise p.CompactdError(
+            err.code, err.message, pivotUuid=params.pivot_uuid, direction=params.direction
+        ) from err
+
+
+def _moved_note(plan: PartialPlan, requested: str) -> str:
+    side = "kept" if plan.direction == "upTo" else "summarized"
+    return (
+        f"pivot {requested} is not a safe place to cut (it would split a response or separate "
+        f"a tool call from its result); moved {plan.moved} to {plan.pivot_uuid}, the first "
+        f"{side} entry"
+    )
+
+
+async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactResult:
+    session = await app.get_session(params.session_id)
+    if session.compacting:
+        raise p.CompactdError(
+            p.ErrorCode.SESSION_BUSY,
+            f"session {session.session_id!r} is already being compacted; try again when it ends",
+            sessionId=session.session_id,
+        )
+    async with session.lock:
+        _plan(session.context(), params)  # refuse a bad pivot before anything starts
+
+    chosen: list[PartialPlan] = []
+
+    def select(context: list[Record]) -> Selection:
+        plan = _plan(context, params)
+        chosen.append(plan)
+        if plan.moved != "none":
+            log.info("session %s: %s", session.session_id, _moved_note(plan, params.pivot_uuid))
+        return Selection(
+            summarize=plan.summarize,
+            kept=plan.kept,
+            request=plan.request,
+            kept_before=plan.kept_before,
+        )
+
+    progress = await ctx.begin_progress("Compacting conversation (partial)", "starting")
+    spec = CompactionSpec(
+        trigger="manual",
+        kind=_kind(session, params),
+        custom_instructions=params.custom_instructions,
+        mechanism="partial",
+        select=select,
+    )
+    try:
+        result = await run_compaction(app, session, spec, progress=progress)
+    finally:
+        if progress is not None:
+            progress.end("done")
+    plan = chosen[-1]
+    warnings = list(result.warnings or [])
+    if plan.moved != "none":
+        warnings.append(_moved_note(plan, params.pivot_uuid))
+    info = p.PartialInfo(
+        direction=plan.direction,
+        requested_pivot_uuid=params.pivot_uuid,
+        pivot_uuid=plan.pivot_uuid,
+        moved=plan.moved,
+        summarized_entries=len(plan.summarize),
+        kept_entries=len(plan.kept) + len(plan.kept_before),
+    )
+    return msgspec.structs.replace(result, partial=info, warnings=warnings or None)
+
+
+HANDLERS: dict[str, Handler] = {
+    p.COMPACT_PARTIAL: partial,
+}

@@ -162,6 +162,24 @@ class MicrocompactOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_u
     api_clear_tool_inputs: bool | None = None
 
 
+class SessionMemoryOptions(
+    msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
+):
+    """Session memory (REFERENCE.md §5): a notes file per session kept up to date in the
+    background and used by ``compact/auto`` as a summary that needs no model call.
+
+    Off unless ``enabled`` is true (an extraction is a model request the user pays for).
+    ``minInitTokens``: no notes before the context holds that many tokens (default 10,000);
+    ``minTokenGrowth``: growth since the last extraction (default 5,000); ``minToolCalls``:
+    tool calls since then, unless the last turn made none (default 3).
+    """
+
+    enabled: bool | None = None
+    min_init_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    min_token_growth: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    min_tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
 class InitializationOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
@@ -174,6 +192,7 @@ class InitializationOptions(
     max_frame_bytes: int | None = None
     memory_file_names: list[str] | None = None
     microcompact: MicrocompactOptions | None = None
+    session_memory: SessionMemoryOptions | None = None
 
 
 # -- session ------------------------------------------------------------------------------------

@@ -189,6 +189,7 @@ export interface InitializationOptions {
   maxFrameBytes?: number | null;
   memoryFileNames?: Array<string> | null;
   microcompact?: MicrocompactOptions | null;
+  sessionMemory?: SessionMemoryOptions | null;
 }
 
 export interface ListResult {
@@ -337,6 +338,13 @@ export interface SessionInfo {
   entryCount: number;
   open: boolean;
   tokens: number;
+}
+
+export interface SessionMemoryOptions {
+  enabled?: boolean | null;
+  minInitTokens?: number | null;
+  minTokenGrowth?: number | null;
+  minToolCalls?: number | null;
 }
 
 export interface SessionMemoryResult {

@@ -6,7 +6,17 @@ result Struct. It raises ``protocol.CompactdError`` for errors the client should
 
 from __future__ import annotations
 
-from compactd.handlers import cache, compact, files, micro, partial, pending, sessions, tokens
+from compactd.handlers import (
+    cache,
+    compact,
+    files,
+    micro,
+    partial,
+    pending,
+    session_memory,
+    sessions,
+    tokens,
+)
 from compactd.handlers.base import Handler
 
 HANDLERS: dict[str, Handler] = {
@@ -17,6 +27,7 @@ HANDLERS: dict[str, Handler] = {
     **compact.HANDLERS,
     **partial.HANDLERS,
     **files.HANDLERS,
+    **session_memory.HANDLERS,
     **pending.HANDLERS,
 }
 

@@ -9,8 +9,6 @@ _PENDING = [
     p.COMPACT_PREVIEW,
     p.COMPACT_UNDO,
     p.RECALL_SEARCH,
-    p.SESSION_MEMORY_GET,
-    p.SESSION_MEMORY_EXTRACT,
 ]
 
 HANDLERS: dict[str, Handler] = {m: not_implemented(m) for m in _PENDING}

@@ -327,3 +327,77 @@ def test_property_cuts_keep_pairs_and_responses_whole(
         assert plan.pivot_uuid == pivot
     # The previous boundary and its summary never move to the later side.
     assert not any(r.entry.is_compact_boundary or r.entry.is_compact_summary is True for r in later)
+
+
+def _compact_up_to(records: list[Record], plan: PartialPlan, tag: str) -> list[Record]:
+    """What the engine appends for an ``upTo`` compaction: boundary, summary, one attachment."""
+    kept = [r.entry.uuid for r in plan.kept if r.entry.uuid]
+    meta = {
+        "trigger": "manual",
+        "preservedSegment": {"headUuid": kept[0], "anchorUuid": f"s-{tag}", "tailUuid": kept[-1]},
+    }
+    return [
+        *records,
+        record_from_dict(
+            {
+                "type": "system",
+                "subtype": "compact_boundary",
+                "uuid": f"b-{tag}",
+                "compactMetadata": meta,
+            }
+        ),
+        record_from_dict(
+            {
+                "type": "user",
+                "uuid": f"s-{tag}",
+                "parentUuid": f"b-{tag}",
+                "isCompactSummary": True,
+                "message": {"role": "user", "content": f"Summary {tag}"},
+            }
+        ),
+        record_from_dict(
+            {
+                "type": "attachment",
+                "uuid": f"at-{tag}",
+                "parentUuid": f"s-{tag}",
+                "attachment": {"type": "todo", "content": []},
+            }
+        ),
+    ]
+
+
+def test_a_second_up_to_keeps_entries_from_both_sides_of_the_first_boundary() -> None:
+    records = simple()
+    plan = plan_partial(context_records(records), "e9", "upTo")
+    records = _compact_up_to(records, plan, "1")
+    assert ids(context_records(records)) == ["b-1", "s-1", "e9", "e10", "at-1"]
+    # The agent goes on; its next entry hangs off the last one it saw (the attachment).
+    b = _Builder()
+    b.records = list(records)
+    b.n = 100
+    b.user()  # e101 (parent at-1)
+    b.text("m9")  # e102
+    view = context_records(b.records)
+    assert ids(view) == ["b-1", "s-1", "e9", "e10", "at-1", "e101", "e102"]
+    # Keep from e10 on: e10 sits before the first boundary in the file, the rest after it.
+    plan = plan_partial(view, "e10", "upTo")
+    assert ids(plan.kept) == ["e10", "at-1", "e101", "e102"]
+    records = _compact_up_to(b.records, plan, "2")
+    assert ids(context_records(records)) == ["b-2", "s-2", "e10", "at-1", "e101", "e102", "at-2"]
+
+
+def test_up_to_after_from_keeps_part_of_the_prefix_and_the_first_summary() -> None:
+    records = simple()
+    plan = plan_partial(context_records(records), "e3", "from")
+    records = _compact_from(records, plan, "1")
+    b = _Builder()
+    b.records = list(records)
+    b.n = 100
+    b.user()  # e101
+    b.text("m9")  # e102
+    view = context_records(b.records)
+    assert ids(view) == ["b-1", "e1", "e2", "s-1", "e101", "e102"]
+    plan = plan_partial(view, "e2", "upTo")
+    assert ids(plan.kept) == ["e2", "s-1", "e101", "e102"]
+    records = _compact_up_to(b.records, plan, "2")
+    assert ids(context_records(records)) == ["b-2", "s-2", "e2", "s-1", "e101", "e102", "at-2"]

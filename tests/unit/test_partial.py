@@ -325,6 +325,14 @@ def test_property_cuts_keep_pairs_and_responses_whole(
     assert plan.pivot_uuid == (later[0].entry.uuid if later else None)
     if plan.moved == "none":
         assert plan.pivot_uuid == pivot
+    # Once committed, the view holds each kept entry exactly once, where it belongs.
+    if plan.direction == "upTo":
+        view = context_records(_compact_up_to(ctx, plan, "p"))
+        assert ids(view) == ["b-p", "s-p", *ids(plan.kept), "at-p"]
+    else:
+        view = context_records(_compact_from(ctx, plan, "p"))
+        prefix = [r for r in plan.kept_before if not r.entry.is_compact_boundary]
+        assert ids(view) == ["b-p", *ids(prefix), "s-p"]
     # The previous boundary and its summary never move to the later side.
     assert not any(r.entry.is_compact_boundary or r.entry.is_compact_summary is True for r in later)
 

@@ -58,12 +58,7 @@ def _moved_note(plan: PartialPlan, requested: str) -> str:
 
 async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactResult:
     session = await app.get_session(params.session_id)
-    if session.compacting:
-        raise p.CompactdError(
-            p.ErrorCode.SESSION_BUSY,
-            f"session {session.session_id!r} is already being compacted; try again when it ends",
-            sessionId=session.session_id,
-        )
+    # A compaction already running is refused by run_compaction (sessionBusy).
     async with session.lock:
         _plan(session.context(), params)  # refuse a bad pivot before anything starts
 

@@ -212,11 +212,9 @@ class App:
             imported_from=imported_from,
             created_at=time.time(),
         )
-        initial = b"".join(r.raw + b"\n" for r in records)
-
         def create() -> None:
             self.store.write_meta(meta)
-            self.store.create_transcript(sid, initial)
+            self.store.create_transcript(sid, records)
 
         await anyio.to_thread.run_sync(create)
         session = Session(
@@ -253,8 +251,7 @@ class App:
         """Write records durably, then add them to the session. Caller holds the lock."""
         if not records:
             return
-        lines = [r.raw for r in records]
-        await anyio.to_thread.run_sync(self.store.append, session.session_id, lines)
+        await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
         session.extend(records)
         session.last_activity = time.time()
         for observer in self.append_observers:

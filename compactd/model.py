@@ -34,6 +34,7 @@ __all__ = [
     "Usage",
     "block_to_builtins",
     "encode_entry",
+    "parse_buffer",
     "parse_lines",
     "record_from_dict",
     "record_from_entry",
@@ -207,17 +208,81 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
         return self.type == "system" and self.subtype == "microcompact_boundary"
 
 
-@dataclass(slots=True)
 class Record:
-    """One transcript line: the typed view plus the exact bytes to write back."""
+    """One transcript line: the typed view plus the exact bytes to write back.
 
-    entry: Entry
-    raw: bytes
+    A record that knows where its line sits in the transcript file can be *released*: it then
+    keeps only its uuid and that location, and reads and decodes the line again when asked.
+    Sessions release the records a compaction took out of the context, so a long session's
+    memory follows its context, not its whole history (the soak benchmark measures this).
+    """
+
+    __slots__ = ("_entry", "_raw", "uuid", "kind", "subtype", "_path", "_offset", "_length")
+
+    def __init__(self, entry: Entry, raw: bytes) -> None:
+        self._entry: Entry | None = entry
+        self._raw: bytes | None = raw
+        # Kept when released, so scans over history can skip lines without decoding them.
+        self.uuid: str | None = entry.uuid
+        self.kind: str = entry.type
+        self.subtype: str | None = entry.subtype
+        self._path: str | None = None
+        self._offset = -1
+        self._length = len(raw)
+
+    @property
+    def raw(self) -> bytes:
+        if self._raw is not None:
+            return self._raw
+        assert self._path is not None
+        with open(self._path, "rb") as fh:
+            fh.seek(self._offset)
+            return fh.read(self._length)
+
+    @property
+    def entry(self) -> Entry:
+        if self._entry is not None:
+            return self._entry
+        # Decoded on each access and not kept: released records are history, read rarely.
+        return record_from_line(self.raw)[0].entry
+
+    @property
+    def released(self) -> bool:
+        return self._entry is None
+
+    def locate(self, path: str, offset: int) -> None:
+        """Remember where this record's line starts in ``path`` (what ``release`` needs)."""
+        self._path = path
+        self._offset = offset
+
+    def release(self) -> None:
+        """Drop the in-memory copy if the line can be read back from the file."""
+        if self._path is not None:
+            self._entry = None
+            self._raw = None
+
+    def materialize(self) -> None:
+        """Keep the decoded line in memory again (the record is back in the context)."""
+        if self._entry is None:
+            raw = self.raw
+            self._entry = record_from_line(raw)[0].entry
+            self._raw = raw
 
     def to_builtins(self) -> dict[str, Any]:
         value = _generic_decoder.decode(self.raw)
         assert isinstance(value, dict)
         return value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return self.raw == other.raw and self.entry == other.entry
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        state = "released" if self._entry is None else "live"
+        return f"Record(uuid={self.uuid!r}, type={self.entry.type!r}, {state})"
 
 
 @dataclass(slots=True)
@@ -301,20 +366,38 @@ def parse_lines(lines: Iterable[bytes], report: ParseReport | None = None) -> It
     """Yield records from JSONL lines; blank lines are ignored, corrupt ones skipped and counted."""
     rep = report if report is not None else ParseReport()
     for line in lines:
+        record = _parse_one(line.strip(), rep)
+        if record is not None:
+            yield record
+
+
+def parse_buffer(data: bytes, report: ParseReport | None = None) -> Iterator[tuple[int, Record]]:
+    """Like ``parse_lines`` over a whole file's bytes, also yielding where each line starts."""
+    rep = report if report is not None else ParseReport()
+    pos = 0
+    for line in data.split(b"\n"):
+        start = pos
+        pos += len(line) + 1
         stripped = line.strip()
-        if not stripped:
-            continue
-        rep.lines += 1
-        try:
-            record, degraded = record_from_line(stripped)
-        except ValueError as exc:
-            rep.skipped += 1
-            if rep.first_error is None:
-                rep.first_error = f"line {rep.lines}: {exc}"
-            continue
-        if degraded:
-            rep.degraded += 1
-        yield record
+        record = _parse_one(stripped, rep)
+        if record is not None:
+            yield start + (len(line) - len(line.lstrip())), record
+
+
+def _parse_one(stripped: bytes, rep: ParseReport) -> Record | None:
+    if not stripped:
+        return None
+    rep.lines += 1
+    try:
+        record, degraded = record_from_line(stripped)
+    except ValueError as exc:
+        rep.skipped += 1
+        if rep.first_error is None:
+            rep.first_error = f"line {rep.lines}: {exc}"
+        return None
+    if degraded:
+        rep.degraded += 1
+    return record
 
 
 def block_to_builtins(block: Block) -> dict[str, Any]:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from compactd.model import ParseReport, Record, parse_lines
+from compactd.model import ParseReport, Record, parse_buffer
 
 # Session ids become directory names: keep them to a conservative alphabet.
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -122,23 +123,24 @@ class Store:
 
     # -- transcript ---------------------------------------------------------------------------
 
-    def create_transcript(self, session_id: str, initial: bytes = b"") -> None:
-        """Create the transcript (optionally with imported content) durably."""
+    def create_transcript(self, session_id: str, records: Sequence[Record] = ()) -> None:
+        """Create the transcript (optionally with imported records) durably."""
         path = self.transcript_path(session_id)
-        if initial and not initial.endswith(b"\n"):
-            initial += b"\n"
-        atomic_write(path, initial)
+        atomic_write(path, b"".join(r.raw + b"\n" for r in records))
+        _locate(records, path, 0)
 
-    def append(self, session_id: str, lines: list[bytes]) -> None:
-        """Append lines with one write and fsync before returning."""
-        if not lines:
+    def append(self, session_id: str, records: Sequence[Record]) -> None:
+        """Append records' lines with one write and fsync before returning."""
+        if not records:
             return
-        payload = b"".join(line + b"\n" for line in lines)
+        payload = b"".join(r.raw + b"\n" for r in records)
         path = self.transcript_path(session_id)
         with open(path, "ab") as fh:
+            start = fh.seek(0, os.SEEK_END)
             fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
+        _locate(records, path, start)
 
     def load(self, session_id: str) -> LoadedTranscript:
         path = self.transcript_path(session_id)
@@ -155,9 +157,9 @@ class Store:
                 fh.truncate(cut)
                 fh.flush()
                 os.fsync(fh.fileno())
-        lines = data.split(b"\n")
         report = ParseReport()
-        records = list(parse_lines(lines, report))
+        located = list(parse_buffer(data, report))
+        records = [r for _, r in located]
         cut_at = _incomplete_group_start(records)
         if cut_at is not None:
             keep = records[:cut_at]
@@ -165,7 +167,18 @@ class Store:
             truncated += len(data) - len(new_data)
             atomic_write(path, new_data)
             records = keep
+            _locate(records, path, 0)
+        else:
+            for offset, record in located:
+                record.locate(str(path), offset)
         return LoadedTranscript(records=records, report=report, truncated_bytes=truncated)
+
+
+def _locate(records: Sequence[Record], path: Path, offset: int) -> None:
+    """Tell records written back to back from ``offset`` where their lines are."""
+    for record in records:
+        record.locate(str(path), offset)
+        offset += len(record.raw) + 1
 
 
 def _incomplete_group_start(records: list[Record]) -> int | None:

@@ -20,7 +20,7 @@ from compactd import protocol as p
 from compactd.core import tokens
 from compactd.core.cachebreak import CacheBreakDetector
 from compactd.core.microcompact import CachedState
-from compactd.core.view import context_records
+from compactd.core.view import context_records, undone_ids, undone_target
 from compactd.model import Entry, Record
 from compactd.services.files import FileState, build_file_state
 from compactd.services.store import SessionMeta
@@ -52,6 +52,8 @@ class Session:
     cleared_tool_ids: set[str] = field(default_factory=set)
     # False while every conversation entry is a sidechain (a sub-agent's own transcript).
     has_main_thread: bool = False
+    # Uuids of microcompact boundaries an undo entry cancelled: they clear and save nothing.
+    undone_micro: set[str] = field(default_factory=set)
     context_start: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
@@ -72,31 +74,22 @@ class Session:
 
     def rebuild(self) -> None:
         """Recompute every derived field from the records (load, compaction, undo)."""
-        self.uuid_index = {r.uuid: i for i, r in enumerate(self.records) if r.uuid}
+        self.uuid_index = {r.entry.uuid: i for i, r in enumerate(self.records) if r.entry.uuid}
         ctx = context_records(self.records)
-        self._release_history(ctx)
         ctx = _without_stale_usage(ctx, self.records, self.uuid_index)
         self.context_start = _boundary_start(self.records)
         self.cleared_tool_ids = set()
+        self.undone_micro = undone_ids(self.records)
         self.has_main_thread = any(_is_main_conversation(r.entry) for r in ctx)
         self.counter = tokens.TokenCounter()
         self._feed(ctx)
         self.file_state = build_file_state(ctx, self.meta.cwd, self.cleared_tool_ids)
 
-    def _release_history(self, ctx: Sequence[Record]) -> None:
-        """Keep only the current context decoded in memory; history is read back on demand."""
-        live = {id(r) for r in ctx}
-        for r in ctx:
-            r.materialize()
-        for r in self.records:
-            if id(r) not in live:
-                r.release()
-
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""
         base = len(self.records)
         self.records.extend(new)
-        if any(r.entry.is_compact_boundary for r in new):
+        if any(r.entry.is_compact_boundary or undone_target(r) is not None for r in new):
             self.rebuild()
             return
         if not self.has_main_thread and any(_is_main_conversation(r.entry) for r in new):
@@ -133,6 +126,12 @@ class Session:
     def _note_microcompact(self, entry: Entry) -> None:
         if not entry.is_microcompact_boundary or not entry.microcompact_metadata:
             return
+        if entry.uuid in self.undone_micro:
+            return
+        restored = entry.microcompact_metadata.get("restoredToolIds")
+        if isinstance(restored, list):
+            # An undo entry (compact/undo of a microcompact): those results are shown again.
+            self.cleared_tool_ids.difference_update(i for i in restored if isinstance(i, str))
         ids = entry.microcompact_metadata.get("compactedToolIds")
         if isinstance(ids, list):
             self.cleared_tool_ids.update(i for i in ids if isinstance(i, str))
@@ -206,7 +205,9 @@ def _without_stale_usage(
     """
     if not ctx or not ctx[0].entry.is_compact_boundary:
         return ctx
-    boundary_at = _boundary_start(records)
+    # The boundary heading the view (after an undo it is not the last one in the file).
+    head_uuid = ctx[0].entry.uuid
+    boundary_at = uuid_index.get(head_uuid, 0) if head_uuid else _boundary_start(records)
     out: list[Record] = []
     for r in ctx:
         entry = r.entry

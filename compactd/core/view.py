@@ -28,6 +28,10 @@ __all__ = [
     "main_thread",
     "preserved_prefix_records",
     "preserved_records",
+    "compaction_key",
+    "last_undoable",
+    "undone_ids",
+    "undone_target",
 ]
 
 
@@ -67,6 +71,8 @@ def context_records(records: Sequence[Record], end: int | None = None) -> list[R
     b = _last_boundary_before(records, stop)
     if b is None:
         return list(records[:stop])
+    if undone_target(records[b]) is not None:
+        return _undo_view(records, b, stop)
     view = list(records[b:stop])
     prefix = preserved_prefix_records(records, b)
     if prefix:
@@ -181,23 +187,9 @@ def _resolve_segment(
     chain = _parent_chain(records, index, head, tail, head_at, tail_at)
     if chain is not None:
         return [records[i] for i in sorted(chain)]
-    # A segment kept by compactd is a run of the view just before this boundary; it may span an
-    # earlier boundary (kept entries of an earlier partial compaction, then newer ones), where
-    # the file holds summarized entries between head and tail and the parent links need not
-    # join up. Take that run of the earlier view when both ends are in it.
-    sidechain = records[head_at].entry.is_sidechain is True
-    if any(records[i].entry.is_compact_boundary for i in range(head_at, tail_at)):
-        earlier = context_records(records, boundary_index)
-        at = {r.entry.uuid: i for i, r in enumerate(earlier) if r.entry.uuid is not None}
-        first, last = at.get(head), at.get(tail)
-        if first is not None and last is not None and first <= last:
-            return [
-                r
-                for r in earlier[first : last + 1]
-                if not r.entry.is_compact_boundary and (r.entry.is_sidechain is True) == sidechain
-            ]
     # The parent links do not lead from tail to head (rewritten or missing ids): fall back to
     # the conversation entries between them in file order.
+    sidechain = records[head_at].entry.is_sidechain is True
     return [
         r
         for r in records[head_at : tail_at + 1]
@@ -231,3 +223,100 @@ def _parent_chain(
         chain.append(at)
         current = parent
     return chain if current == head else None
+
+
+# -- undo ----------------------------------------------------------------------------------------
+#
+# ``compact/undo`` appends; it never deletes. Undoing a compaction appends a new
+# ``compact_boundary`` whose ``compactMetadata.undoes`` names the compaction (its compactionId,
+# or the boundary's uuid for one without an id). Such a boundary shows no summary of its own:
+# the view becomes the view just before the undone compaction, followed by whatever was
+# appended since, minus the undone boundary and its group (summary, attachments, hook context).
+# Undoing a microcompact appends a ``microcompact_boundary`` with ``undoes`` in its metadata;
+# the session then ignores the undone one (``undone_ids``).
+
+
+def undone_target(record: Record) -> str | None:
+    """The compaction (id or boundary uuid) that ``record`` undoes, or None."""
+    entry = record.entry
+    if entry.is_compact_boundary and entry.compact_metadata is not None:
+        return entry.compact_metadata.undoes
+    if entry.is_microcompact_boundary and entry.microcompact_metadata:
+        value = entry.microcompact_metadata.get("undoes")
+        return value if isinstance(value, str) and value else None
+    return None
+
+
+def undone_ids(records: Sequence[Record]) -> set[str]:
+    """Ids and uuids of every compaction or microcompact an undo entry in ``records`` names."""
+    out: set[str] = set()
+    for record in records:
+        target = undone_target(record)
+        if target is not None:
+            out.add(target)
+    return out
+
+
+def compaction_key(record: Record) -> str | None:
+    """How undo entries name a compaction: its compactionId, else its boundary's uuid."""
+    meta = record.entry.compact_metadata
+    if meta is not None and meta.compaction_id:
+        return meta.compaction_id
+    return record.entry.uuid
+
+
+def _undo_view(records: Sequence[Record], b: int, stop: int) -> list[Record]:
+    target = undone_target(records[b])
+    t = next(
+        (
+            i
+            for i in range(b - 1, -1, -1)
+            if records[i].entry.is_compact_boundary
+            and target in (compaction_key(records[i]), records[i].entry.uuid)
+        ),
+        None,
+    )
+    if t is None:
+        # The undone boundary is unknown: the undo entry is simply transparent.
+        return context_records(records, b) + list(records[b + 1 : stop])
+    before = context_records(records, t)
+    group = _group_of(records, t)
+    seen = {id(r) for r in before} | group
+    since = [r for r in context_records(records, b) if id(r) not in seen]
+    return before + since + list(records[b + 1 : stop])
+
+
+def _group_of(records: Sequence[Record], t: int) -> set[int]:
+    """Identities of the boundary at ``t`` and the summary and attachments written with it."""
+    chain = {records[t].entry.uuid}
+    group = {id(records[t])}
+    for record in records[t + 1 :]:
+        entry = record.entry
+        part = entry.is_compact_summary is True or entry.type == "attachment"
+        if not part or entry.parent_uuid not in chain:
+            break
+        chain.add(entry.uuid)
+        group.add(id(record))
+    return group
+
+
+def last_undoable(records: Sequence[Record]) -> int | None:
+    """Index of the most recent compaction or microcompact boundary not undone yet, or None.
+
+    Undo entries themselves are skipped: undoing twice undoes the compaction before.
+    """
+    undone: set[str] = set()
+    for i in range(len(records) - 1, -1, -1):
+        record = records[i]
+        target = undone_target(record)
+        if target is not None:
+            undone.add(target)
+            continue
+        entry = record.entry
+        if entry.is_compact_boundary:
+            if compaction_key(record) in undone or entry.uuid in undone:
+                continue
+            return i
+        if entry.is_microcompact_boundary and entry.uuid not in undone:
+            return i
+    return None

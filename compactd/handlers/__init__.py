@@ -7,13 +7,13 @@ result Struct. It raises ``protocol.CompactdError`` for errors the client should
 from __future__ import annotations
 
 from compactd.handlers import (
+    beyond,
     cache,
     compact,
     files,
     micro,
     partial,
     pending,
-    session_memory,
     sessions,
     tokens,
 )
@@ -27,7 +27,7 @@ HANDLERS: dict[str, Handler] = {
     **compact.HANDLERS,
     **partial.HANDLERS,
     **files.HANDLERS,
-    **session_memory.HANDLERS,
+    **beyond.HANDLERS,
     **pending.HANDLERS,
 }
 

@@ -6,9 +6,8 @@ from compactd import protocol as p
 from compactd.handlers.base import Handler, not_implemented
 
 _PENDING = [
-    p.COMPACT_PREVIEW,
-    p.COMPACT_UNDO,
-    p.RECALL_SEARCH,
+    p.SESSION_MEMORY_GET,
+    p.SESSION_MEMORY_EXTRACT,
 ]
 
 HANDLERS: dict[str, Handler] = {m: not_implemented(m) for m in _PENDING}

@@ -1,0 +1,202 @@
+"""compact/preview, compact/undo and recall/search: what compactd offers beyond the reference.
+
+``compact/preview`` is a dry run: it says which mechanism would run and estimates the context
+after it, without a model call and without touching the session. ``compact/undo`` appends an
+entry that cancels the last compaction (``services/undo.py``). ``recall/search`` finds or
+fetches any entry of the transcript, including those compactions hid (``core/recall.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from compactd import protocol as p
+from compactd.core import microcompact as mc
+from compactd.core import recall, tokens
+from compactd.core.view import main_thread
+from compactd.handlers.base import Context, Handler
+from compactd.model import Record
+from compactd.services.micro import micro_config
+from compactd.services.rehydration import rehydration_attachments
+from compactd.services.undo import undo_last
+
+if TYPE_CHECKING:
+    from compactd.app import App
+    from compactd.session import Session
+
+# Preview's guess of the summary a model writes: a twentieth of what it summarizes, within
+# [2_000, 20_000] tokens (20_000 is the summary call's output cap, REFERENCE.md §3; the ratio
+# and floor are compactd's own estimate from summaries of real sessions).
+PREVIEW_SUMMARY_RATIO: Final = 20
+PREVIEW_SUMMARY_MIN_TOKENS: Final = 2_000
+PREVIEW_SUMMARY_MAX_TOKENS: Final = 20_000
+
+
+def _raw(records: Sequence[Record]) -> int:
+    return sum(
+        tokens.estimate_entry_raw(r.entry) for r in records if tokens.counts_toward_context(r.entry)
+    )
+
+
+def _attachments_raw(attachments: Sequence[dict[str, object]]) -> int:
+    return sum(len(str(a)) for a in attachments) // 4
+
+
+def _split(context: list[Record], params: p.PreviewParams) -> tuple[list[Record], list[Record]]:
+    """(summarized, kept) for a full or partial compaction of ``context``."""
+    if params.mechanism != "partial":
+        return context, []
+    if not params.pivot_uuid:
+        raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "a partial preview needs pivotUuid")
+    at = next((i for i, r in enumerate(context) if r.entry.uuid == params.pivot_uuid), None)
+    if at is None:
+        raise p.CompactdError(
+            p.ErrorCode.PIVOT_NOT_FOUND,
+            f"pivot {params.pivot_uuid!r} is not in the current context of the session",
+        )
+    if params.direction == "from":
+        return context[at:], context[:at]
+    return context[:at], context[at:]
+
+
+async def _preview_summary(
+    app: App, session: Session, params: p.PreviewParams, pre: int, mechanism: str, reason: str
+) -> p.PreviewResult:
+    context = session.context()
+    summarized, kept = _split(context, params)
+    raw = _raw(summarized)
+    summary = min(
+        PREVIEW_SUMMARY_MAX_TOKENS,
+        max(PREVIEW_SUMMARY_MIN_TOKENS, tokens.pad(raw) // PREVIEW_SUMMARY_RATIO),
+    )
+    attachments = await rehydration_attachments(app, session, kept)
+    post = summary + tokens.pad(_raw(kept) + _attachments_raw(attachments))
+    return p.PreviewResult(
+        mechanism=mechanism,
+        would_compact=bool(summarized) and post < pre,
+        pre_tokens=pre,
+        estimated_post_tokens=post,
+        entries_summarized=len(summarized),
+        entries_kept=len(kept),
+        reason=reason,
+    )
+
+
+def _micro_plan(app: App, session: Session) -> mc.MicroPlan:
+    config = micro_config(app)
+    entries = [r.entry for r in main_thread(session.context())]
+    cleared = frozenset(session.cleared_tool_ids)
+    now = time.time()
+    if mc.choose_strategy(entries, now, config) == "time":
+        return mc.plan_time(entries, now, config, cleared)
+    return mc.plan_count(entries, config, cleared)
+
+
+async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewResult:
+    session = await app.get_session(params.session_id)
+    status = app.status(session)
+    pre = status.tokens
+    flags = tokens.flags(app.env)
+    requested = params.mechanism or "auto"
+    if requested in ("full", "partial"):
+        return await _preview_summary(
+            app, session, params, pre, requested, f"{requested} compaction (estimate)"
+        )
+    plan = _micro_plan(app, session) if flags.microcompact_enabled else None
+    saving = plan.tokens_saved if plan is not None and plan.cleared else 0
+    if requested == "micro":
+        return p.PreviewResult(
+            mechanism="micro",
+            would_compact=saving > 0,
+            pre_tokens=pre,
+            estimated_post_tokens=max(0, pre - saving),
+            entries_summarized=0,
+            entries_kept=len(session.context()),
+            reason=plan.reason if plan is not None else "microcompact is disabled",
+        )
+    # auto: the dispatcher's order (REFERENCE.md §5): nothing below the threshold, micro when
+    # it brings the count under the threshold, else a full compaction.
+    if not flags.compaction_enabled or not flags.auto_compact_enabled:
+        return p.PreviewResult(
+            mechanism="auto",
+            would_compact=False,
+            pre_tokens=pre,
+            estimated_post_tokens=pre,
+            entries_summarized=0,
+            entries_kept=len(session.context()),
+            reason="automatic compaction is disabled",
+        )
+    if not status.is_above_auto_compact_threshold:
+        return p.PreviewResult(
+            mechanism="auto",
+            would_compact=False,
+            pre_tokens=pre,
+            estimated_post_tokens=pre,
+            entries_summarized=0,
+            entries_kept=len(session.context()),
+            reason=f"below the auto-compact threshold ({pre} of {status.auto_compact_threshold})",
+        )
+    if saving > 0 and pre - saving < status.auto_compact_threshold:
+        return p.PreviewResult(
+            mechanism="micro",
+            would_compact=True,
+            pre_tokens=pre,
+            estimated_post_tokens=pre - saving,
+            entries_summarized=0,
+            entries_kept=len(session.context()),
+            reason="clearing old tool results brings the context under the threshold",
+        )
+    return await _preview_summary(
+        app, session, params, pre, "full", "above the threshold; microcompact is not enough"
+    )
+
+
+async def undo(app: App, params: p.SessionParams, ctx: Context) -> p.UndoResult:
+    session = await app.get_session(params.session_id)
+    return await undo_last(app, session)
+
+
+async def search(app: App, params: p.RecallParams, ctx: Context) -> p.RecallResult:
+    session = await app.get_session(params.session_id)
+    limit = recall.RECALL_DEFAULT_LIMIT if params.limit is None else params.limit
+    if not 1 <= limit <= recall.RECALL_MAX_LIMIT:
+        raise p.CompactdError(
+            p.ErrorCode.INVALID_PARAMS,
+            f"limit must be between 1 and {recall.RECALL_MAX_LIMIT} (got {limit})",
+        )
+    if params.uuids is not None:
+        hits = recall.fetch(session.records, params.uuids[:limit])
+    elif params.query is not None and params.query.strip():
+        hits = recall.search(
+            session.records,
+            params.query,
+            limit=limit,
+            cleared_tool_ids=frozenset(session.cleared_tool_ids),
+        )
+    else:
+        raise p.CompactdError(
+            p.ErrorCode.INVALID_PARAMS, "recall/search needs a non-empty query or a list of uuids"
+        )
+    in_view = {id(r) for r in session.context()}
+    return p.RecallResult(
+        hits=[
+            p.RecallHit(
+                uuid=h.record.entry.uuid or "",
+                type=h.record.entry.type,
+                timestamp=h.record.entry.timestamp,
+                compacted=h.hidden_part or id(h.record) not in in_view,
+                snippet=h.snippet,
+                entry=h.record.to_builtins() if params.uuids is not None else None,
+            )
+            for h in hits
+        ]
+    )
+
+
+HANDLERS: dict[str, Handler] = {
+    p.COMPACT_PREVIEW: preview,
+    p.COMPACT_UNDO: undo,
+    p.RECALL_SEARCH: search,
+}

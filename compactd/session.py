@@ -74,8 +74,9 @@ class Session:
 
     def rebuild(self) -> None:
         """Recompute every derived field from the records (load, compaction, undo)."""
-        self.uuid_index = {r.entry.uuid: i for i, r in enumerate(self.records) if r.entry.uuid}
+        self.uuid_index = {r.uuid: i for i, r in enumerate(self.records) if r.uuid}
         ctx = context_records(self.records)
+        self._release_history(ctx)
         ctx = _without_stale_usage(ctx, self.records, self.uuid_index)
         self.context_start = _boundary_start(self.records)
         self.cleared_tool_ids = set()
@@ -84,6 +85,15 @@ class Session:
         self.counter = tokens.TokenCounter()
         self._feed(ctx)
         self.file_state = build_file_state(ctx, self.meta.cwd, self.cleared_tool_ids)
+
+    def _release_history(self, ctx: Sequence[Record]) -> None:
+        """Keep only the current context decoded in memory; history is read back on demand."""
+        live = {id(r) for r in ctx}
+        for r in ctx:
+            r.materialize()
+        for r in self.records:
+            if id(r) not in live:
+                r.release()
 
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""

@@ -187,9 +187,23 @@ def _resolve_segment(
     chain = _parent_chain(records, index, head, tail, head_at, tail_at)
     if chain is not None:
         return [records[i] for i in sorted(chain)]
+    # A segment kept by compactd is a run of the view just before this boundary; it may span an
+    # earlier boundary (kept entries of an earlier partial compaction, then newer ones), where
+    # the file holds summarized entries between head and tail and the parent links need not
+    # join up. Take that run of the earlier view when both ends are in it.
+    sidechain = records[head_at].entry.is_sidechain is True
+    if any(records[i].entry.is_compact_boundary for i in range(head_at, tail_at)):
+        earlier = context_records(records, boundary_index)
+        at = {r.entry.uuid: i for i, r in enumerate(earlier) if r.entry.uuid is not None}
+        first, last = at.get(head), at.get(tail)
+        if first is not None and last is not None and first <= last:
+            return [
+                r
+                for r in earlier[first : last + 1]
+                if not r.entry.is_compact_boundary and (r.entry.is_sidechain is True) == sidechain
+            ]
     # The parent links do not lead from tail to head (rewritten or missing ids): fall back to
     # the conversation entries between them in file order.
-    sidechain = records[head_at].entry.is_sidechain is True
     return [
         r
         for r in records[head_at : tail_at + 1]

@@ -212,6 +212,7 @@ class App:
             imported_from=imported_from,
             created_at=time.time(),
         )
+
         def create() -> None:
             self.store.write_meta(meta)
             self.store.create_transcript(sid, records)
@@ -242,10 +243,21 @@ class App:
     async def append(self, session: Session, entries: list[dict[str, Any]]) -> p.AppendResult:
         records = parse_entries(entries)
         async with session.lock:
-            await self.commit(session, records)
+            # Appends are idempotent by uuid, so a client may safely retry one that timed out.
+            seen: set[str] = set()
+            fresh = []
+            for r in records:
+                if r.uuid is not None and (r.uuid in session.uuid_index or r.uuid in seen):
+                    continue
+                if r.uuid is not None:
+                    seen.add(r.uuid)
+                fresh.append(r)
+            await self.commit(session, fresh)
         status = self.status(session)
         self.check_thresholds(session, status)
-        return p.AppendResult(appended=len(records), status=status)
+        return p.AppendResult(
+            appended=len(fresh), status=status, skipped_duplicates=len(records) - len(fresh)
+        )
 
     async def commit(self, session: Session, records: list[Record]) -> None:
         """Write records durably, then add them to the session. Caller holds the lock."""

@@ -249,6 +249,8 @@ class AppendParams(_Params, kw_only=True):
 class AppendResult(_Wire, kw_only=True):
     appended: int
     status: TokenStatus
+    # Entries whose uuid the session already had (e.g. a retried append): not written again.
+    skipped_duplicates: int = 0
 
 
 class MessagesResult(_Wire, kw_only=True):

@@ -9,6 +9,7 @@ export interface AppendParams {
 export interface AppendResult {
   appended: number;
   status: TokenStatus;
+  skippedDuplicates?: number;
 }
 
 export interface AttachmentsResult {

@@ -461,3 +461,18 @@ async def test_window_too_small_for_the_reserves_is_refused(daemon: Client) -> N
         cwd="/w", model="m", context_window=30_000, max_output_tokens=4_000
     )
     assert ok.status.auto_compact_threshold == 13_000
+
+
+async def test_append_is_idempotent_by_uuid(daemon: Client) -> None:
+    sid = (await daemon.open_session(cwd="/w", model="m")).session_id
+    first = await daemon.append(sid, [_user("u1", "hello"), _user("u2", "again", "u1")])
+    assert (first.appended, first.skipped_duplicates) == (2, 0)
+    retry = await daemon.append(
+        sid, [_user("u1", "hello"), _user("u2", "again", "u1"), _user("u3", "new", "u2")]
+    )
+    assert (retry.appended, retry.skipped_duplicates) == (1, 2)
+    same_batch = await daemon.append(sid, [_user("u4", "x", "u3"), _user("u4", "x", "u3")])
+    assert (same_batch.appended, same_batch.skipped_duplicates) == (1, 1)
+    info = (await daemon.list_sessions()).sessions[0]
+    assert info.entry_count == 4
+    assert len(Path(info.transcript_path).read_bytes().splitlines()) == 4

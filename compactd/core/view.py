@@ -250,8 +250,18 @@ def _parent_chain(
 # the session then ignores the undone one (``undone_ids``).
 
 
+_BOUNDARY_SUBTYPES = frozenset({"compact_boundary", "microcompact_boundary"})
+
+
+def _is_boundary(record: Record) -> bool:
+    # From the fields a released record keeps: scans over history must not decode every line.
+    return record.kind == "system" and record.subtype in _BOUNDARY_SUBTYPES
+
+
 def undone_target(record: Record) -> str | None:
     """The compaction (id or boundary uuid) that ``record`` undoes, or None."""
+    if not _is_boundary(record):
+        return None
     entry = record.entry
     if entry.is_compact_boundary and entry.compact_metadata is not None:
         return entry.compact_metadata.undoes
@@ -285,7 +295,8 @@ def _undo_view(records: Sequence[Record], b: int, stop: int) -> list[Record]:
         (
             i
             for i in range(b - 1, -1, -1)
-            if records[i].entry.is_compact_boundary
+            if _is_boundary(records[i])
+            and records[i].entry.is_compact_boundary
             and target in (compaction_key(records[i]), records[i].entry.uuid)
         ),
         None,
@@ -322,6 +333,8 @@ def last_undoable(records: Sequence[Record]) -> int | None:
     undone: set[str] = set()
     for i in range(len(records) - 1, -1, -1):
         record = records[i]
+        if not _is_boundary(record):
+            continue
         target = undone_target(record)
         if target is not None:
             undone.add(target)

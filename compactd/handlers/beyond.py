@@ -94,6 +94,18 @@ def _micro_plan(app: App, session: Session) -> mc.MicroPlan:
     return mc.plan_count(entries, config, cleared)
 
 
+def _nothing(session: Session, pre: int, reason: str) -> p.PreviewResult:
+    return p.PreviewResult(
+        mechanism="auto",
+        would_compact=False,
+        pre_tokens=pre,
+        estimated_post_tokens=pre,
+        entries_summarized=0,
+        entries_kept=len(session.context()),
+        reason=reason,
+    )
+
+
 async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewResult:
     session = await app.get_session(params.session_id)
     status = app.status(session)
@@ -119,24 +131,12 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
     # auto: the dispatcher's order (REFERENCE.md §5): nothing below the threshold, micro when
     # it brings the count under the threshold, else a full compaction.
     if not flags.compaction_enabled or not flags.auto_compact_enabled:
-        return p.PreviewResult(
-            mechanism="auto",
-            would_compact=False,
-            pre_tokens=pre,
-            estimated_post_tokens=pre,
-            entries_summarized=0,
-            entries_kept=len(session.context()),
-            reason="automatic compaction is disabled",
-        )
+        return _nothing(session, pre, "automatic compaction is disabled")
     if not status.is_above_auto_compact_threshold:
-        return p.PreviewResult(
-            mechanism="auto",
-            would_compact=False,
-            pre_tokens=pre,
-            estimated_post_tokens=pre,
-            entries_summarized=0,
-            entries_kept=len(session.context()),
-            reason=f"below the auto-compact threshold ({pre} of {status.auto_compact_threshold})",
+        return _nothing(
+            session,
+            pre,
+            f"below the auto-compact threshold ({pre} of {status.auto_compact_threshold})",
         )
     if saving > 0 and pre - saving < status.auto_compact_threshold:
         return p.PreviewResult(

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from compactd import protocol as p
 from compactd.core.view import compaction_key, last_undoable
 from compactd.model import Record, record_from_dict
+from compactd.services.compaction import _common
 
 if TYPE_CHECKING:
     from compactd.app import App
@@ -33,17 +33,10 @@ UNDO_BOUNDARY_CONTENT = "Compaction undone"
 _UNDO_MICRO_CONTENT = "Microcompact undone"
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def _common(session: Session) -> dict[str, Any]:
+def _fields(session: Session) -> dict[str, Any]:
+    # The same common fields as the compaction engine's entries, plus a system entry's own.
     return {
-        "isSidechain": False,
-        "userType": "external",
-        "cwd": session.meta.cwd,
-        "sessionId": session.session_id,
-        "timestamp": _now(),
+        **_common(session),
         "uuid": str(uuid.uuid4()),
         "isMeta": False,
         "level": "info",
@@ -57,7 +50,7 @@ def _undo_entry(session: Session, target: Record, pre_tokens: int) -> tuple[str,
     if entry.is_compact_boundary:
         key = compaction_key(target) or ""
         return key, {
-            **_common(session),
+            **_fields(session),
             "subtype": "compact_boundary",
             "content": UNDO_BOUNDARY_CONTENT,
             "parentUuid": None,
@@ -75,7 +68,7 @@ def _undo_entry(session: Session, target: Record, pre_tokens: int) -> tuple[str,
     restored = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
     key = entry.uuid or ""
     return key, {
-        **_common(session),
+        **_fields(session),
         "subtype": "microcompact_boundary",
         "content": _UNDO_MICRO_CONTENT,
         "parentUuid": last,

@@ -136,7 +136,10 @@ async def test_undo_of_microcompact_restores_cleared_results_and_recall_finds_th
     sid = await open_session(h.client, b.entries)
     before = await h.client.messages(sid)
     before_tokens = (await h.client.tokens_status(sid)).tokens
+    planned = await h.client.compact_preview(sid, mechanism="micro")
     micro = await h.client.compact_micro(sid, "count")
+    assert planned.would_compact and planned.pre_tokens == before_tokens
+    assert planned.estimated_post_tokens == before_tokens - micro.tokens_saved
     assert micro.cleared_tool_ids
     cleared_view = await h.client.messages(sid)
     assert cleared_view.messages != before.messages
@@ -183,3 +186,25 @@ async def test_recall_finds_compacted_text_and_fetches_by_uuid(h: Harness) -> No
     with pytest.raises(RpcError) as err:
         await h.client.recall("no-such-session", query="x")
     assert err.value.data["code"] == p.ErrorCode.SESSION_NOT_FOUND
+
+
+async def test_bad_input_to_preview_and_undo_changes_nothing(h: Harness) -> None:  # noqa: F811
+    sid = await open_session(h.client)
+    path = Path(await transcript_path(h.client, sid))
+    before = path.read_bytes()
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        (p.COMPACT_PREVIEW, {"sessionId": sid, "mechanism": "partial"}, p.ErrorCode.INVALID_PARAMS),
+        (
+            p.COMPACT_PREVIEW,
+            {"sessionId": sid, "mechanism": "partial", "pivotUuid": "nope"},
+            p.ErrorCode.PIVOT_NOT_FOUND,
+        ),
+        (p.COMPACT_PREVIEW, {"sessionId": sid, "mechanism": "huge"}, p.ErrorCode.INVALID_PARAMS),
+        (p.COMPACT_UNDO, {"sessionId": "no-such-session"}, p.ErrorCode.SESSION_NOT_FOUND),
+        (p.COMPACT_UNDO, {"sessionId": sid}, p.ErrorCode.NOTHING_TO_UNDO),
+    ]
+    for method, params, code in cases:
+        with pytest.raises(RpcError) as err:
+            await h.client.request(method, params)
+        assert err.value.data["code"] == code, (method, params)
+    assert path.read_bytes() == before

@@ -14,6 +14,7 @@ from compactd.handlers import (
     micro,
     partial,
     pending,
+    session_memory,
     sessions,
     tokens,
 )
@@ -27,6 +28,7 @@ HANDLERS: dict[str, Handler] = {
     **compact.HANDLERS,
     **partial.HANDLERS,
     **files.HANDLERS,
+    **session_memory.HANDLERS,
     **beyond.HANDLERS,
     **pending.HANDLERS,
 }

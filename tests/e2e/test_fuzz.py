@@ -9,6 +9,7 @@ import json
 import os
 import select
 import subprocess
+import uuid
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -343,6 +344,9 @@ def test_odd_but_valid_entries_are_accepted_and_stored_verbatim(
     wire: tuple[Wire, Path], entries: list[dict[str, Any]]
 ) -> None:
     w, data = wire
+    for entry in entries:
+        # Fresh uuids: appends are idempotent by uuid, and examples repeat generated values.
+        entry["uuid"] = uuid.uuid4().hex
     res = w.call(p.SESSION_APPEND, {"sessionId": "victim", "entries": entries})
     assert res.get("result", {}).get("appended") == len(entries), res
     lines = (data / "sessions" / "victim" / "transcript.jsonl").read_bytes().splitlines()

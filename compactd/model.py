@@ -9,6 +9,7 @@ it, because a transcript truncated by a crash must still open.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -235,9 +236,7 @@ class Record:
         if self._raw is not None:
             return self._raw
         assert self._path is not None
-        with open(self._path, "rb") as fh:
-            fh.seek(self._offset)
-            return fh.read(self._length)
+        return _read_at(self._path, self._offset, self._length)
 
     @property
     def entry(self) -> Entry:
@@ -283,6 +282,27 @@ class Record:
     def __repr__(self) -> str:
         state = "released" if self._entry is None else "live"
         return f"Record(uuid={self.uuid!r}, type={self.entry.type!r}, {state})"
+
+
+# Open read-only descriptors of transcripts, so scans over released history (recall, stats,
+# undo) do not open the file once per line. ``os.pread`` keeps no file position, so one
+# descriptor is safe to share between the event loop and worker threads.
+_READ_FDS: dict[str, int] = {}
+_READ_FDS_MAX = 64
+
+
+def _read_at(path: str, offset: int, length: int) -> bytes:
+    fd = _READ_FDS.get(path)
+    if fd is None:
+        if len(_READ_FDS) >= _READ_FDS_MAX:
+            _, oldest = _READ_FDS.popitem()
+            os.close(oldest)
+        fd = os.open(path, os.O_RDONLY)
+        _READ_FDS[path] = fd
+    data = os.pread(fd, length, offset)
+    if len(data) != length:
+        raise OSError(f"transcript {path} is shorter than expected at offset {offset}")
+    return data
 
 
 @dataclass(slots=True)

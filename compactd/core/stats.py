@@ -79,9 +79,9 @@ def microcompact_savings(records: Sequence[Record]) -> tuple[int, int]:
     saved = 0
     count = 0
     for record in records:
-        entry = record.entry
-        if not entry.is_microcompact_boundary:
+        if record.kind != "system" or record.subtype != "microcompact_boundary":
             continue
+        entry = record.entry
         count += 1
         saved += _saved_by(entry)
     return saved, count
@@ -197,7 +197,10 @@ def compaction_stats(
     records: Sequence[Record], auto_compact_threshold: int
 ) -> list[p.CompactionStat]:
     """One ``CompactionStat`` per ``compact_boundary`` in the transcript, oldest first."""
-    boundaries = [i for i, r in enumerate(records) if r.entry.is_compact_boundary]
+    # kind/subtype stay on released records: finding boundaries decodes no other line.
+    boundaries = [
+        i for i, r in enumerate(records) if r.kind == "system" and r.subtype == "compact_boundary"
+    ]
     out: list[p.CompactionStat] = []
     for k, b in enumerate(boundaries):
         entry = records[b].entry

@@ -39,6 +39,8 @@ from compactd.handlers import HANDLERS, Handler
 
 log = logging.getLogger(__name__)
 
+_json_encoder = msgspec.json.Encoder()
+
 # How often the daemon checks that the editor that spawned it is still alive (seconds).
 PARENT_POLL_INTERVAL = 1.0
 
@@ -90,6 +92,26 @@ class CompactdProtocol(LanguageServerProtocol):
             }
         }
         return result
+
+    def _send_response(
+        self,
+        msg_id: Any,
+        result: Any | None = None,
+        error: lsp.ResponseError | None = None,
+    ) -> None:
+        # Results of compactd's methods are plain JSON already (msgspec.to_builtins): encode
+        # them with msgspec instead of pygls' cattrs + json path, which costs hundreds of ms on
+        # a large session/messages answer. LSP's own results (attrs objects) go the usual way.
+        if (
+            error is None
+            and self.writer is not None
+            and isinstance(result, (dict, list, type(None)))
+        ):
+            self._result_types.pop(msg_id, None)
+            body = _json_encoder.encode({"jsonrpc": "2.0", "id": msg_id, "result": result})
+            self.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            return
+        super()._send_response(msg_id, result, error)
 
     @lsp_method(lsp.EXIT)
     def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:

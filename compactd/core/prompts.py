@@ -71,7 +71,9 @@ signatures, edits made,
 - the feedback the user gave, above all where they asked for something to be done differently.
 Then hold the draft against the sections below and add whatever is missing."""
 
-_FULL_SECTIONS: Final = """\
+# Sections 1-5 are the same in every summary of the main conversation; the rest differs by
+# kind (a partial "upTo" summary is followed by newer messages, REFERENCE.md section 4).
+_COMMON_SECTIONS: Final = """\
 1. Primary Request and Intent: every explicit request of the user and the intent behind it, \
 in detail.
 2. Key Technical Concepts: the technologies, frameworks, conventions and ideas that came up.
@@ -79,6 +81,11 @@ in detail.
 changed in it; complete code snippets where they matter.
 4. Errors and Fixes: each error met, how it was fixed, and what the user said about it.
 5. Problem Solving: the problems solved so far and any troubleshooting still under way.
+"""
+
+_FULL_SECTIONS: Final = (
+    _COMMON_SECTIONS
+    + """\
 6. All User Messages: every message the user wrote that is not a tool result, in order and as \
 close to verbatim as possible. They show how the user's intent evolved: leave none out.
 7. Pending Tasks: what the user asked for that is not done yet.
@@ -88,15 +95,11 @@ and code snippets, paying special attention to the most recent messages.
 request and the work in section 8. Quote the latest messages verbatim to show exactly where \
 the work stopped, so that the task does not drift. If the last task was finished, suggest only \
 a step the user explicitly asked for."""
+)
 
-_UP_TO_SECTIONS: Final = """\
-1. Primary Request and Intent: every explicit request of the user and the intent behind it, \
-in detail.
-2. Key Technical Concepts: the technologies, frameworks, conventions and ideas that came up.
-3. Files and Code Sections: each file that was read, changed or created; why it matters; what \
-changed in it; complete code snippets where they matter.
-4. Errors and Fixes: each error met, how it was fixed, and what the user said about it.
-5. Problem Solving: the problems solved so far and any troubleshooting still under way.
+_UP_TO_SECTIONS: Final = (
+    _COMMON_SECTIONS
+    + """\
 6. All User Messages: every message the user wrote that is not a tool result, in order and as \
 close to verbatim as possible. Leave none out.
 7. Pending Tasks: what the user asked for that is not done yet.
@@ -104,6 +107,7 @@ close to verbatim as possible. Leave none out.
 names and code snippets.
 9. Context for Continuing Work: what a reader of the newer messages that follow needs to know \
 to understand them: decisions in force, state of files, open questions."""
+)
 
 _SUBAGENT_SECTIONS: Final = """\
 1. Task Overview: the task this agent was given, its goal, its success criteria and its \

@@ -9,8 +9,8 @@ import json
 import os
 import select
 import subprocess
-import uuid
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any

@@ -153,8 +153,11 @@ def _gauge(status: p.TokenStatus, width: int = 40) -> str:
 
 def _print_status(status: p.TokenStatus) -> None:
     print(f"  context   {_gauge(status)}")
+    # Microcompact savings not yet reflected in a newer response's usage are subtracted.
+    cleared = status.exact_tokens + status.estimated_tokens - status.tokens
+    minus = f" - cleared {cleared:,}" if cleared > 0 else ""
     print(
-        f"  exact {status.exact_tokens:,} + estimated {status.estimated_tokens:,}; "
+        f"  exact {status.exact_tokens:,} + estimated {status.estimated_tokens:,}{minus}; "
         f"window {status.context_window:,}, effective {status.effective_window:,}, "
         f"auto-compact at {status.auto_compact_threshold:,}, {status.percent_left}% left"
     )

@@ -35,6 +35,7 @@ __all__ = [
     "Usage",
     "block_to_builtins",
     "encode_entry",
+    "forget_file",
     "parse_buffer",
     "parse_lines",
     "record_from_dict",
@@ -289,6 +290,13 @@ class Record:
 # descriptor is safe to share between the event loop and worker threads.
 _READ_FDS: dict[str, int] = {}
 _READ_FDS_MAX = 64
+
+
+def forget_file(path: str) -> None:
+    """Close the cached descriptor of a transcript that is about to be replaced."""
+    fd = _READ_FDS.pop(path, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _read_at(path: str, offset: int, length: int) -> bytes:

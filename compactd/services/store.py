@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from compactd.model import ParseReport, Record, parse_buffer
+from compactd.model import ParseReport, Record, forget_file, parse_buffer
 
 # Session ids become directory names: keep them to a conservative alphabet.
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -72,6 +72,7 @@ def _fsync_dir(path: Path) -> None:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
+    forget_file(str(path))  # records read history through a descriptor of the old file
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as fh:
         fh.write(data)

@@ -212,3 +212,32 @@ def test_nested_unknown_blocks_come_back_as_received() -> None:
     )
     out = block_to_builtins(rec.entry.blocks[0])
     assert out["content"] == [{"type": "text", "text": "o"}, inner]
+
+
+def test_released_records_read_back_from_their_file(tmp_path: Any) -> None:
+    from compactd.services.store import SessionMeta, Store, atomic_write
+
+    store = Store(tmp_path)
+    store.write_meta(SessionMeta(session_id="s", cwd="/w", model="m"))
+    recs = [
+        record_from_dict(
+            {"type": "user", "uuid": f"u{i}", "message": {"role": "user", "content": "x" * i}}
+        )
+        for i in range(1, 6)
+    ]
+    store.create_transcript("s", recs[:2])
+    store.append("s", recs[2:])
+    expected = [r.raw for r in recs]
+    for r in recs:
+        r.release()
+    assert all(r.released for r in recs)
+    assert [r.raw for r in recs] == expected
+    assert recs[3].entry.uuid == "u4"
+    # A replaced file (load-time repair) is not read through a stale descriptor.
+    path = store.transcript_path("s")
+    atomic_write(path, b"".join(e + b"\n" for e in expected))
+    assert [r.raw for r in recs] == expected
+    loaded = store.load("s").records
+    for r in loaded:
+        r.release()
+    assert [r.raw for r in loaded] == expected

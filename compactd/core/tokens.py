@@ -148,9 +148,14 @@ def pad(raw: int) -> int:
     return -(-raw * c.ESTIMATE_PADDING_NUMERATOR // c.ESTIMATE_PADDING_DENOMINATOR)
 
 
+def estimate_entries_raw(entries: Iterable[Entry]) -> int:
+    """Unpadded estimate of a list of entries; bookkeeping entries add nothing."""
+    return sum(estimate_entry_raw(entry) for entry in entries)
+
+
 def estimate_entries(entries: Iterable[Entry]) -> int:
     """Padded estimate of a list of entries (the raw estimates are summed, then padded once)."""
-    return pad(sum(estimate_entry_raw(entry) for entry in entries))
+    return pad(estimate_entries_raw(entries))
 
 
 # -- the count ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 from compactd import protocol as p
 from compactd.core import microcompact as mc
 from compactd.core import recall, tokens
+from compactd.core.constants import COMPACT_MAX_OUTPUT_TOKENS
 from compactd.core.view import main_thread
 from compactd.handlers.base import Context, Handler
 from compactd.model import Record
@@ -27,17 +28,14 @@ if TYPE_CHECKING:
     from compactd.session import Session
 
 # Preview's guess of the summary a model writes: a twentieth of what it summarizes, within
-# [2_000, 20_000] tokens (20_000 is the summary call's output cap, REFERENCE.md §3; the ratio
-# and floor are compactd's own estimate from summaries of real sessions).
+# [2_000, COMPACT_MAX_OUTPUT_TOKENS] tokens (the summary call's output cap, REFERENCE.md §3; the
+# ratio and floor are compactd's own estimate from summaries of real sessions).
 PREVIEW_SUMMARY_RATIO: Final = 20
 PREVIEW_SUMMARY_MIN_TOKENS: Final = 2_000
-PREVIEW_SUMMARY_MAX_TOKENS: Final = 20_000
 
 
 def _raw(records: Sequence[Record]) -> int:
-    return sum(
-        tokens.estimate_entry_raw(r.entry) for r in records if tokens.counts_toward_context(r.entry)
-    )
+    return tokens.estimate_entries_raw(r.entry for r in records)
 
 
 def _attachments_raw(attachments: Sequence[dict[str, object]]) -> int:
@@ -68,7 +66,7 @@ async def _preview_summary(
     summarized, kept = _split(context, params)
     raw = _raw(summarized)
     summary = min(
-        PREVIEW_SUMMARY_MAX_TOKENS,
+        COMPACT_MAX_OUTPUT_TOKENS,
         max(PREVIEW_SUMMARY_MIN_TOKENS, tokens.pad(raw) // PREVIEW_SUMMARY_RATIO),
     )
     attachments = await rehydration_attachments(app, session, kept)

@@ -229,9 +229,7 @@ def _has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
 
 
 def _raw_estimate(records: Sequence[Record]) -> int:
-    return sum(
-        tokens.estimate_entry_raw(r.entry) for r in records if tokens.counts_toward_context(r.entry)
-    )
+    return tokens.estimate_entries_raw(r.entry for r in records)
 
 
 async def _prepare(run: _Run) -> _Prepared:

@@ -259,8 +259,7 @@ class SessionMemoryService:
         if selection is None:
             return None
         post = tokens.pad(
-            sum(tokens.estimate_entry_raw(r.entry) for r in selection.kept)
-            + sm.text_tokens(summary)
+            tokens.estimate_entries_raw(r.entry for r in selection.kept) + sm.text_tokens(summary)
         )
         if post >= threshold:
             log.info(

@@ -20,7 +20,7 @@ import msgspec
 import platformdirs
 
 from compactd import protocol as p
-from compactd.core import tokens
+from compactd.core import constants, tokens
 from compactd.model import ParseReport, Record, parse_lines, record_from_dict
 from compactd.services import files as files_service
 from compactd.services import session_memory as session_memory_service
@@ -36,10 +36,6 @@ AppendObserver = Callable[[Session, list[Record]], None]
 # Largest transcript ``session/open`` imports. Real sessions reach tens of MB; this guards the
 # daemon's memory against a wrong path (a disk image, a log file).
 MAX_IMPORT_BYTES = 1 << 30
-
-# Auto compaction stops after this many consecutive failures until one succeeds (REFERENCE.md
-# section 3, "circuit breaker").
-MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES = 3
 
 
 def default_data_dir() -> Path:
@@ -81,7 +77,7 @@ class App:
 
     @property
     def breaker_limit(self) -> int:
-        return MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+        return constants.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
 
     def status(self, session: Session) -> p.TokenStatus:
         return session.status(self.env, self.breaker_limit)
@@ -189,9 +185,11 @@ class App:
                     "or choose another sessionId",
                 )
             async with session.lock:
+                old_cwd = session.meta.cwd
                 session.meta = _updated_meta(session.meta, params)
                 await anyio.to_thread.run_sync(self.store.write_meta, session.meta)
-                session.rebuild()
+                if session.meta.cwd != old_cwd:
+                    session.rebuild()  # read-file state is relative to the cwd
             return self._open_result(session)
 
         records: list[Record] = []
@@ -265,7 +263,6 @@ class App:
             return
         await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
         session.extend(records)
-        session.last_activity = time.time()
         for observer in self.append_observers:
             try:
                 observer(session, records)

@@ -72,6 +72,7 @@ class ErrorCode:
     NOTHING_TO_UNDO = "nothingToUndo"
     NOT_IMPLEMENTED = "notImplemented"
     INTERNAL = "internalError"
+    SERVER_NOT_INITIALIZED = "serverNotInitialized"
 
 
 class CompactdError(Exception):

@@ -55,6 +55,7 @@ _JSONRPC_NUMBERS = {
     p.ErrorCode.METHOD_NOT_FOUND: -32601,
     p.ErrorCode.CANCELLED: -32800,
     p.ErrorCode.INTERNAL: -32603,
+    p.ErrorCode.SERVER_NOT_INITIALIZED: -32002,  # LSP's ServerNotInitialized
 }
 APPLICATION_ERROR = -32000
 
@@ -74,6 +75,10 @@ def _converter() -> Any:
 def to_jsonrpc_error(err: p.CompactdError) -> JsonRpcException:
     number = _JSONRPC_NUMBERS.get(err.code, APPLICATION_ERROR)
     return JsonRpcException(message=err.message, code=number, data={"code": err.code, **err.data})
+
+
+def _error(code: str, message: str) -> JsonRpcException:
+    return to_jsonrpc_error(p.CompactdError(code, message))
 
 
 class CompactdProtocol(LanguageServerProtocol):
@@ -147,10 +152,8 @@ class CompactdServer(LanguageServer):
             try:
                 options = msgspec.convert(raw, p.InitializationOptions)
             except msgspec.ValidationError as exc:
-                raise JsonRpcException(
-                    message=f"invalid initializationOptions: {exc}",
-                    code=-32602,
-                    data={"code": p.ErrorCode.INVALID_PARAMS},
+                raise _error(
+                    p.ErrorCode.INVALID_PARAMS, f"invalid initializationOptions: {exc}"
                 ) from exc
             app = App(options, data_dir=ls.default_data_dir)
             app.notifier = ls._send_notification
@@ -174,32 +177,23 @@ class CompactdServer(LanguageServer):
         async def run(ls: CompactdServer, params: Any) -> Any:
             app = ls.app
             if app is None:
-                raise JsonRpcException(
-                    message="the server is not initialized: send 'initialize' first",
-                    code=-32002,
-                    data={"code": "serverNotInitialized"},
+                raise _error(
+                    p.ErrorCode.SERVER_NOT_INITIALIZED,
+                    "the server is not initialized: send 'initialize' first",
                 )
             if params is None:
                 params = {}
             if not isinstance(params, dict):
-                raise JsonRpcException(
-                    message=f"{method} takes its params as an object",
-                    code=-32602,
-                    data={"code": p.ErrorCode.INVALID_PARAMS},
-                )
+                raise _error(p.ErrorCode.INVALID_PARAMS, f"{method} takes its params as an object")
             try:
                 decoded = msgspec.convert(params, params_type)
             except RecursionError as exc:
-                raise JsonRpcException(
-                    message=f"invalid params for {method}: nested too deeply",
-                    code=-32602,
-                    data={"code": p.ErrorCode.INVALID_PARAMS},
+                raise _error(
+                    p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: nested too deeply"
                 ) from exc
             except msgspec.ValidationError as exc:
-                raise JsonRpcException(
-                    message=f"invalid params for {method}: {exc}",
-                    code=-32602,
-                    data={"code": p.ErrorCode.INVALID_PARAMS},
+                raise _error(
+                    p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
                 ) from exc
             try:
                 result = await handler(app, decoded, ls.request_context())
@@ -210,10 +204,8 @@ class CompactdServer(LanguageServer):
             except Exception as exc:
                 # A bug must cost one request, not the daemon; the log keeps the traceback.
                 log.exception("%s failed", method)
-                raise JsonRpcException(
-                    message=f"{method} failed: {type(exc).__name__}: {exc}",
-                    code=-32603,
-                    data={"code": p.ErrorCode.INTERNAL},
+                raise _error(
+                    p.ErrorCode.INTERNAL, f"{method} failed: {type(exc).__name__}: {exc}"
                 ) from exc
             return msgspec.to_builtins(result)
 
@@ -246,20 +238,16 @@ class CompactdServer(LanguageServer):
         try:
             self._deliver_one(msg)
         except RecursionError:
-            self._answer_error(
-                msg, -32600, p.ErrorCode.INVALID_REQUEST, "message nested too deeply"
-            )
+            self._answer_error(msg, p.ErrorCode.INVALID_REQUEST, "message nested too deeply")
         except Exception:
             log.exception("failed to handle a message")
-            self._answer_error(msg, -32603, p.ErrorCode.INTERNAL, "internal error handling message")
+            self._answer_error(msg, p.ErrorCode.INTERNAL, "internal error handling message")
 
-    def _answer_error(self, msg: dict[str, Any], number: int, code: str, text: str) -> None:
+    def _answer_error(self, msg: dict[str, Any], code: str, text: str) -> None:
         if "id" not in msg or "method" not in msg:
             return
         try:
-            self.protocol._send_response(
-                msg["id"], error=lsp.ResponseError(code=number, message=text, data={"code": code})
-            )
+            self.protocol._send_response(msg["id"], error=_error(code, text).to_response_error())
         except Exception:
             log.exception("failed to send an error response")
 

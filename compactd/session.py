@@ -8,7 +8,6 @@ microcompact. Anything that rewrites the context (a compaction, an undo) calls `
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +44,6 @@ class Session:
     compacting: bool = False
     health: CompactionHealth = field(default_factory=CompactionHealth)
     threshold_tracker: tokens.ThresholdTracker = field(default_factory=tokens.ThresholdTracker)
-    last_activity: float = field(default_factory=time.time)
     # Derived state, rebuilt by ``rebuild`` and extended by ``extend``.
     uuid_index: dict[str, int] = field(default_factory=dict)
     counter: tokens.TokenCounter = field(default_factory=tokens.TokenCounter)
@@ -55,6 +53,7 @@ class Session:
     # Uuids of microcompact boundaries an undo entry cancelled: they clear and save nothing.
     undone_micro: set[str] = field(default_factory=set)
     context_start: int = 0
+    _context: list[Record] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
     # by the files service's append observer (``services/files.py``).
@@ -76,9 +75,16 @@ class Session:
         """Recompute every derived field from the records (load, compaction, undo)."""
         self.uuid_index = {r.uuid: i for i, r in enumerate(self.records) if r.uuid}
         ctx = context_records(self.records)
+        self._context = ctx
         self._release_history(ctx)
-        ctx = _without_stale_usage(ctx, self.records, self.uuid_index)
-        self.context_start = _boundary_start(self.records)
+        # The boundary heading the view (after an undo it is not the last one in the file).
+        head = ctx[0] if ctx else None
+        self.context_start = (
+            self.uuid_index.get(head.uuid, 0)
+            if head is not None and head.subtype == "compact_boundary" and head.uuid
+            else 0
+        )
+        ctx = _without_stale_usage(ctx, self.uuid_index, self.context_start)
         self.cleared_tool_ids = set()
         self.undone_micro = undone_ids(self.records)
         self.has_main_thread = any(_is_main_conversation(r.entry) for r in ctx)
@@ -108,8 +114,10 @@ class Session:
             self.rebuild()
             return
         for i, r in enumerate(new):
-            if r.entry.uuid:
-                self.uuid_index[r.entry.uuid] = base + i
+            if r.uuid:
+                self.uuid_index[r.uuid] = base + i
+        # Appended records that are neither boundaries nor undo entries join the view's end.
+        self._context.extend(new)
         self._feed(new)
 
     def _feed(self, records: Sequence[Record]) -> None:
@@ -149,12 +157,17 @@ class Session:
         if isinstance(saved, int) and not isinstance(saved, bool):
             self.counter.apply_saving(saved)
 
-    def context(self) -> list[Record]:
-        """The records the model currently sees (after the last boundary, relinked)."""
-        return context_records(self.records)
+    def last_uuid(self) -> str | None:
+        """Uuid of the newest record that has one (the parent of what gets appended next)."""
+        return next((r.uuid for r in reversed(self.records) if r.uuid), None)
 
-    def context_entries(self) -> list[Entry]:
-        return [r.entry for r in self.context()]
+    def context(self) -> list[Record]:
+        """The records the model currently sees (after the last boundary, relinked).
+
+        Kept up to date by ``rebuild`` and ``extend``, so a request does not recompute the view
+        (which may read released history back from the transcript file).
+        """
+        return list(self._context)
 
     # -- token status ----------------------------------------------------------------------------
 
@@ -196,15 +209,8 @@ def _is_main_conversation(entry: Entry) -> bool:
     return entry.type in ("user", "assistant") and not entry.is_sidechain
 
 
-def _boundary_start(records: Sequence[Record]) -> int:
-    for i in range(len(records) - 1, -1, -1):
-        if records[i].entry.is_compact_boundary:
-            return i
-    return 0
-
-
 def _without_stale_usage(
-    ctx: list[Record], records: Sequence[Record], uuid_index: dict[str, int]
+    ctx: list[Record], uuid_index: dict[str, int], boundary_at: int
 ) -> list[Record]:
     """The context with the API usage of relinked entries hidden from the token counter.
 
@@ -215,9 +221,6 @@ def _without_stale_usage(
     """
     if not ctx or not ctx[0].entry.is_compact_boundary:
         return ctx
-    # The boundary heading the view (after an undo it is not the last one in the file).
-    head_uuid = ctx[0].entry.uuid
-    boundary_at = uuid_index.get(head_uuid, 0) if head_uuid else _boundary_start(records)
     out: list[Record] = []
     for r in ctx:
         entry = r.entry

@@ -177,3 +177,8 @@ EXIT_PLAN_MODE_TOOL: Final = "ExitPlanMode"
 # ``CLAUDE_CONFIG_DIR`` relocates (default ``~/.claude``).
 ENV_CLAUDE_CONFIG_DIR: Final = "CLAUDE_CONFIG_DIR"
 DEFAULT_CLAUDE_CONFIG_DIR: Final = "~/.claude"
+
+
+# Auto compaction stops after this many consecutive failures until one succeeds (REFERENCE.md
+# §3, "circuit breaker").
+MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES: Final = 3

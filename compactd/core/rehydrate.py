@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from compactd.core import constants as c
+from compactd.core.tokens import estimate_text_tokens
 from compactd.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
 __all__ = [
@@ -69,11 +70,6 @@ class Budgets:
     skill_tokens: int = c.REHYDRATE_SKILL_TOKENS
     skills_total_tokens: int = c.REHYDRATE_SKILLS_TOTAL_TOKENS
     min_partial_tokens: int = MIN_PARTIAL_TOKENS
-
-
-def estimate_text_tokens(text: str) -> int:
-    """Tokens of plain text: characters / 4, rounded up (REFERENCE.md §1 estimator)."""
-    return -(-len(text) // c.CHARS_PER_TOKEN)
 
 
 def truncate_to_tokens(

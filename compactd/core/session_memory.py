@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from compactd.core import split, tokens
-from compactd.core.constants import CHARS_PER_TOKEN
 from compactd.core.offline_summary import (
     Ledger,
     _commands_section,
@@ -57,7 +56,6 @@ __all__ = [
     "parse_sections",
     "should_extract",
     "template",
-    "text_tokens",
     "tool_call_count",
 ]
 
@@ -179,11 +177,6 @@ def has_content(notes: str) -> bool:
     return False
 
 
-def text_tokens(text: str) -> int:
-    """Rough token count of notes text (one token per four characters, REFERENCE.md §1)."""
-    return -(-len(text) // CHARS_PER_TOKEN)
-
-
 def oversized_sections(
     notes: str,
     section_max_tokens: int = SECTION_MAX_TOKENS,
@@ -193,9 +186,9 @@ def oversized_sections(
     over = [
         heading or "(preamble)"
         for heading, body in parse_sections(notes)
-        if text_tokens(body) > section_max_tokens
+        if tokens.estimate_text_tokens(body) > section_max_tokens
     ]
-    return over, text_tokens(notes) > total_max_tokens
+    return over, tokens.estimate_text_tokens(notes) > total_max_tokens
 
 
 def notes_for_summary(notes: str, notes_path: str, max_chars: int = SECTION_USE_MAX_CHARS) -> str:

@@ -148,6 +148,11 @@ def pad(raw: int) -> int:
     return -(-raw * c.ESTIMATE_PADDING_NUMERATOR // c.ESTIMATE_PADDING_DENOMINATOR)
 
 
+def estimate_text_tokens(text: str) -> int:
+    """Tokens of plain text: characters / 4, rounded up (REFERENCE.md §1 estimator)."""
+    return -(-len(text) // c.CHARS_PER_TOKEN)
+
+
 def estimate_entries_raw(entries: Iterable[Entry]) -> int:
     """Unpadded estimate of a list of entries; bookkeeping entries add nothing."""
     return sum(estimate_entry_raw(entry) for entry in entries)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from compactd import protocol as p
 from compactd.core import microcompact as mc
@@ -18,7 +18,7 @@ from compactd.core import recall, tokens
 from compactd.core.constants import COMPACT_MAX_OUTPUT_TOKENS
 from compactd.core.view import main_thread
 from compactd.handlers.base import Context, Handler
-from compactd.model import Record
+from compactd.model import Record, record_from_dict
 from compactd.services.micro import micro_config
 from compactd.services.rehydration import rehydration_attachments
 from compactd.services.undo import undo_last
@@ -38,8 +38,9 @@ def _raw(records: Sequence[Record]) -> int:
     return tokens.estimate_entries_raw(r.entry for r in records)
 
 
-def _attachments_raw(attachments: Sequence[dict[str, object]]) -> int:
-    return sum(len(str(a)) for a in attachments) // 4
+def _attachments_raw(attachments: Sequence[dict[str, Any]]) -> int:
+    # Estimated as the token counter will count them once the compaction appends them.
+    return tokens.estimate_entries_raw(record_from_dict(a).entry for a in attachments)
 
 
 def _split(context: list[Record], params: p.PreviewParams) -> tuple[list[Record], list[Record]]:

@@ -239,9 +239,7 @@ async def _prepare(run: _Run) -> _Prepared:
         selection = spec.select(context)
         pre_tokens = app.status(session).tokens
         snapshot_len = len(session.records)
-        logical_parent = next(
-            (r.entry.uuid for r in reversed(session.records) if r.entry.uuid), None
-        )
+        logical_parent = session.last_uuid()
         cleared = frozenset(session.cleared_tool_ids)
     summarized = list(selection.summarize)
     kept = list(selection.kept)
@@ -552,8 +550,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             )
         warnings = list(prep.warnings)
         prefix = _fixed_prefix_tokens(cache_safe)
-        limits = session.limits(app.env)
-        threshold = tokens.thresholds(limits, app.env).auto_compact_threshold
+        threshold = app.status(session).auto_compact_threshold
         if prefix + after >= threshold:
             warnings.append(
                 f"the fixed prefix (system prompt and tools, about {prefix} tokens) plus the "

@@ -284,7 +284,7 @@ def _boundary(
     It hangs off the last entry (it is not a chain break) and adds compactd's own fields to
     the metadata: the strategy, and for cache edits the ids deleted from the cache.
     """
-    parent = next((r.entry.uuid for r in reversed(session.records) if r.entry.uuid), None)
+    parent = session.last_uuid()
     metadata: dict[str, Any] = {
         "trigger": trigger,
         "preTokens": pre_tokens,

@@ -226,7 +226,7 @@ class SessionMemoryService:
         return p.SessionMemoryResult(
             path=str(self.notes_path(session)),
             content=content,
-            tokens=sm.text_tokens(content),
+            tokens=tokens.estimate_text_tokens(content),
             last_extracted_at=rt.persisted.last_extracted_at,
             extracting=rt.lock.locked(),
         )
@@ -254,12 +254,12 @@ class SessionMemoryService:
         select = _selector(session, covered)
         async with session.lock:
             selection = select(session.context())
-            limits = session.limits(self.app.env)
-            threshold = tokens.thresholds(limits, self.app.env).auto_compact_threshold
+            threshold = self.app.status(session).auto_compact_threshold
         if selection is None:
             return None
         post = tokens.pad(
-            tokens.estimate_entries_raw(r.entry for r in selection.kept) + sm.text_tokens(summary)
+            tokens.estimate_entries_raw(r.entry for r in selection.kept)
+            + tokens.estimate_text_tokens(summary)
         )
         if post >= threshold:
             log.info(

@@ -45,7 +45,7 @@ def _fields(session: Session) -> dict[str, Any]:
 
 
 def _undo_entry(session: Session, target: Record, pre_tokens: int) -> tuple[str, dict[str, Any]]:
-    last = next((r.entry.uuid for r in reversed(session.records) if r.entry.uuid), None)
+    last = session.last_uuid()
     entry = target.entry
     if entry.is_compact_boundary:
         key = compaction_key(target) or ""

@@ -13,6 +13,7 @@ from compactd_client import RpcError
 
 from compactd import protocol as p
 from compactd.core import session_memory as sm
+from compactd.core import tokens
 from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     Harness,
@@ -77,7 +78,7 @@ async def test_extraction_then_compaction_from_the_notes_without_a_model_call(
     assert got.content == NOTES
     assert Path(got.path).read_text() == NOTES
     assert Path(got.path).parent.name == sid and got.path.endswith("notes.md")
-    assert got.tokens == sm.text_tokens(NOTES)
+    assert got.tokens == tokens.estimate_text_tokens(NOTES)
 
     before = len(h.emu.message_requests)
     result = await h.client.compact_auto(sid)

@@ -194,31 +194,29 @@ async def test_compaction_family_and_status_updates(spawn_daemon: SpawnDaemon) -
         assert full.summarizer == "offline"
         status = await client.tokens_status(sid)
         assert status.tokens < full.pre_compact_tokens
-        forced = await client.compact_auto(sid, force=True)
-        assert forced.status is not None
 
-        # Methods whose handlers may still be landing: the client's params are accepted (never
-        # invalidParams) and, once implemented, the typed result is decoded.
-        first_user = next(e["uuid"] for e in entries if e["type"] == "user")
-        calls = [
-            client.compact_preview(sid, mechanism="full"),
-            client.recall(sid, query="the", limit=3),
-            client.session_memory(sid),
-            client.compact_partial(sid, first_user, "from"),
-            client.compact_undo(sid),
-            client.extract_session_memory(sid),
-        ]
-        for call in calls:
-            try:
-                result = await call
-            except RpcError as err:
-                assert err.code != p.ErrorCode.INVALID_PARAMS, err
-                continue
-            assert isinstance(result, msgspec.Struct)
-            if isinstance(result, p.PreviewResult):
-                assert result.pre_tokens > 0
-            if isinstance(result, p.RecallResult):
-                assert len(result.hits) <= 3
+        # The beyond-the-reference methods, each with a result checked against the session.
+        preview = await client.compact_preview(sid, mechanism="full")
+        assert preview.pre_tokens == status.tokens
+        assert preview.mechanism == "full"
+        first = next(e for e in entries if e["type"] == "user")
+        found = await client.recall(sid, query=first["message"]["content"][:30], limit=3)
+        assert 1 <= len(found.hits) <= 3
+        original = [hit for hit in found.hits if hit.uuid == first["uuid"]]
+        assert original and original[0].compacted  # summarized by compact_full above
+        undo = await client.compact_undo(sid)
+        assert undo.undone_compaction_id == full.compaction_id
+        assert undo.status.tokens > full.post_compact_tokens
+        pivot = [e["uuid"] for e in entries if e["type"] == "user"][len(entries) // 8]
+        partial = await client.compact_partial(sid, pivot, "upTo")
+        assert partial.kept_entries
+        assert partial.boundary["compactMetadata"]["mechanism"] == "partial"
+        notes = await client.extract_session_memory(sid)
+        assert notes.last_extracted_at is not None and notes.content.strip()
+        again = await client.session_memory(sid)
+        assert (again.path, again.content) == (notes.path, notes.content)
+        forced = await client.compact_auto(sid, force=True)
+        assert forced.was_compacted or forced.reason
 
 
 async def test_files_family_and_memory_changes(spawn_daemon: SpawnDaemon, tmp_path: Path) -> None:

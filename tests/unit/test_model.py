@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,8 @@ from tests.conftest import fixture_transcripts
 
 def test_every_fixture_loads_without_skipping() -> None:
     files = fixture_transcripts()
+    if not files:
+        pytest.skip("../shared/fixtures/transcripts is absent")
     for path in files:
         report = ParseReport()
         records = list(parse_lines(path.read_bytes().splitlines(), report))
@@ -78,29 +81,27 @@ def test_unknown_block_kinds_survive_in_views() -> None:
 
 
 def test_tool_result_with_block_content() -> None:
-    rec = record_from_dict(
-        {
-            "type": "user",
-            "message": {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": "t1",
-                        "content": [
-                            {"type": "text", "text": "out"},
-                            {"type": "image", "source": {"type": "base64", "data": "AA=="}},
-                            {"type": "mystery", "x": 1},
-                        ],
-                    }
-                ],
-            },
-        }
-    )
+    content = [
+        {"type": "text", "text": "out"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}},
+        {"type": "mystery", "x": 1},
+    ]
+    rec = record_from_dict(_tool_result_entry(content))
     block = rec.entry.blocks[0]
     assert isinstance(block, ToolResultBlock)
-    assert isinstance(block.content, list) and len(block.content) == 3
-    assert isinstance(block.content[2], UnknownBlock)
+    assert isinstance(block.content, list) and isinstance(block.content[2], UnknownBlock)
+    # Text, image source and the unknown block's payload all survive, nested blocks included.
+    assert block_to_builtins(block)["content"] == content
+
+
+def _tool_result_entry(content: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "user",
+        "message": {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": content}],
+        },
+    }
 
 
 # -- property: read -> write -> read is the identity, unknown fields included --------------------
@@ -191,27 +192,6 @@ def test_read_write_read_is_identity(entries: list[dict[str, Any]]) -> None:
     assert [r.raw for r in second] == [r.raw for r in first]
     assert [r.entry for r in second] == [r.entry for r in first]
     assert [r.to_builtins() for r in second] == entries
-
-
-def test_nested_unknown_blocks_come_back_as_received() -> None:
-    inner = {"type": "mystery", "x": 1}
-    rec = record_from_dict(
-        {
-            "type": "user",
-            "message": {
-                "role": "user",
-                "content": [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": "t1",
-                        "content": [{"type": "text", "text": "o"}, inner],
-                    }
-                ],
-            },
-        }
-    )
-    out = block_to_builtins(rec.entry.blocks[0])
-    assert out["content"] == [{"type": "text", "text": "o"}, inner]
 
 
 def test_released_records_read_back_from_their_file(tmp_path: Any) -> None:

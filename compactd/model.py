@@ -219,7 +219,18 @@ class Record:
     memory follows its context, not its whole history (the soak benchmark measures this).
     """
 
-    __slots__ = ("_entry", "_raw", "uuid", "kind", "subtype", "_path", "_offset", "_length")
+    __slots__ = (
+        "_entry",
+        "_raw",
+        "uuid",
+        "kind",
+        "subtype",
+        "_path",
+        "_offset",
+        "_length",
+        "_api",
+        "raw_tokens",
+    )
 
     def __init__(self, entry: Entry, raw: bytes) -> None:
         self._entry: Entry | None = entry
@@ -231,6 +242,10 @@ class Record:
         self._path: str | None = None
         self._offset = -1
         self._length = len(raw)
+        self._api: list[dict[str, Any]] | None = None
+        # The unpadded token estimate of the entry, -1 until ``tokens.estimate_record_raw``
+        # computes it. Like ``api_blocks``, computed once while the record is live.
+        self.raw_tokens = -1
 
     @property
     def raw(self) -> bytes:
@@ -260,6 +275,8 @@ class Record:
         if self._path is not None:
             self._entry = None
             self._raw = None
+            self._api = None
+            self.raw_tokens = -1
 
     def materialize(self) -> None:
         """Keep the decoded line in memory again (the record is back in the context)."""
@@ -267,6 +284,19 @@ class Record:
             raw = self.raw
             self._entry = record_from_line(raw)[0].entry
             self._raw = raw
+
+    def api_blocks(self) -> list[dict[str, Any]]:
+        """The message content as Messages API blocks (``block_to_builtins`` of each block).
+
+        A live record computes them once: every request built from the context reuses them.
+        The list and its dicts are shared, so callers copy before changing anything.
+        """
+        if self._api is not None:
+            return self._api
+        blocks = [block_to_builtins(b) for b in self.entry.blocks]
+        if self._entry is not None:
+            self._api = blocks
+        return blocks
 
     def to_builtins(self) -> dict[str, Any]:
         value = _generic_decoder.decode(self.raw)

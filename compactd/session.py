@@ -127,19 +127,16 @@ class Session:
         already reflects the clearing), so the counter must see the boundary between the
         responses before and after it.
         """
-        batch: list[Entry] = []
+        counter = self.counter
         for r in records:
             entry = r.entry
             if entry.is_sidechain and self.has_main_thread:
                 # An inline sub-agent's turns live in its own context, not the main one.
                 continue
             if tokens.counts_toward_context(entry):
-                batch.append(entry)
+                counter.add(entry, tokens.estimate_record_raw(r))
             elif entry.is_microcompact_boundary:
-                self.counter.extend(batch)
-                batch = []
                 self._note_microcompact(entry)
-        self.counter.extend(batch)
 
     def _note_microcompact(self, entry: Entry) -> None:
         if not entry.is_microcompact_boundary or not entry.microcompact_metadata:

@@ -195,17 +195,12 @@ def render_missing(missing: Missing) -> tuple[str, list[str]]:
     return "\n".join(line.rstrip() for line in lines).strip(), restored
 
 
-def complete_summary(
-    summary: str,
-    records: Sequence[Record],
-    *,
-    cleared_tool_ids: frozenset[str] = frozenset(),
-) -> tuple[str, list[str]]:
-    """``summary`` with what it omitted from ``records`` appended, and the list of it.
+def complete_summary(summary: str, ledger: SurvivalLedger) -> tuple[str, list[str]]:
+    """``summary`` with what it omitted from ``ledger`` appended, and the list of it.
 
     A complete summary comes back unchanged with an empty list.
     """
-    missing = check_summary(build_ledger(records, cleared_tool_ids=cleared_tool_ids), summary)
+    missing = check_summary(ledger, summary)
     if not missing:
         return summary, []
     section, restored = render_missing(missing)

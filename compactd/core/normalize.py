@@ -10,7 +10,8 @@ assistant message holding its ``tool_use`` and tool results come first in their 
 Options apply the rewrites that compaction and microcompact need: placeholders for cleared
 tool results, text markers for images and documents, and dropping the skill listing.
 
-Pure: no I/O. The output is plain JSON-able dicts built with ``block_to_builtins``.
+Pure: no I/O. The output is plain JSON-able dicts; unchanged blocks are the ones
+``Record.api_blocks`` caches, shared between calls, so callers copy a block before changing it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Final
 
 from compactd.core.constants import SYNTHETIC_MODEL
 from compactd.core.view import context_records, main_thread
-from compactd.model import Block, Record, ToolResultBlock, block_to_builtins
+from compactd.model import Record
 
 __all__ = [
     "CLEARED_TOOL_RESULT_PLACEHOLDER",
@@ -204,7 +205,7 @@ def _items(view: Iterable[Record], opts: _Options) -> list[_Item]:
             continue
         if entry.message is not None:
             message_id = entry.message.id
-            blocks = [_block_dict(b) for b in entry.blocks]
+            blocks = record.api_blocks()
         else:
             # A degraded line (its typed view did not validate): use the raw message.
             message_id, blocks = _raw_message(record)
@@ -228,14 +229,6 @@ def _raw_message(record: Record) -> tuple[str | None, list[dict[str, Any]]]:
         ]
         return (mid if isinstance(mid, str) else None), blocks
     return None, []
-
-
-def _block_dict(block: Block) -> dict[str, Any]:
-    """``block_to_builtins``, also unwrapping unknown blocks nested in a tool result."""
-    value = block_to_builtins(block)
-    if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
-        value["content"] = [block_to_builtins(b) for b in block.content]
-    return value
 
 
 def _clean_blocks(blocks: list[dict[str, Any]], opts: _Options) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from compactd.model import (
     DocumentBlock,
     Entry,
     ImageBlock,
+    Record,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -61,6 +62,8 @@ __all__ = [
     "estimate_block_raw",
     "estimate_entries",
     "estimate_entry_raw",
+    "estimate_record_raw",
+    "estimate_records_raw",
     "flags",
     "has_usable_usage",
     "model_limits",
@@ -156,6 +159,21 @@ def estimate_text_tokens(text: str) -> int:
 def estimate_entries_raw(entries: Iterable[Entry]) -> int:
     """Unpadded estimate of a list of entries; bookkeeping entries add nothing."""
     return sum(estimate_entry_raw(entry) for entry in entries)
+
+
+def estimate_record_raw(record: Record) -> int:
+    """``estimate_entry_raw`` of the record's entry, computed once while the record is live."""
+    raw = record.raw_tokens
+    if raw < 0:
+        raw = estimate_entry_raw(record.entry)
+        if not record.released:
+            record.raw_tokens = raw
+    return raw
+
+
+def estimate_records_raw(records: Iterable[Record]) -> int:
+    """Unpadded estimate of a list of records (see ``estimate_record_raw``)."""
+    return sum(estimate_record_raw(record) for record in records)
 
 
 def estimate_entries(entries: Iterable[Entry]) -> int:
@@ -289,28 +307,31 @@ class TokenCounter:
     def extend(self, entries: Iterable[Entry]) -> None:
         """Account for entries appended after the ones already seen."""
         for entry in entries:
-            index = self._seen
-            self._seen += 1
-            raw = estimate_entry_raw(entry)
-            self._cumulative_raw += raw
-            key = _response_key(entry, index)
-            if key is None:
-                continue
-            usable = has_usable_usage(entry)
-            if key not in self._first_cumulative:
-                # An id-less entry without usage can never anchor nor recur: nothing to keep.
-                if isinstance(key, int) and not usable:
-                    continue
-                self._first_cumulative[key] = self._cumulative_raw
-                self._later_own_raw[key] = 0
-            else:
-                self._later_own_raw[key] += raw
-            if usable:
-                self._max_usage[key] = max(self._max_usage.get(key, 0), _usage_total(entry))
-                if key != self._anchor:
-                    # A new response's usage already reflects any clearing done before it.
-                    self._anchor = key
-                    self._saved = 0
+            self.add(entry, estimate_entry_raw(entry))
+
+    def add(self, entry: Entry, raw: int) -> None:
+        """Account for one appended entry whose unpadded estimate is ``raw``."""
+        index = self._seen
+        self._seen += 1
+        self._cumulative_raw += raw
+        key = _response_key(entry, index)
+        if key is None:
+            return
+        usable = has_usable_usage(entry)
+        if key not in self._first_cumulative:
+            # An id-less entry without usage can never anchor nor recur: nothing to keep.
+            if isinstance(key, int) and not usable:
+                return
+            self._first_cumulative[key] = self._cumulative_raw
+            self._later_own_raw[key] = 0
+        else:
+            self._later_own_raw[key] += raw
+        if usable:
+            self._max_usage[key] = max(self._max_usage.get(key, 0), _usage_total(entry))
+            if key != self._anchor:
+                # A new response's usage already reflects any clearing done before it.
+                self._anchor = key
+                self._saved = 0
 
     def reset(self, entries: Iterable[Entry] = ()) -> None:
         """Forget everything and recount ``entries`` (after a compaction rewrote the context)."""

@@ -34,10 +34,6 @@ PREVIEW_SUMMARY_RATIO: Final = 20
 PREVIEW_SUMMARY_MIN_TOKENS: Final = 2_000
 
 
-def _raw(records: Sequence[Record]) -> int:
-    return tokens.estimate_entries_raw(r.entry for r in records)
-
-
 def _attachments_raw(attachments: Sequence[dict[str, Any]]) -> int:
     # Estimated as the token counter will count them once the compaction appends them.
     return tokens.estimate_entries_raw(record_from_dict(a).entry for a in attachments)
@@ -65,13 +61,13 @@ async def _preview_summary(
 ) -> p.PreviewResult:
     context = session.context()
     summarized, kept = _split(context, params)
-    raw = _raw(summarized)
+    raw = tokens.estimate_records_raw(summarized)
     summary = min(
         COMPACT_MAX_OUTPUT_TOKENS,
         max(PREVIEW_SUMMARY_MIN_TOKENS, tokens.pad(raw) // PREVIEW_SUMMARY_RATIO),
     )
     attachments = await rehydration_attachments(app, session, kept)
-    post = summary + tokens.pad(_raw(kept) + _attachments_raw(attachments))
+    post = summary + tokens.pad(tokens.estimate_records_raw(kept) + _attachments_raw(attachments))
     return p.PreviewResult(
         mechanism=mechanism,
         would_compact=bool(summarized) and post < pre,

@@ -27,14 +27,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
 
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
-from compactd.core.ledger import complete_summary
+from compactd.core.ledger import build_ledger, complete_summary
 from compactd.core.normalize import to_api_messages
 from compactd.core.offline_summary import offline_summary
 from compactd.core.prompts import (
@@ -228,10 +228,6 @@ def _has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
     return "user" in roles and "assistant" in roles
 
 
-def _raw_estimate(records: Sequence[Record]) -> int:
-    return tokens.estimate_entries_raw(r.entry for r in records)
-
-
 async def _prepare(run: _Run) -> _Prepared:
     app, session, spec = run.app, run.session, run.spec
     async with session.lock:
@@ -275,6 +271,14 @@ async def _prepare(run: _Run) -> _Prepared:
     instructions = [x for x in (spec.custom_instructions, from_hooks) if x and x.strip()]
 
     run.status("summarizing")
+    # What does not depend on the summary is worked out in a worker thread while the model
+    # writes it: the ledger the summary is checked against and the estimate of the context.
+    facts = _InThread(
+        lambda: (
+            build_ledger(summarized, cleared_tool_ids=cleared),
+            tokens.estimate_records_raw(context),
+        )
+    )
     warnings: list[str] = []
     summarizer = get_summarizer(app)
     usage: dict[str, Any] | None = None
@@ -324,7 +328,8 @@ async def _prepare(run: _Run) -> _Prepared:
         raise p.CompactdError(p.ErrorCode.SUMMARY_FAILED, "the summary is empty")
     # Ledger check (DESIGN.md "Beyond the reference"): whatever the user said, and the files
     # touched, that the summary left out is appended to it, so nothing is lost.
-    summary, restored = complete_summary(summary, summarized, cleared_tool_ids=cleared)
+    ledger, pre_raw = await facts.result()
+    summary, restored = complete_summary(summary, ledger)
 
     run.status("rehydrating")
     attachments = await rehydration_attachments(app, session, [*kept_before, *kept])
@@ -346,7 +351,7 @@ async def _prepare(run: _Run) -> _Prepared:
         snapshot_len=snapshot_len,
         logical_parent=logical_parent,
         pre_tokens=pre_tokens,
-        pre_raw=_raw_estimate(context),
+        pre_raw=pre_raw,
         context_head=context[0] if context else None,
         summarized=summarized,
         kept=kept,
@@ -365,6 +370,26 @@ async def _prepare(run: _Run) -> _Prepared:
         warnings=warnings,
         restored=restored,
     )
+
+
+class _InThread(Generic[T]):
+    """A pure computation started in a worker thread now, its result collected later.
+
+    When the result is never collected (the compaction failed or was cancelled meanwhile),
+    the thread still finishes and its outcome is dropped quietly.
+    """
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._future = asyncio.get_running_loop().run_in_executor(None, fn)
+        self._future.add_done_callback(_retrieve)
+
+    async def result(self) -> T:
+        return await self._future
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def _with_keepalive(
@@ -531,12 +556,12 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
 
         # Thrash guard: both sides are estimates of the messages alone (usage figures include
         # the system prompt and tools, which compaction cannot shrink).
-        appended_raw = _raw_estimate(appended)
+        appended_raw = tokens.estimate_records_raw(appended)
         before = tokens.pad(prep.pre_raw + appended_raw)
         post_raw = (
-            _raw_estimate(prep.kept_before)
-            + _raw_estimate(tail_records)
-            + _raw_estimate(prep.kept)
+            tokens.estimate_records_raw(prep.kept_before)
+            + tokens.estimate_records_raw(tail_records)
+            + tokens.estimate_records_raw(prep.kept)
             + appended_raw
         )
         after = tokens.pad(post_raw)

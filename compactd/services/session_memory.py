@@ -258,8 +258,7 @@ class SessionMemoryService:
         if selection is None:
             return None
         post = tokens.pad(
-            tokens.estimate_entries_raw(r.entry for r in selection.kept)
-            + tokens.estimate_text_tokens(summary)
+            tokens.estimate_records_raw(selection.kept) + tokens.estimate_text_tokens(summary)
         )
         if post >= threshold:
             log.info(

@@ -69,7 +69,7 @@ def test_ledger_collects_messages_paths_commands_errors_and_constraints() -> Non
 
 def test_missing_user_message_constraint_and_path_are_restored() -> None:
     summary = "Summary:\n1. Work on /repo/parser.py. Refactor the tokenizer so that every"
-    text, restored = complete_summary(summary, RECORDS)
+    text, restored = complete_summary(summary, build_ledger(RECORDS))
     assert text.startswith(summary)
     section = text[len(summary) :]
     assert LEDGER_SECTION_TITLE in section
@@ -92,7 +92,7 @@ def test_constraint_in_the_unquoted_tail_of_a_long_message_is_restored() -> None
     long = "Port the lexer. " + "Keep the public names stable. " * 20 + "Never push to main."
     records = [_user("u", long)]
     prefix = " ".join(long.split())[:LEDGER_VERBATIM_PREFIX_CHARS]
-    text, restored = complete_summary(f"Summary: {prefix} [...]", records)
+    text, restored = complete_summary(f"Summary: {prefix} [...]", build_ledger(records))
     assert restored == ["constraint: Never push to main."]
     assert "Constraints the user stated:\n   - Never push to main." in text
 
@@ -105,12 +105,14 @@ def test_constraint_inside_a_missing_message_is_not_listed_twice() -> None:
 
 def test_nothing_added_when_the_summary_is_complete() -> None:
     summary = format_summary(offline_summary(RECORDS))
-    text, restored = complete_summary(summary, RECORDS)
+    text, restored = complete_summary(summary, build_ledger(RECORDS))
     assert restored == []
     assert text == summary
 
 
 def test_whitespace_and_quote_markers_do_not_matter() -> None:
     records = [_user("u", "line one\n\nline   two")]
-    _, restored = complete_summary("Summary:\n   > line one\n   >\n   > line two", records)
+    _, restored = complete_summary(
+        "Summary:\n   > line one\n   >\n   > line two", build_ledger(records)
+    )
     assert restored == []

@@ -584,3 +584,41 @@ def test_fixture_manual_compaction_view() -> None:
     got = shape(to_api_messages(_load(name)))
     assert got[1] == ("assistant", ["All steps done. FINAL_ANSWER."])
     assert any("Now do one more step" in p for p in got[2][1])
+
+
+# -- the per-record block cache --------------------------------------------------------------------
+
+
+def test_blocks_are_computed_once_and_rewrites_never_reach_the_cache() -> None:
+    from compactd.services.summarizer import plain_messages, with_instruction
+
+    records = [
+        user([text("go"), {**text("marked"), "cache_control": {"type": "ephemeral"}}]),
+        assistant("m1", [use("t1")]),
+        user([result("t1", [text("out"), image()])]),
+        assistant("m2", [text("done")]),
+    ]
+    first = to_api_messages(records)
+    cached = records[1].api_blocks()
+    assert records[1].api_blocks() is cached  # computed once, then reused
+    assert first[1]["content"][0] is cached[0]
+    # The rewrites compaction and microcompact apply build new blocks instead of editing them.
+    to_api_messages(records, cleared_tool_ids=frozenset({"t1"}), strip_media=True)
+    with_instruction(first, "summarize", cache_marker=True)
+    plain_messages(first)
+    assert to_api_messages(records) == first
+    assert records[0].api_blocks()[1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in first[0]["content"][1]
+    assert records[2].api_blocks()[0]["content"] == [text("out"), image()]
+
+
+def test_a_released_record_forgets_its_cached_blocks(tmp_path: Path) -> None:
+    record = user([text("hello")])
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(record.raw + b"\n")
+    record.locate(str(path), 0)
+    assert record.api_blocks() == [text("hello")]
+    record.release()
+    again = record.api_blocks()
+    assert again == [text("hello")]
+    assert record.api_blocks() is not again  # read back from the file, not kept

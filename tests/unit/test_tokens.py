@@ -29,6 +29,8 @@ from compactd.core.tokens import (
     estimate_block_raw,
     estimate_entries,
     estimate_entry_raw,
+    estimate_record_raw,
+    estimate_records_raw,
     flags,
     model_limits,
     pad,
@@ -52,7 +54,7 @@ from compactd.model import (
     record_from_dict,
 )
 
-FIXTURES = Path("/work/shared/fixtures/transcripts")
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "transcripts"
 
 # -- builders -----------------------------------------------------------------------------------
 
@@ -671,3 +673,28 @@ def test_count_matches_recorded_pre_tokens(
     assert incremental.current == count
     if count.exact > 0:
         assert abs(error) <= 0.02
+
+
+def test_record_estimates_match_entries_and_are_kept_while_live(tmp_path: Path) -> None:
+    lines = [
+        {"type": "user", "uuid": "u1", "message": {"role": "user", "content": "x" * 400}},
+        {
+            "type": "assistant",
+            "uuid": "a1",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "y" * 100}]},
+        },
+        {"type": "system", "uuid": "s1", "subtype": "informational", "content": "bookkeeping"},
+    ]
+    records = [record_from_dict(obj) for obj in lines]
+    assert [estimate_record_raw(r) for r in records] == [
+        estimate_entry_raw(r.entry) for r in records
+    ]
+    assert estimate_records_raw(records) == 100 + 25
+    assert [r.raw_tokens for r in records] == [100, 25, 0]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(records[0].raw + b"\n")
+    records[0].locate(str(path), 0)
+    records[0].release()
+    assert records[0].raw_tokens == -1
+    assert estimate_record_raw(records[0]) == 100
+    assert records[0].raw_tokens == -1  # a released record keeps nothing

@@ -21,6 +21,7 @@ import platformdirs
 
 from compactd import protocol as p
 from compactd.core import constants, tokens
+from compactd.history import History
 from compactd.model import ParseReport, Record, parse_lines, record_from_dict
 from compactd.services import files as files_service
 from compactd.services import session_memory as session_memory_service
@@ -131,7 +132,7 @@ class App:
         session = Session(
             meta=meta,
             transcript_path=str(self.store.transcript_path(session_id)),
-            records=loaded.records,
+            records=History(loaded.records),
             skipped_lines=loaded.report.skipped,
         )
         session.rebuild()
@@ -219,7 +220,7 @@ class App:
         session = Session(
             meta=meta,
             transcript_path=str(self.store.transcript_path(sid)),
-            records=records,
+            records=History(records),
             skipped_lines=report.skipped,
         )
         session.rebuild()
@@ -245,7 +246,9 @@ class App:
             seen: set[str] = set()
             fresh = []
             for r in records:
-                if r.uuid is not None and (r.uuid in session.uuid_index or r.uuid in seen):
+                if r.uuid is not None and (
+                    r.uuid in seen or session.records.index_of(r.uuid) is not None
+                ):
                     continue
                 if r.uuid is not None:
                     seen.add(r.uuid)

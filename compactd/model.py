@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import msgspec
 
@@ -41,6 +42,7 @@ __all__ = [
     "record_from_dict",
     "record_from_entry",
     "record_from_line",
+    "transcript_timestamp",
 ]
 
 
@@ -214,15 +216,16 @@ class Record:
     """One transcript line: the typed view plus the exact bytes to write back.
 
     A record that knows where its line sits in the transcript file can be *released*: it then
-    keeps only its uuid and that location, and reads and decodes the line again when asked.
-    Sessions release the records a compaction took out of the context, so a long session's
+    keeps only that location (and its kind), and reads and decodes the line again when asked.
+    Sessions release the records a compaction took out of the context, and their ``History``
+    keeps released lines as a few bytes in arrays instead of objects, so a long session's
     memory follows its context, not its whole history (the soak benchmark measures this).
     """
 
     __slots__ = (
         "_entry",
         "_raw",
-        "uuid",
+        "_uuid",
         "kind",
         "subtype",
         "_path",
@@ -230,13 +233,15 @@ class Record:
         "_length",
         "_api",
         "raw_tokens",
+        "line",
+        "__weakref__",
     )
 
     def __init__(self, entry: Entry, raw: bytes) -> None:
         self._entry: Entry | None = entry
         self._raw: bytes | None = raw
+        self._uuid: str | None | _Unread = entry.uuid
         # Kept when released, so scans over history can skip lines without decoding them.
-        self.uuid: str | None = entry.uuid
         self.kind: str = entry.type
         self.subtype: str | None = entry.subtype
         self._path: str | None = None
@@ -246,6 +251,34 @@ class Record:
         # The unpadded token estimate of the entry, -1 until ``tokens.estimate_record_raw``
         # computes it. Like ``api_blocks``, computed once while the record is live.
         self.raw_tokens = -1
+        # Position in the ``History`` that holds the record, -1 while it is in none.
+        self.line = -1
+
+    @classmethod
+    def stored(cls, path: str, offset: int, length: int, kind: str, subtype: str | None) -> Record:
+        """A released record for the line at ``offset`` in ``path``; nothing is read yet."""
+        record = cls.__new__(cls)
+        record._entry = None
+        record._raw = None
+        record._uuid = _UNREAD
+        record.kind = kind
+        record.subtype = subtype
+        record._path = path
+        record._offset = offset
+        record._length = length
+        record._api = None
+        record.raw_tokens = -1
+        record.line = -1
+        return record
+
+    @property
+    def uuid(self) -> str | None:
+        value = self._uuid
+        if isinstance(value, _Unread):
+            found = _uuid_decoder.decode(self.raw).uuid
+            value = found if isinstance(found, str) else None
+            self._uuid = value
+        return value
 
     @property
     def raw(self) -> bytes:
@@ -260,6 +293,12 @@ class Record:
             return self._entry
         # Decoded on each access and not kept: released records are history, read rarely.
         return record_from_line(self.raw)[0].entry
+
+    def location(self) -> tuple[str, int, int] | None:
+        """Where the line is: (path, offset, length), or None before it was written."""
+        if self._path is None:
+            return None
+        return self._path, self._offset, self._length
 
     @property
     def released(self) -> bool:
@@ -353,6 +392,18 @@ class ParseReport:
     first_error: str | None = None
 
 
+class _Unread:
+    """Marks a released record's uuid as not read from its line yet."""
+
+
+_UNREAD: Final = _Unread()
+
+
+class _UuidOnly(msgspec.Struct):
+    uuid: Any = None
+
+
+_uuid_decoder = msgspec.json.Decoder(_UuidOnly)
 _entry_decoder = msgspec.json.Decoder(Entry)
 _generic_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
@@ -414,6 +465,15 @@ def record_from_dict(obj: dict[str, Any]) -> Record:
 def record_from_entry(entry: Entry) -> Record:
     """Build a record for an entry compactd creates itself (boundaries, summaries, ...)."""
     return Record(entry, encode_entry(entry))
+
+
+def transcript_timestamp(at: float | None = None) -> str:
+    """A transcript ``timestamp``: UTC with milliseconds, as Claude Code writes them.
+
+    ``at`` is a POSIX time; now when omitted.
+    """
+    stamp = datetime.now(UTC) if at is None else datetime.fromtimestamp(at, UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
 
 def encode_entry(entry: Entry) -> bytes:

@@ -1,9 +1,10 @@
 """One conversation: its records, its token counter, its locks and counters.
 
-A ``Session`` holds the whole transcript in memory (records are compact: a typed view and the
-raw bytes) and keeps derived state incrementally so that ``tokens/status`` never rescans:
-the token counter of the current context, the uuid index and the tool ids cleared by
-microcompact. Anything that rewrites the context (a compaction, an undo) calls ``rebuild``.
+A ``Session`` holds its transcript as a ``History``: the current context decoded in memory,
+older lines read back from the file when asked for. It keeps derived state incrementally so
+that ``tokens/status`` never rescans: the token counter of the current context and the tool ids
+cleared by microcompact. Anything that rewrites the context (a compaction, an undo) calls
+``rebuild``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from compactd.core import tokens
 from compactd.core.cachebreak import CacheBreakDetector
 from compactd.core.microcompact import CachedState
 from compactd.core.view import context_records, undone_ids, undone_target
+from compactd.history import History
 from compactd.model import Entry, Record
 from compactd.services.files import FileState, build_file_state
 from compactd.services.store import SessionMeta
@@ -37,7 +39,8 @@ class CompactionHealth:
 class Session:
     meta: SessionMeta
     transcript_path: str
-    records: list[Record] = field(default_factory=list)
+    # Any sequence of records is accepted and turned into a ``History``.
+    records: History = field(default_factory=History)
     skipped_lines: int = 0
     # Serializes mutations (appends, compactions) of this session.
     lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -45,7 +48,6 @@ class Session:
     health: CompactionHealth = field(default_factory=CompactionHealth)
     threshold_tracker: tokens.ThresholdTracker = field(default_factory=tokens.ThresholdTracker)
     # Derived state, rebuilt by ``rebuild`` and extended by ``extend``.
-    uuid_index: dict[str, int] = field(default_factory=dict)
     counter: tokens.TokenCounter = field(default_factory=tokens.TokenCounter)
     cleared_tool_ids: set[str] = field(default_factory=set)
     # False while every conversation entry is a sidechain (a sub-agent's own transcript).
@@ -65,6 +67,10 @@ class Session:
     # memory only; a restarted daemon starts new baselines).
     cache_detector: CacheBreakDetector = field(default_factory=CacheBreakDetector)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.records, History):
+            self.records = History(self.records)
+
     @property
     def session_id(self) -> str:
         return self.meta.session_id
@@ -73,37 +79,27 @@ class Session:
 
     def rebuild(self) -> None:
         """Recompute every derived field from the records (load, compaction, undo)."""
-        self.uuid_index = {r.uuid: i for i, r in enumerate(self.records) if r.uuid}
-        ctx = context_records(self.records)
+        records = self.records
+        ctx = context_records(records)
         self._context = ctx
-        self._release_history(ctx)
+        # Only the current context stays decoded in memory; history is read back on demand.
+        records.retain(ctx)
         # The boundary heading the view (after an undo it is not the last one in the file).
         head = ctx[0] if ctx else None
-        self.context_start = (
-            self.uuid_index.get(head.uuid, 0)
-            if head is not None and head.subtype == "compact_boundary" and head.uuid
-            else 0
-        )
-        ctx = _without_stale_usage(ctx, self.uuid_index, self.context_start)
+        start = None
+        if head is not None and head.subtype == "compact_boundary" and head.uuid:
+            start = records.index_of(head.uuid)
+        self.context_start = start or 0
+        ctx = _without_stale_usage(ctx, records, self.context_start)
         self.cleared_tool_ids = set()
-        self.undone_micro = undone_ids(self.records)
+        self.undone_micro = undone_ids(records[i] for i in records.boundary_lines())
         self.has_main_thread = any(_is_main_conversation(r.entry) for r in ctx)
         self.counter = tokens.TokenCounter()
         self._feed(ctx)
         self.file_state = build_file_state(ctx, self.meta.cwd, self.cleared_tool_ids)
 
-    def _release_history(self, ctx: Sequence[Record]) -> None:
-        """Keep only the current context decoded in memory; history is read back on demand."""
-        live = {id(r) for r in ctx}
-        for r in ctx:
-            r.materialize()
-        for r in self.records:
-            if id(r) not in live:
-                r.release()
-
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""
-        base = len(self.records)
         self.records.extend(new)
         if any(r.entry.is_compact_boundary or undone_target(r) is not None for r in new):
             self.rebuild()
@@ -113,9 +109,6 @@ class Session:
             # transcript); now that the main thread shows up, they stop counting.
             self.rebuild()
             return
-        for i, r in enumerate(new):
-            if r.uuid:
-                self.uuid_index[r.uuid] = base + i
         # Appended records that are neither boundaries nor undo entries join the view's end.
         self._context.extend(new)
         self._feed(new)
@@ -206,9 +199,7 @@ def _is_main_conversation(entry: Entry) -> bool:
     return entry.type in ("user", "assistant") and not entry.is_sidechain
 
 
-def _without_stale_usage(
-    ctx: list[Record], uuid_index: dict[str, int], boundary_at: int
-) -> list[Record]:
+def _without_stale_usage(ctx: list[Record], records: History, boundary_at: int) -> list[Record]:
     """The context with the API usage of relinked entries hidden from the token counter.
 
     Entries a compaction keeps verbatim (a partial compaction's kept messages, or entries
@@ -221,7 +212,7 @@ def _without_stale_usage(
     out: list[Record] = []
     for r in ctx:
         entry = r.entry
-        at = uuid_index.get(entry.uuid) if entry.uuid else None
+        at = records.index_of(entry.uuid) if entry.uuid else None
         message = entry.message
         if at is not None and at < boundary_at and message is not None and message.usage:
             stripped = msgspec.structs.replace(message, usage=None)

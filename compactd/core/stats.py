@@ -18,6 +18,7 @@ from typing import Final
 from compactd import protocol as p
 from compactd.core import tokens
 from compactd.core.view import context_records, preserved_records
+from compactd.history import boundary_indices
 from compactd.model import CompactMetadata, Entry, Record, TextBlock, ToolResultBlock
 
 __all__ = [
@@ -78,12 +79,12 @@ def microcompact_savings(records: Sequence[Record]) -> tuple[int, int]:
     """(tokens saved, count) summed over every ``microcompact_boundary`` of the transcript."""
     saved = 0
     count = 0
-    for record in records:
-        if record.kind != "system" or record.subtype != "microcompact_boundary":
+    for i in boundary_indices(records):
+        record = records[i]
+        if record.subtype != "microcompact_boundary":
             continue
-        entry = record.entry
         count += 1
-        saved += _saved_by(entry)
+        saved += _saved_by(record.entry)
     return saved, count
 
 
@@ -197,10 +198,8 @@ def compaction_stats(
     records: Sequence[Record], auto_compact_threshold: int
 ) -> list[p.CompactionStat]:
     """One ``CompactionStat`` per ``compact_boundary`` in the transcript, oldest first."""
-    # kind/subtype stay on released records: finding boundaries decodes no other line.
-    boundaries = [
-        i for i, r in enumerate(records) if r.kind == "system" and r.subtype == "compact_boundary"
-    ]
+    # Finding boundaries decodes no other line (see ``history.boundary_indices``).
+    boundaries = [i for i in boundary_indices(records) if records[i].subtype == "compact_boundary"]
     out: list[p.CompactionStat] = []
     for k, b in enumerate(boundaries):
         entry = records[b].entry

@@ -18,7 +18,7 @@ rebuilds the view on every ``session/messages`` request.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from compactd.model import PreservedSegment, Record
 
@@ -37,10 +37,7 @@ __all__ = [
 
 def last_boundary_index(records: Sequence[Record]) -> int | None:
     """Index of the last ``compact_boundary`` record, or None when there is none."""
-    for i in range(len(records) - 1, -1, -1):
-        if records[i].entry.is_compact_boundary:
-            return i
-    return None
+    return _last_boundary_before(records, len(records))
 
 
 def preserved_records(records: Sequence[Record], boundary_index: int) -> list[Record]:
@@ -134,8 +131,10 @@ def main_thread(records: Sequence[Record]) -> list[Record]:
 
 
 def _last_boundary_before(records: Sequence[Record], stop: int) -> int | None:
+    # By kind, which released records keep: walking back decodes no line.
     for i in range(stop - 1, -1, -1):
-        if records[i].entry.is_compact_boundary:
+        record = records[i]
+        if record.kind == "system" and record.subtype == "compact_boundary":
             return i
     return None
 
@@ -271,7 +270,7 @@ def undone_target(record: Record) -> str | None:
     return None
 
 
-def undone_ids(records: Sequence[Record]) -> set[str]:
+def undone_ids(records: Iterable[Record]) -> set[str]:
     """Ids and uuids of every compaction or microcompact an undo entry in ``records`` names."""
     out: set[str] = set()
     for record in records:

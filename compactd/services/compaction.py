@@ -26,7 +26,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
@@ -44,7 +43,7 @@ from compactd.core.prompts import (
     format_summary,
     join_instructions,
 )
-from compactd.model import Record, ToolUseBlock, record_from_dict
+from compactd.model import Record, ToolUseBlock, record_from_dict, transcript_timestamp
 from compactd.services import hooks
 from compactd.services.rehydration import rehydration_attachments
 from compactd.services.store import GROUP_SIZE_FIELD
@@ -445,10 +444,6 @@ async def _finish_even_if_cancelled(fn: Callable[[], Awaitable[T]]) -> T:
 # -- the commit ----------------------------------------------------------------------------------
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def _fixed_prefix_tokens(cache_safe: dict[str, Any] | None) -> int:
     """Estimate of what every request carries besides the messages: system prompt and tools."""
     if not cache_safe:
@@ -489,7 +484,7 @@ def _common(session: Session) -> dict[str, Any]:
         "userType": "external",
         "cwd": session.meta.cwd,
         "sessionId": session.session_id,
-        "timestamp": _now(),
+        "timestamp": transcript_timestamp(),
     }
 
 

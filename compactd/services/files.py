@@ -31,7 +31,6 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -40,7 +39,13 @@ import anyio
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import rehydrate as rh
-from compactd.model import Record, ToolResultBlock, ToolUseBlock, record_from_dict
+from compactd.model import (
+    Record,
+    ToolResultBlock,
+    ToolUseBlock,
+    record_from_dict,
+    transcript_timestamp,
+)
 from compactd.services.watch import DirWatcher
 
 if TYPE_CHECKING:
@@ -71,10 +76,6 @@ MAX_PATH_CHARS: Final = 4096
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def iso_timestamp(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
 # -- read-file state (pure) ---------------------------------------------------------------------
@@ -724,7 +725,7 @@ class FilesService:
 
     def _entry(self, session: Session, payload: dict[str, Any]) -> dict[str, Any]:
         return rh.attachment_entry(
-            payload, str(uuid.uuid4()), iso_timestamp(time.time()), session.session_id
+            payload, str(uuid.uuid4()), transcript_timestamp(), session.session_id
         )
 
     def _memory_entry(self, session: Session, path: str, shown: str, text: str) -> dict[str, Any]:
@@ -793,7 +794,7 @@ class FilesService:
         at = params.timestamp if params.timestamp is not None else time.time()
         line: dict[str, Any] = {
             "type": FILE_READ_ENTRY,
-            "timestamp": iso_timestamp(at),
+            "timestamp": transcript_timestamp(at),
             "readAt": at,
             "sessionId": session.session_id,
             "path": rh.normalize_path(params.path, cwd),

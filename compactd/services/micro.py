@@ -17,11 +17,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import msgspec
@@ -31,7 +30,7 @@ from compactd.core import microcompact as mc
 from compactd.core import tokens
 from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
-from compactd.model import Entry, Record, ToolUseBlock, record_from_dict
+from compactd.model import Entry, Record, ToolUseBlock, record_from_dict, transcript_timestamp
 from compactd.services.store import atomic_write
 
 if TYPE_CHECKING:
@@ -155,7 +154,8 @@ async def microcompact_session(
     # Clearing rewrites messages, so the cached prefix breaks: pinned cache edits refer to a
     # cache that will not be read again.
     await reset_cached_edits(app, session)
-    forget_cleared_reads(session, plan.cleared_ids)
+    # The read-file state forgets the cleared reads by itself: the files service folds the
+    # boundary's compactedToolIds in when it sees the append.
     post = app.status(session)
     app.check_thresholds(session, post)
     log.info(
@@ -263,11 +263,6 @@ def _nothing(
     )
 
 
-def _iso(now: float) -> str:
-    stamp = datetime.fromtimestamp(now, tz=UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
-
-
 def _boundary(
     session: Session,
     *,
@@ -303,7 +298,7 @@ def _boundary(
         "level": "info",
         "parentUuid": parent,
         "uuid": str(uuid.uuid4()),
-        "timestamp": _iso(now),
+        "timestamp": transcript_timestamp(now),
         "sessionId": session.session_id,
         "cwd": session.meta.cwd,
         "microcompactMetadata": metadata,
@@ -314,25 +309,19 @@ def _boundary(
 # -- read-file state ----------------------------------------------------------------------------
 
 
-@runtime_checkable
-class _DropsToolIds(Protocol):
-    def drop_tool_ids(self, ids: Iterable[str]) -> list[str]: ...
-
-
 def forget_cleared_reads(session: Session, tool_ids: Sequence[str]) -> list[str]:
     """Drop files whose latest Read result was just cleared from the read-file state.
 
     The reference forgets such files so that a later read is not answered with "unchanged"
-    while the model no longer sees the content. The read-file state (``session.file_state``)
-    belongs to the files service, which also folds ``compactedToolIds`` of appended boundaries
-    in by itself; calling it again is harmless, and it is the only way the cached strategy's
-    deletions (which leave ``compactedToolIds`` empty) reach it. Returns the paths dropped.
+    while the model no longer sees the content. Count and time microcompacts need no call:
+    the files service folds an appended boundary's ``compactedToolIds`` in. The cached
+    strategy's deletions leave ``compactedToolIds`` empty, so they come here. Returns the
+    paths dropped.
     """
-    state = getattr(session, "file_state", None)
-    if not tool_ids or not isinstance(state, _DropsToolIds):
+    if not tool_ids:
         return []
     try:
-        return state.drop_tool_ids(tool_ids)
+        return session.file_state.drop_tool_ids(tool_ids)
     except Exception:  # the file state must not fail a committed microcompact
         log.exception("could not update the read-file state of %s", session.session_id)
         return []

@@ -16,7 +16,6 @@ budgets and order are decided by the pure ``core.rehydrate.plan_attachments``.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import anyio
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import rehydrate as rh
-from compactd.model import Record
+from compactd.model import Record, transcript_timestamp
 from compactd.services import files
 
 if TYPE_CHECKING:
@@ -152,7 +151,7 @@ async def _build(
         announcements=announcements,
         is_subagent=session.meta.agent_kind == "subagent",
     )
-    now = files.iso_timestamp(time.time())
+    now = transcript_timestamp()
     return [
         rh.attachment_entry(payload, str(uuid.uuid4()), now, session.session_id)
         for payload in rh.plan_attachments(inputs, budgets)

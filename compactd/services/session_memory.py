@@ -20,7 +20,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,7 @@ from compactd.core import tokens
 from compactd.core.normalize import to_api_messages
 from compactd.core.offline_summary import collect_ledger
 from compactd.core.prompts import PromptKind
-from compactd.model import Record
+from compactd.model import Record, transcript_timestamp
 from compactd.services.compaction import CompactionSpec, Selection, run_compaction
 from compactd.services.store import atomic_write
 from compactd.services.summarizer import SummarizerError, SummaryRequest, get_summarizer
@@ -68,10 +67,6 @@ class _Runtime:
     tool_calls_since: int = 0
     last_turn_tool_calls: bool = False
     last_error: str | None = None
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 class SessionMemoryService:
@@ -211,7 +206,9 @@ class SessionMemoryService:
                 time.monotonic() - started,
             )
         persisted = _Persisted(
-            last_extracted_at=_now(), last_summarized_uuid=last_uuid, tokens_at_last=tokens_now
+            last_extracted_at=transcript_timestamp(),
+            last_summarized_uuid=last_uuid,
+            tokens_at_last=tokens_now,
         )
         await anyio.to_thread.run_sync(self._write, session, notes, persisted)
         rt.persisted = persisted
@@ -313,7 +310,7 @@ def _selector(session: Session, covered: str) -> Callable[[list[Record]], Select
         at = next((i for i, e in enumerate(entries) if e.uuid == covered), None)
         if at is not None:
             first_unsummarized = at + 1
-        elif covered in session.uuid_index:
+        elif session.records.index_of(covered) is not None:
             # The covered entry was compacted away: the whole current context is newer.
             first_unsummarized = floor
         else:
@@ -333,7 +330,7 @@ def _floor(session: Session, context: list[Record]) -> int:
     boundary_at = session.context_start if context and context[0].entry.is_compact_boundary else 0
     for i, r in enumerate(context):
         entry = r.entry
-        at = session.uuid_index.get(entry.uuid) if entry.uuid else None
+        at = session.records.index_of(entry.uuid) if entry.uuid else None
         if (
             entry.is_compact_boundary
             or entry.is_compact_summary

@@ -18,6 +18,7 @@ from compactd.model import (
     block_to_builtins,
     parse_lines,
     record_from_dict,
+    transcript_timestamp,
 )
 from tests.conftest import fixture_transcripts
 
@@ -221,3 +222,10 @@ def test_released_records_read_back_from_their_file(tmp_path: Any) -> None:
     for r in loaded:
         r.release()
     assert [r.raw for r in loaded] == expected
+
+
+def test_transcript_timestamps_have_milliseconds_and_a_z() -> None:
+    assert transcript_timestamp(0) == "1970-01-01T00:00:00.000Z"
+    assert transcript_timestamp(1_700_000_000.1234) == "2023-11-14T22:13:20.123Z"
+    now = transcript_timestamp()
+    assert len(now) == len("2026-11-22T00:00:00.000Z") and now.endswith("Z")

@@ -1,0 +1,275 @@
+"""A session's records in file order, with only the live ones kept as objects.
+
+Most of a long session is history: lines a compaction took out of the context. The model
+never sees them again, but undo, recall and stats still read them. ``History`` keeps those
+lines on disk and remembers, per line, where it is (offset and length), its kind and its slot
+in the uuid index: about 25 bytes a line, where a released ``Record`` object with its uuid
+string cost some 350.
+
+Asking for a released line gives a ``Record`` that reads the line back when its content is
+needed (``Record.stored``). While anyone holds that object, asking again gives the same one,
+so code that tells records apart by identity keeps working.
+"""
+
+from __future__ import annotations
+
+import bisect
+import weakref
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Final, overload
+
+from compactd.model import Record
+
+__all__ = ["BOUNDARY_SUBTYPES", "History", "UuidIndex", "boundary_indices"]
+
+# System entries that start or undo a compaction: the lines scans over history look for.
+BOUNDARY_SUBTYPES: Final = frozenset({"compact_boundary", "microcompact_boundary"})
+
+# Line codes of kinds beyond this many distinct (type, subtype) pairs share the last code and
+# keep their pair in a side table (only hostile or very odd transcripts get there).
+_MAX_KIND_CODES: Final = 255
+
+# Recent uuids stay in a dict until there are this many (or until lines are released); then
+# they are folded into the sorted arrays. compactd's own figure: a fold copies the arrays in a
+# few slices, so folding this often costs little and bounds the strings kept alive.
+_UUID_FOLD_AT: Final = 1024
+
+
+class UuidIndex:
+    """The last line holding each uuid, in about 12 bytes a line.
+
+    Recent uuids sit in a dict. Older ones are folded into two arrays sorted by the uuid's
+    ``hash()`` (a process-local value, never stored), with the line beside it. A hash found
+    in the arrays is confirmed with ``uuid_at`` (the uuid actually on that line), so lookups
+    are exact.
+    """
+
+    __slots__ = ("_recent", "_sorted", "_uuid_at")
+
+    def __init__(self, uuid_at: Callable[[int], str | None]) -> None:
+        self._recent: dict[str, int] = {}
+        self._sorted: tuple[array[int], array[int]] = (array("q"), array("I"))
+        self._uuid_at = uuid_at
+
+    def __len__(self) -> int:
+        return len(self._recent) + len(self._sorted[0])
+
+    def add(self, uuid: str, line: int) -> None:
+        self._recent[uuid] = line
+        if len(self._recent) >= _UUID_FOLD_AT:
+            self.fold()
+
+    def get(self, uuid: str) -> int | None:
+        line = self._recent.get(uuid)
+        if line is not None:
+            return line
+        hashes, lines = self._sorted
+        key = hash(uuid)
+        at = bisect.bisect_left(hashes, key)
+        found: int | None = None
+        while at < len(hashes) and hashes[at] == key:
+            candidate = lines[at]
+            if (found is None or candidate > found) and self._uuid_at(candidate) == uuid:
+                found = candidate
+            at += 1
+        return found
+
+    def fold(self) -> None:
+        """Move the recent uuids into the sorted arrays (their strings are then let go)."""
+        if not self._recent:
+            return
+        hashes, lines = self._sorted
+        new_hashes: array[int] = array("q")
+        new_lines: array[int] = array("I")
+        done = 0
+        for key, line in sorted((hash(u), line) for u, line in self._recent.items()):
+            # Copy the run of older entries up to this key in one slice, then insert it.
+            at = bisect.bisect_right(hashes, key, done)
+            new_hashes.extend(hashes[done:at])
+            new_lines.extend(lines[done:at])
+            new_hashes.append(key)
+            new_lines.append(line)
+            done = at
+        new_hashes.extend(hashes[done:])
+        new_lines.extend(lines[done:])
+        # One assignment, so a reader in another thread sees either the old or the new pair.
+        self._sorted = (new_hashes, new_lines)
+        self._recent = {}
+
+
+class History(Sequence[Record]):
+    """Every record of one transcript in file order; released lines cost a few bytes each."""
+
+    def __init__(self, records: Iterable[Record] = ()) -> None:
+        self._path: str | None = None
+        self._offsets: array[int] = array("q")  # -1: never written, so always live
+        self._lengths: array[int] = array("I")
+        self._kinds: array[int] = array("B")  # code into _kind_pairs
+        self._kind_pairs: list[tuple[str, str | None]] = []
+        self._kind_codes: dict[tuple[str, str | None], int] = {}
+        self._odd_kinds: dict[int, tuple[str, str | None]] = {}
+        self._boundaries: list[int] = []  # lines of compact and microcompact boundaries
+        self._live: dict[int, Record] = {}
+        self._handed: weakref.WeakValueDictionary[int, Record] = weakref.WeakValueDictionary()
+        self._uuids = UuidIndex(self._uuid_at)
+        self.extend(records)
+
+    # -- Sequence --------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        if isinstance(index, slice):
+            return [self._get(i) for i in range(*index.indices(len(self._offsets)))]
+        n = len(self._offsets)
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError(f"history line {index} out of range ({n} lines)")
+        return self._get(i)
+
+    def __iter__(self) -> Iterator[Record]:
+        for i in range(len(self._offsets)):
+            yield self._get(i)
+
+    def __reversed__(self) -> Iterator[Record]:
+        for i in range(len(self._offsets) - 1, -1, -1):
+            yield self._get(i)
+
+    # -- growing -----------------------------------------------------------------------------------
+
+    def append(self, record: Record) -> None:
+        line = len(self._offsets)
+        where = record.location()
+        if where is not None and self._path in (None, where[0]):
+            self._path = where[0]
+            self._offsets.append(where[1])
+            self._lengths.append(where[2])
+        else:
+            # Not in this transcript's file (yet): it can never be released.
+            self._offsets.append(-1)
+            self._lengths.append(0)
+        self._kinds.append(self._code(line, record.kind, record.subtype))
+        if record.kind == "system" and record.subtype in BOUNDARY_SUBTYPES:
+            self._boundaries.append(line)
+        self._live[line] = record
+        record.line = line
+        uuid = record.uuid
+        if uuid is not None:
+            self._uuids.add(uuid, line)
+
+    def extend(self, records: Iterable[Record]) -> None:
+        for record in records:
+            self.append(record)
+
+    # -- lookups -----------------------------------------------------------------------------------
+
+    def index_of(self, uuid: str) -> int | None:
+        """The last line whose entry has ``uuid``, or None."""
+        return self._uuids.get(uuid)
+
+    def boundary_lines(self) -> list[int]:
+        """Lines of every compact and microcompact boundary, in file order."""
+        return list(self._boundaries)
+
+    def live_count(self) -> int:
+        """How many records are kept in memory (the rest are read back from the file)."""
+        return len(self._live)
+
+    # -- memory ------------------------------------------------------------------------------------
+
+    def retain(self, keep: Iterable[Record]) -> None:
+        """Keep the records of ``keep`` decoded in memory and release every other line.
+
+        ``keep`` holds records of this history (typically the current context). Lines that
+        were never written to the transcript stay in memory whatever ``keep`` says.
+        """
+        live: dict[int, Record] = {}
+        for record in keep:
+            if self._owns(record.line, record):
+                record.materialize()
+                live[record.line] = record
+        previous, self._live = self._live, live
+        self._release(previous)
+        del previous
+        # The released records nobody else holds have died and left the mapping; a new one
+        # gives back the room they took.
+        self._handed = weakref.WeakValueDictionary(self._handed)
+        # The released records' uuid strings need not stay alive in the recent index.
+        self._uuids.fold()
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _release(self, previous: dict[int, Record]) -> None:
+        live = self._live
+        for line, record in previous.items():
+            if line in live:
+                continue
+            if self._offsets[line] < 0:
+                live[line] = record
+                continue
+            record.release()
+            # Whoever still holds it gets the same object back from ``_get``.
+            self._handed[line] = record
+
+    def _owns(self, line: int, record: Record) -> bool:
+        if not 0 <= line < len(self._offsets):
+            return False
+        return self._live.get(line) is record or self._handed.get(line) is record
+
+    def _get(self, line: int) -> Record:
+        record = self._live.get(line)
+        if record is not None:
+            return record
+        record = self._handed.get(line)
+        if record is None:
+            kind, subtype = self._kind_of(line)
+            assert self._path is not None  # only written lines are ever released
+            record = Record.stored(
+                self._path, self._offsets[line], self._lengths[line], kind, subtype
+            )
+            record.line = line
+            self._handed[line] = record
+        return record
+
+    def _uuid_at(self, line: int) -> str | None:
+        return self._get(line).uuid
+
+    def _code(self, line: int, kind: str, subtype: str | None) -> int:
+        pair = (kind, subtype)
+        code = self._kind_codes.get(pair)
+        if code is not None:
+            return code
+        if len(self._kind_pairs) < _MAX_KIND_CODES:
+            code = len(self._kind_pairs)
+            self._kind_pairs.append(pair)
+            self._kind_codes[pair] = code
+            return code
+        self._odd_kinds[line] = pair
+        return _MAX_KIND_CODES
+
+    def _kind_of(self, line: int) -> tuple[str, str | None]:
+        code = self._kinds[line]
+        if code == _MAX_KIND_CODES:
+            return self._odd_kinds[line]
+        return self._kind_pairs[code]
+
+
+def boundary_indices(records: Sequence[Record]) -> list[int]:
+    """Indices of the compact and microcompact boundaries in ``records``, in order.
+
+    A ``History`` answers from its own list; a plain sequence is scanned by kind, which
+    released records keep without decoding their lines.
+    """
+    if isinstance(records, History):
+        return records.boundary_lines()
+    return [
+        i for i, r in enumerate(records) if r.kind == "system" and r.subtype in BOUNDARY_SUBTYPES
+    ]

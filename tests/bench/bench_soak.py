@@ -6,7 +6,8 @@ driven by its own task, like an agent loop: append a round of entries, ask for t
 status, now and then a microcompaction, and a full compaction (summarizer on the in-process
 emulator of the Messages API, real HTTP) once enough has been appended since the last one.
 Prints throughput by kind of operation, errors (the target is zero), p50 / p99 latencies, and
-the daemon's resident memory (VmRSS from /proc) after warm-up and at the end, with the growth.
+the daemon's resident memory (VmRSS from /proc) after a warm-up (the same load until every
+session went through one full compaction) and at the end, with the growth.
 The baseline is measured in the same run: the latency of ``session/list``, the cheapest call
 (one round trip through the framing and dispatch), sampled before the load starts. Figures,
 not a pass/fail test; targets: zero errors and RSS growth under 10%.
@@ -113,11 +114,22 @@ async def _open(client: Client, sid: str, pool: Pool) -> str | None:
 
 
 async def _agent(
-    client: Client, sid: str, last: str | None, pool: Pool, stats: Stats, stop: float, seed: int
-) -> None:
+    client: Client,
+    sid: str,
+    last: str | None,
+    pool: Pool,
+    stats: Stats,
+    stop: float,
+    seed: int,
+    *,
+    fulls: int | None = None,
+) -> str | None:
+    """One agent loop until ``stop`` (or, with ``fulls``, until it ran that many full
+    compactions); returns the uuid of its last appended entry."""
     rng = random.Random(seed)
     appends = 0
-    while time.monotonic() < stop:
+    done = 0
+    while time.monotonic() < stop and (fulls is None or done < fulls):
         batch = pool.batch(last)
         if await stats.timed("append", client.append(sid, batch)) is not None:
             last = batch[-1]["uuid"]
@@ -129,6 +141,8 @@ async def _agent(
         if appends >= APPENDS_BEFORE_FULL + rng.randrange(20):
             await stats.timed("full", client.compact_full(sid))
             appends = 0
+            done += 1
+    return last
 
 
 def _disk(tmp: str) -> int:
@@ -157,8 +171,23 @@ async def run(seconds: int, sessions: int) -> int:
                 pid = client.process.pid
                 sids = [f"soak-{i:02d}" for i in range(sessions)]
                 lasts = [await _open(client, sid, pool) for sid in sids]
-                # Warm-up: the first compaction loads the SDK; RSS is measured after it.
-                await client.compact_full(sids[0])
+                rss_open = rss_kib(pid)
+                # Warm-up: the same load until every session went through one full compaction
+                # (which also loads the SDK). The working set, a context per session between
+                # two compactions, is then at its steady size, so growth measured from here is
+                # what the run adds: history and anything leaking.
+                warm = Stats()
+                lasts = list(
+                    await asyncio.gather(
+                        *(
+                            _agent(
+                                client, sid, last, pool, warm, time.monotonic() + 600, i, fulls=1
+                            )
+                            for i, (sid, last) in enumerate(zip(sids, lasts, strict=True))
+                        )
+                    )
+                )
+                warm_errors = sum(len(v) for v in warm.errors.values())
                 base = Stats()
                 for _ in range(200):
                     await base.timed("list", client.list_sessions())
@@ -189,8 +218,12 @@ async def run(seconds: int, sessions: int) -> int:
         emu.stop()
 
     total_ops = sum(len(v) for v in stats.latencies.values())
-    total_errors = sum(len(v) for v in stats.errors.values())
+    total_errors = sum(len(v) for v in stats.errors.values()) + warm_errors
     print(f"soak: {sessions} sessions for {elapsed:.1f} s against the emulator")
+    print(
+        f"warm-up (one full compaction per session, not in the figures below): "
+        f"{sum(len(v) for v in warm.latencies.values())} ops, {warm_errors} errors"
+    )
     print(f"baseline session/list round trip: p50 {_pct(base.latencies['list'], 0.5):.2f} ms")
     print(f"{'kind':<8} {'ops':>7} {'ops/s':>8} {'errors':>6} {'p50 ms':>8} {'p99 ms':>8}")
     for kind in ("append", "status", "micro", "full"):
@@ -203,6 +236,7 @@ async def run(seconds: int, sessions: int) -> int:
         )
     print(f"total    {total_ops:>7} {total_ops / elapsed:>8.1f} {total_errors:>6}")
     growth = (rss_end - rss_start) / rss_start * 100
+    print(f"daemon RSS with the sessions opened, before the warm-up: {rss_open / 1024:.1f} MiB")
     print(
         f"daemon RSS: {rss_start / 1024:.1f} MiB after warm-up -> {rss_end / 1024:.1f} MiB at "
         f"the end ({growth:+.1f}%); transcripts on disk: {size / 1e6:.1f} MB"

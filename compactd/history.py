@@ -19,7 +19,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, overload
 
-from compactd.model import Record
+from compactd.model import Record, read_line
 
 __all__ = ["BOUNDARY_SUBTYPES", "History", "UuidIndex", "boundary_indices"]
 
@@ -29,6 +29,9 @@ BOUNDARY_SUBTYPES: Final = frozenset({"compact_boundary", "microcompact_boundary
 # Line codes of kinds beyond this many distinct (type, subtype) pairs share the last code and
 # keep their pair in a side table (only hostile or very odd transcripts get there).
 _MAX_KIND_CODES: Final = 255
+
+# ``History`` sweeps dead weak references out of its handed-out records past this many.
+_HANDED_SWEEP_MIN: Final = 1024
 
 # Recent uuids stay in a dict until there are this many (or until lines are released); then
 # they are folded into the sorted arrays. compactd's own figure: a fold copies the arrays in a
@@ -111,7 +114,11 @@ class History(Sequence[Record]):
         self._odd_kinds: dict[int, tuple[str, str | None]] = {}
         self._boundaries: list[int] = []  # lines of compact and microcompact boundaries
         self._live: dict[int, Record] = {}
-        self._handed: weakref.WeakValueDictionary[int, Record] = weakref.WeakValueDictionary()
+        # Released records handed out, by line, for as long as someone holds them. Plain weak
+        # references (cheaper than a WeakValueDictionary on scans over the whole history);
+        # dead ones are swept out once they outnumber the live ones.
+        self._handed: dict[int, weakref.ref[Record]] = {}
+        self._handed_sweep_at = _HANDED_SWEEP_MIN
         self._uuids = UuidIndex(self._uuid_at)
         self.extend(records)
 
@@ -175,6 +182,14 @@ class History(Sequence[Record]):
         """The last line whose entry has ``uuid``, or None."""
         return self._uuids.get(uuid)
 
+    def raw_line(self, line: int) -> bytes:
+        """The bytes of one line, without making a record of it (for scans over history)."""
+        record = self._live.get(line)
+        if record is not None:
+            return record.raw
+        assert self._path is not None  # only written lines are ever released
+        return read_line(self._path, self._offsets[line], self._lengths[line])
+
     def boundary_lines(self) -> list[int]:
         """Lines of every compact and microcompact boundary, in file order."""
         return list(self._boundaries)
@@ -199,9 +214,7 @@ class History(Sequence[Record]):
         previous, self._live = self._live, live
         self._release(previous)
         del previous
-        # The released records nobody else holds have died and left the mapping; a new one
-        # gives back the room they took.
-        self._handed = weakref.WeakValueDictionary(self._handed)
+        self._sweep()
         # The released records' uuid strings need not stay alive in the recent index.
         self._uuids.fold()
 
@@ -217,18 +230,22 @@ class History(Sequence[Record]):
                 continue
             record.release()
             # Whoever still holds it gets the same object back from ``_get``.
-            self._handed[line] = record
+            self._handed[line] = weakref.ref(record)
 
     def _owns(self, line: int, record: Record) -> bool:
         if not 0 <= line < len(self._offsets):
             return False
-        return self._live.get(line) is record or self._handed.get(line) is record
+        return self._live.get(line) is record or self._held(line) is record
+
+    def _held(self, line: int) -> Record | None:
+        ref = self._handed.get(line)
+        return ref() if ref is not None else None
 
     def _get(self, line: int) -> Record:
         record = self._live.get(line)
         if record is not None:
             return record
-        record = self._handed.get(line)
+        record = self._held(line)
         if record is None:
             kind, subtype = self._kind_of(line)
             assert self._path is not None  # only written lines are ever released
@@ -236,8 +253,15 @@ class History(Sequence[Record]):
                 self._path, self._offsets[line], self._lengths[line], kind, subtype
             )
             record.line = line
-            self._handed[line] = record
+            self._handed[line] = weakref.ref(record)
+            if len(self._handed) >= self._handed_sweep_at:
+                self._sweep()
         return record
+
+    def _sweep(self) -> None:
+        """Forget handed-out records that died; a new dict gives back the room they took."""
+        self._handed = {line: ref for line, ref in self._handed.items() if ref() is not None}
+        self._handed_sweep_at = max(_HANDED_SWEEP_MIN, 2 * len(self._handed))
 
     def _uuid_at(self, line: int) -> str | None:
         return self._get(line).uuid

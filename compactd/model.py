@@ -41,6 +41,7 @@ __all__ = [
     "parse_lines",
     "record_from_dict",
     "record_from_entry",
+    "read_line",
     "record_from_line",
     "transcript_timestamp",
 ]
@@ -285,7 +286,7 @@ class Record:
         if self._raw is not None:
             return self._raw
         assert self._path is not None
-        return _read_at(self._path, self._offset, self._length)
+        return read_line(self._path, self._offset, self._length)
 
     @property
     def entry(self) -> Entry:
@@ -368,7 +369,8 @@ def forget_file(path: str) -> None:
         os.close(fd)
 
 
-def _read_at(path: str, offset: int, length: int) -> bytes:
+def read_line(path: str, offset: int, length: int) -> bytes:
+    """The ``length`` bytes of a transcript line at ``offset`` (through a cached descriptor)."""
     fd = _READ_FDS.get(path)
     if fd is None:
         if len(_READ_FDS) >= _READ_FDS_MAX:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from compactd.history import History
 from compactd.model import Block, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
 __all__ = [
@@ -102,10 +103,12 @@ def search(
     needle = query.casefold()
     raw_needle = _raw_prefilter(query)
     hits: list[Hit] = []
+    # The prefilter reads a released line's bytes without making a record of it.
+    raw_line = records.raw_line if isinstance(records, History) else lambda i: records[i].raw
     for i in range(len(records) - 1, -1, -1):
-        record = records[i]
-        if raw_needle is not None and raw_needle not in record.raw.lower():
+        if raw_needle is not None and raw_needle not in raw_line(i).lower():
             continue
+        record = records[i]
         for text, tool_id in _parts(record):
             at = text.casefold().find(needle)
             if at >= 0:
@@ -118,13 +121,23 @@ def search(
 
 
 def fetch(records: Sequence[Record], uuids: Sequence[str]) -> list[Hit]:
-    """The entries with these uuids, in the order asked (unknown uuids are skipped)."""
+    """The entries with these uuids, in the order asked (unknown uuids are skipped).
+
+    A uuid written on several lines gives its latest. A ``History`` is looked up in its uuid
+    index; other sequences are scanned.
+    """
     wanted = set(uuids)
     found: dict[str, Record] = {}
-    for record in records:
-        uid = record.entry.uuid
-        if uid is not None and uid in wanted:
-            found.setdefault(uid, record)
+    if isinstance(records, History):
+        for uid in wanted:
+            at = records.index_of(uid)
+            if at is not None:
+                found[uid] = records[at]
+    else:
+        for record in records:
+            key = record.uuid
+            if key is not None and key in wanted:
+                found[key] = record
     out: list[Hit] = []
     for uid in dict.fromkeys(uuids):
         hit = found.get(uid)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,10 @@ from compactd_client import Client
 
 from compactd import protocol as p
 from compactd.synthetic import make_session
-from tests.conftest import daemon_args
+
+# Run as a plain script (``make bench``): make the repository's ``tests`` package importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.conftest import daemon_args  # noqa: E402
 
 RUNS = 7
 

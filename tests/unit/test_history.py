@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from compactd.core.recall import fetch
 from compactd.history import History, UuidIndex, boundary_indices
 from compactd.model import Record, record_from_dict
 from compactd.services.store import Store
@@ -124,3 +125,13 @@ def test_released_history_costs_a_few_bytes_a_line(tmp_path: Path) -> None:
     assert decoded / count > 300  # every line decoded: hundreds of bytes each
     assert released / count < 40, released / count  # offsets, kinds and the uuid index
     assert history[123].entry.uuid == "u-123"
+
+
+def test_recall_fetch_uses_the_uuid_index_and_agrees_with_a_scan(tmp_path: Path) -> None:
+    records = _written(tmp_path, [_entry(i) for i in range(300)])
+    history = History(records)
+    history.retain(records[-10:])
+    wanted = ["u-5", "missing", "u-295", "u-5", "u-150"]
+    by_index = [h.record.entry.uuid for h in fetch(history, wanted)]
+    by_scan = [h.record.entry.uuid for h in fetch(list(history), wanted)]
+    assert by_index == by_scan == ["u-5", "u-295", "u-150"]

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real daemon over stdio, and paths to the shared fixtures."""
+"""Shared fixtures: a real daemon over stdio, the Messages API emulator, and paths to the
+shared fixtures."""
 
 from __future__ import annotations
 
@@ -6,10 +7,18 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 from compactd_client import Client
+
+from compactd.model import Record, parse_lines
+from tests.emulator import Emulator
+from tests.emulator.fixtures import emulator  # noqa: F401 - fixture
+from tests.helpers import emulator_options
+
+if TYPE_CHECKING:
+    from tests.e2e.test_compact_support import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT.parent / "shared" / "fixtures" / "transcripts"
@@ -19,8 +28,40 @@ def fixture_transcripts() -> list[Path]:
     return sorted(FIXTURES.glob("*.jsonl")) if FIXTURES.is_dir() else []
 
 
+def load_fixture(name: str) -> list[Record]:
+    """The records of the shared fixture transcript ``name``; skips the test without it."""
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"fixture {name} not available")
+    with path.open("rb") as fh:
+        return list(parse_lines(fh))
+
+
 def daemon_args(data_dir: Path) -> list[str]:
     return [sys.executable, "-m", "compactd", "serve", "--data-dir", str(data_dir), "-v"]
+
+
+def daemon_log(root: Path) -> IO[bytes]:
+    """``root / "daemon.log"``, opened for a daemon's stderr (its log, at INFO)."""
+    return open(root / "daemon.log", "ab")  # noqa: SIM115 - the caller closes it
+
+
+def spawn(
+    data_dir: Path,
+    options: dict[str, Any] | None = None,
+    *,
+    log: IO[bytes] | None = None,
+    env: dict[str, str] | None = None,
+    capabilities: dict[str, Any] | None = None,
+) -> AbstractAsyncContextManager[Client]:
+    """A daemon on ``data_dir``, initialized with ``options`` and shut down at exit."""
+    return Client.spawn(
+        daemon_args(data_dir),
+        initialization_options=options or {},
+        env=env,
+        stderr=log,
+        capabilities=capabilities,
+    )
 
 
 SpawnDaemon = Callable[..., AbstractAsyncContextManager[Client]]
@@ -32,27 +73,49 @@ def spawn_daemon(tmp_path: Path) -> Iterator[SpawnDaemon]:
 
     The daemon's stderr (its log, at INFO) goes to ``tmp_path / "daemon.log"``.
     """
-    log = open(tmp_path / "daemon.log", "ab")  # noqa: SIM115 - closed at teardown
+    log = daemon_log(tmp_path)
 
-    def spawn(
+    def spawn_one(
         options: dict[str, Any] | None = None,
         data_dir: Path | None = None,
         env: dict[str, str] | None = None,
         capabilities: dict[str, Any] | None = None,
     ) -> AbstractAsyncContextManager[Client]:
-        return Client.spawn(
-            daemon_args(data_dir or tmp_path / "data"),
-            initialization_options=options or {},
-            env=env,
-            stderr=log,
-            capabilities=capabilities,
+        return spawn(
+            data_dir or tmp_path / "data", options, log=log, env=env, capabilities=capabilities
         )
 
-    yield spawn
+    yield spawn_one
     log.close()
+
+
+@pytest.fixture
+def spawn_emulated(spawn_daemon: SpawnDaemon, emulator: Emulator) -> SpawnDaemon:  # noqa: F811
+    """``spawn_daemon`` with the summarizer on the test's ``emulator``:
+    ``async with spawn_emulated(summarizer={...}, data_dir=..., env=...) as client``; keyword
+    arguments other than data_dir, env and capabilities go to ``emulator_options``."""
+
+    def spawn_one(
+        data_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        capabilities: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> AbstractAsyncContextManager[Client]:
+        options = emulator_options(emulator, **extra)
+        return spawn_daemon(options, data_dir, env, capabilities)
+
+    return spawn_one
 
 
 @pytest.fixture
 async def daemon(spawn_daemon: SpawnDaemon) -> AsyncIterator[Client]:
     async with spawn_daemon() as client:
         yield client
+
+
+@pytest.fixture
+def h(harness: Harness) -> Harness:
+    """The module's harness (``harness = harness_fixture(...)`` in the test module, see
+    tests/e2e/test_compact_support.py) with a fresh emulator script, request log and cache."""
+    harness.emu.reset()
+    return harness

@@ -7,23 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd_client import Client, RpcError
+from compactd_client import RpcError
 
 from compactd import protocol as p
 from compactd.core.ledger import LEDGER_SECTION_TITLE
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
-from tests.conftest import daemon_args
+from tests.conftest import spawn
 from tests.e2e.test_compact_support import (
     Harness,
-    emulator_options,
-    h,  # noqa: F401 - fixture
     harness_fixture,
     open_session,
     session_entries,
-    transcript_path,
+    transcript_bytes,
 )
-from tests.e2e.test_micro import _Builder
 from tests.emulator import Reply
+from tests.helpers import SessionBuilder, emulator_options
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -45,7 +43,7 @@ def _with_user_message(entries: list[dict[str, Any]], text: str) -> list[dict[st
     return entries
 
 
-async def test_ledger_restores_a_user_message_the_summary_dropped(h: Harness) -> None:  # noqa: F811
+async def test_ledger_restores_a_user_message_the_summary_dropped(h: Harness) -> None:
     sid = await open_session(h.client, _with_user_message(session_entries(), SECRET_REQUEST))
     h.emu.script(Reply(text="<summary>1. Primary Request: refactor the parser.</summary>"))
     result = await h.client.compact_full(sid)
@@ -62,7 +60,7 @@ async def test_ledger_restores_a_user_message_the_summary_dropped(h: Harness) ->
 
 async def test_ledger_adds_nothing_to_the_offline_summary(tmp_path: Path) -> None:
     options = {"summarizer": {"offline": True}}
-    async with Client.spawn(daemon_args(tmp_path), initialization_options=options) as client:
+    async with spawn(tmp_path, options) as client:
         sid = await open_session(client, _with_user_message(session_entries(), SECRET_REQUEST))
         result = await client.compact_full(sid)
         assert result.summarizer == "offline"
@@ -70,13 +68,12 @@ async def test_ledger_adds_nothing_to_the_offline_summary(tmp_path: Path) -> Non
         assert LEDGER_SECTION_TITLE not in result.summary["message"]["content"]
 
 
-async def test_preview_estimates_and_changes_nothing(h: Harness) -> None:  # noqa: F811
+async def test_preview_estimates_and_changes_nothing(h: Harness) -> None:
     sid = await open_session(h.client)
-    path = Path(await transcript_path(h.client, sid))
-    before_bytes = path.read_bytes()
+    before_bytes = await transcript_bytes(h.client, sid)
     before_status = await h.client.tokens_status(sid)
     preview = await h.client.compact_preview(sid, mechanism="full")
-    assert path.read_bytes() == before_bytes
+    assert await transcript_bytes(h.client, sid) == before_bytes
     assert await h.client.tokens_status(sid) == before_status
     assert h.emu.message_requests == []
     assert preview.mechanism == "full" and preview.would_compact
@@ -92,7 +89,7 @@ async def test_preview_estimates_and_changes_nothing(h: Harness) -> None:  # noq
 
 
 async def test_undo_restores_the_view_survives_restart_then_nothing_to_undo(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     sid = await open_session(h.client)
     before = await h.client.messages(sid)
@@ -115,7 +112,7 @@ async def test_undo_restores_the_view_survives_restart_then_nothing_to_undo(
 
     # A second daemon on the same data dir derives the same view from the transcript.
     options = emulator_options(h.emu)
-    async with Client.spawn(daemon_args(h.root / "data"), initialization_options=options) as c2:
+    async with spawn(h.root / "data", options) as c2:
         again = await c2.messages(sid)
         assert again.messages == before.messages
         assert (await c2.tokens_status(sid)).tokens == before_status.tokens
@@ -125,9 +122,9 @@ async def test_undo_restores_the_view_survives_restart_then_nothing_to_undo(
 
 
 async def test_undo_of_microcompact_restores_cleared_results_and_recall_finds_them(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
-    b = _Builder()
+    b = SessionBuilder()
     b.user("Read the modules and run the tests.")
     for i in range(8):
         b.read(f"/work/src/mod_{i}.py", 6_000)
@@ -158,8 +155,8 @@ async def test_undo_of_microcompact_restores_cleared_results_and_recall_finds_th
     assert found.hits[0].compacted is False
 
 
-async def test_recall_finds_compacted_text_and_fetches_by_uuid(h: Harness) -> None:  # noqa: F811
-    b = _Builder()
+async def test_recall_finds_compacted_text_and_fetches_by_uuid(h: Harness) -> None:
+    b = SessionBuilder()
     b.user("Check the build.")
     b.bash("make build", 200)
     b.entries[-1]["message"]["content"][0]["content"] += "\nERROR: zebra-unique-token missing"
@@ -188,10 +185,9 @@ async def test_recall_finds_compacted_text_and_fetches_by_uuid(h: Harness) -> No
     assert err.value.data["code"] == p.ErrorCode.SESSION_NOT_FOUND
 
 
-async def test_bad_input_to_preview_and_undo_changes_nothing(h: Harness) -> None:  # noqa: F811
+async def test_bad_input_to_preview_and_undo_changes_nothing(h: Harness) -> None:
     sid = await open_session(h.client)
-    path = Path(await transcript_path(h.client, sid))
-    before = path.read_bytes()
+    before = await transcript_bytes(h.client, sid)
     cases: list[tuple[str, dict[str, Any], str]] = [
         (p.COMPACT_PREVIEW, {"sessionId": sid, "mechanism": "partial"}, p.ErrorCode.INVALID_PARAMS),
         (
@@ -207,4 +203,4 @@ async def test_bad_input_to_preview_and_undo_changes_nothing(h: Harness) -> None
         with pytest.raises(RpcError) as err:
             await h.client.request(method, params)
         assert err.value.data["code"] == code, (method, params)
-    assert path.read_bytes() == before
+    assert await transcript_bytes(h.client, sid) == before

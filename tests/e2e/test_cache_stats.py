@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from compactd.synthetic import make_session
 from tests.conftest import FIXTURES, SpawnDaemon
+from tests.helpers import assistant, drain, text_block, user
 
 T0 = 1_800_000_000.0
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
@@ -60,13 +60,6 @@ async def turn(
     return await client.cache_after(sid, usage(cache_read), timestamp=at + 2, **extra)
 
 
-def drain(queue: asyncio.Queue[tuple[str, Any]]) -> list[Any]:
-    out = []
-    while not queue.empty():
-        out.append(queue.get_nowait()[1])
-    return out
-
-
 def compaction_entries(n: int, **meta: Any) -> list[dict[str, Any]]:
     """A boundary and its summary, as a client that compacted on its own would append them."""
     return [
@@ -91,20 +84,12 @@ def compaction_entries(n: int, **meta: Any) -> list[dict[str, Any]]:
     ]
 
 
-def prompt(uid: str, text: str) -> dict[str, Any]:
-    return {"type": "user", "uuid": uid, "message": {"role": "user", "content": text}}
-
-
 def reply(n: int) -> dict[str, Any]:
-    return {
-        "type": "assistant",
-        "uuid": f"reply-{n}",
-        "message": {
-            "role": "assistant",
-            "id": f"msg_reply_{n}",
-            "content": [{"type": "text", "text": f"Step {n} is done. " + "detail " * 3_000}],
-        },
-    }
+    return assistant(
+        [text_block(f"Step {n} is done. " + "detail " * 3_000)],
+        uuid=f"reply-{n}",
+        msg_id=f"msg_reply_{n}",
+    )
 
 
 # -- cache breaks -------------------------------------------------------------------------------
@@ -142,7 +127,7 @@ async def test_changed_tool_list_produces_one_break_naming_the_tools(daemon: Cli
 
 async def test_compaction_in_between_is_not_a_break(daemon: Client) -> None:
     sid = await open_session(daemon)
-    await daemon.append(sid, [prompt("p1", "write the parser")])
+    await daemon.append(sid, [user("write the parser", uuid="p1")])
     async with daemon.subscribe(p.NOTIFY_CACHE_BREAK) as breaks:
         await turn(daemon, sid, T0, 90_000)
         await daemon.append(
@@ -284,8 +269,8 @@ async def test_stats_after_two_compactions_survive_a_restart(
 ) -> None:
     data = tmp_path / "data"
     appended = [
-        prompt("p1", "now add a test for the echo step"),
-        prompt("p2", "and document it"),
+        user("now add a test for the echo step", uuid="p1"),
+        user("and document it", uuid="p2"),
         {
             "type": "assistant",
             "uuid": "a1",
@@ -349,9 +334,9 @@ async def test_stats_flag_thrash_with_contributors(daemon: Client) -> None:
     sid = await open_session(daemon)  # 200K window: auto-compact threshold 167,000
     big = "x" * 240_000  # about 80,000 tokens once padded
     entries = [
-        prompt("p0", "start"),
+        user("start", uuid="p0"),
         *compaction_entries(1, trigger="auto", preTokens=170_000, postTokens=15_000),
-        prompt("p1", "read the logs"),
+        user("read the logs", uuid="p1"),
         {
             "type": "assistant",
             "uuid": "a1",
@@ -415,7 +400,7 @@ async def test_real_full_compactions_reset_cache_baseline_and_show_in_stats(
             ack = await turn(client, sid, T0 + 10, 2_500)
             assert ack.baseline_reset and ack.cache_break is None
             for n in (1, 2):
-                await client.append(sid, [prompt(f"p-after-{n}", "keep going"), reply(n)])
+                await client.append(sid, [user("keep going", uuid=f"p-after-{n}"), reply(n)])
             second = await client.compact_full(sid, custom_instructions="keep file names")
             ack = await turn(client, sid, T0 + 20, 1_000)
             assert ack.baseline_reset and ack.cache_break is None

@@ -16,6 +16,7 @@ import pytest
 from compactd_client import Client
 
 from tests.conftest import FIXTURES, SpawnDaemon, fixture_transcripts
+from tests.helpers import transcript_lines
 
 VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
@@ -42,10 +43,12 @@ async def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str,
 
 
 def _boundaries(transcript: Path) -> list[dict[str, Any]]:
-    lines = transcript.read_text().splitlines()
-    entries = [json.loads(line) for line in lines if line.strip()]
     kinds = ("compact_boundary", "microcompact_boundary")
-    return [e for e in entries if e.get("type") == "system" and e.get("subtype") in kinds]
+    return [
+        e
+        for e in transcript_lines(transcript)
+        if e.get("type") == "system" and e.get("subtype") in kinds
+    ]
 
 
 async def test_status_matches_tokens_status(spawn_daemon: SpawnDaemon) -> None:

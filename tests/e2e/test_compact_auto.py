@@ -10,15 +10,13 @@ from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     CACHE_SAFE,
     Harness,
-    emulator_options,
-    h,  # noqa: F401 - fixture
     harness_fixture,
     open_session,
     session_entries,
-    transcript_lines,
     transcript_path,
 )
 from tests.emulator import Emulator, Reply, empty_reply
+from tests.helpers import transcript_lines
 
 pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
 
@@ -28,7 +26,7 @@ harness = harness_fixture()
 SMALL_WINDOW = 40_000
 
 
-async def test_below_threshold_nothing_happens_and_force_compacts(h: Harness) -> None:  # noqa: F811
+async def test_below_threshold_nothing_happens_and_force_compacts(h: Harness) -> None:
     client, emu = h.client, h.emu
     sid = await open_session(client)
     status = await client.tokens_status(sid)
@@ -46,7 +44,7 @@ async def test_below_threshold_nothing_happens_and_force_compacts(h: Harness) ->
 
 
 async def test_above_threshold_runs_a_full_compaction_that_continues_silently(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client = h.client
     sid = await open_session(client, contextWindow=SMALL_WINDOW)
@@ -63,7 +61,7 @@ async def test_above_threshold_runs_a_full_compaction_that_continues_silently(
     assert result.status.tokens == (await client.tokens_status(sid)).tokens
 
 
-async def test_microcompact_alone_can_be_enough(h: Harness) -> None:  # noqa: F811
+async def test_microcompact_alone_can_be_enough(h: Harness) -> None:
     client, emu = h.client, h.emu
     # Stamped long ago: the prompt cache has expired, so time-based microcompact clears all
     # but the newest tool results, which brings the session under the threshold.
@@ -78,7 +76,7 @@ async def test_microcompact_alone_can_be_enough(h: Harness) -> None:  # noqa: F8
     assert emu.message_requests == []
 
 
-async def test_circuit_breaker_trips_after_three_failures_and_resets(h: Harness) -> None:  # noqa: F811
+async def test_circuit_breaker_trips_after_three_failures_and_resets(h: Harness) -> None:
     client, emu = h.client, h.emu
     sid = await open_session(client, contextWindow=SMALL_WINDOW)
     emu.set_default(empty_reply())
@@ -105,7 +103,7 @@ async def test_circuit_breaker_trips_after_three_failures_and_resets(h: Harness)
     assert not status.circuit_open and status.consecutive_failures == 0
 
 
-async def test_thrash_guard_refuses_a_summary_that_does_not_shrink(h: Harness) -> None:  # noqa: F811
+async def test_thrash_guard_refuses_a_summary_that_does_not_shrink(h: Harness) -> None:
     client, emu = h.client, h.emu
     sid = await open_session(client, contextWindow=SMALL_WINDOW)
     before = await client.messages(sid)
@@ -122,7 +120,7 @@ async def test_thrash_guard_refuses_a_summary_that_does_not_shrink(h: Harness) -
     assert (await client.tokens_status(sid)).consecutive_failures == 1
 
 
-async def test_fixed_prefix_above_the_threshold_is_reported(h: Harness) -> None:  # noqa: F811
+async def test_fixed_prefix_above_the_threshold_is_reported(h: Harness) -> None:
     client = h.client
     huge_system = [{"type": "text", "text": "Rules of the house. " * 2_000}]
     sid = await open_session(
@@ -133,31 +131,26 @@ async def test_fixed_prefix_above_the_threshold_is_reported(h: Harness) -> None:
     assert any("fixed prefix" in w and "auto-compact threshold" in w for w in result.warnings)
 
 
-async def test_disable_flags(spawn_daemon: SpawnDaemon) -> None:
-    with Emulator() as emu:
-        async with spawn_daemon(
-            options=emulator_options(emu), env={"DISABLE_AUTO_COMPACT": "1"}
-        ) as client:
-            sid = await open_session(client, contextWindow=SMALL_WINDOW)
-            result = await client.compact_auto(sid, force=True)
-            assert not result.was_compacted
-            assert result.reason and "DISABLE_AUTO_COMPACT" in result.reason
-            assert emu.message_requests == []
-            assert (await client.tokens_status(sid)).consecutive_failures == 0
-            # Manual compaction is still allowed: an empty session fails for its own reason.
-            empty = await open_session(client, [])
-            with pytest.raises(RpcError) as info:
-                await client.compact_full(empty)
-            assert info.value.code == p.ErrorCode.NOT_ENOUGH_MESSAGES
-        emu.reset()
-        async with spawn_daemon(
-            options=emulator_options(emu), env={"DISABLE_COMPACT": "true"}
-        ) as client:
-            sid = await open_session(client, contextWindow=SMALL_WINDOW)
-            result = await client.compact_auto(sid, force=True)
-            assert not result.was_compacted
-            assert result.reason and "DISABLE_COMPACT" in result.reason
-            with pytest.raises(RpcError) as info:
-                await client.compact_full(sid)
-            assert info.value.code == p.ErrorCode.COMPACTION_DISABLED
-            assert emu.message_requests == []
+async def test_disable_flags(spawn_emulated: SpawnDaemon, emulator: Emulator) -> None:
+    async with spawn_emulated(env={"DISABLE_AUTO_COMPACT": "1"}) as client:
+        sid = await open_session(client, contextWindow=SMALL_WINDOW)
+        result = await client.compact_auto(sid, force=True)
+        assert not result.was_compacted
+        assert result.reason and "DISABLE_AUTO_COMPACT" in result.reason
+        assert emulator.message_requests == []
+        assert (await client.tokens_status(sid)).consecutive_failures == 0
+        # Manual compaction is still allowed: an empty session fails for its own reason.
+        empty = await open_session(client, [])
+        with pytest.raises(RpcError) as info:
+            await client.compact_full(empty)
+        assert info.value.code == p.ErrorCode.NOT_ENOUGH_MESSAGES
+    emulator.reset()
+    async with spawn_emulated(env={"DISABLE_COMPACT": "true"}) as client:
+        sid = await open_session(client, contextWindow=SMALL_WINDOW)
+        result = await client.compact_auto(sid, force=True)
+        assert not result.was_compacted
+        assert result.reason and "DISABLE_COMPACT" in result.reason
+        with pytest.raises(RpcError) as info:
+            await client.compact_full(sid)
+        assert info.value.code == p.ErrorCode.COMPACTION_DISABLED
+        assert emulator.message_requests == []

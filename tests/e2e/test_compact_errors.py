@@ -6,21 +6,19 @@ transcript bytes.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd_client import Client, RpcError
+from compactd_client import RpcError
 
 from compactd import protocol as p
 from compactd.core import split
 from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     Harness,
-    emulator_options,
-    h,  # noqa: F401 - fixture
     harness_fixture,
     open_session,
+    snapshot,
 )
 from tests.emulator import (
     ApiError,
@@ -54,13 +52,8 @@ def _conversation(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in msgs if m["content"]]
 
 
-async def _snapshot(client: Client, sid: str) -> tuple[Any, bytes]:
-    info = next(s for s in (await client.list_sessions()).sessions if s.session_id == sid)
-    return (await client.messages(sid)).messages, Path(info.transcript_path).read_bytes()
-
-
 async def test_prompt_too_long_once_then_success_drops_the_oldest_rounds(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
@@ -83,7 +76,7 @@ async def test_prompt_too_long_once_then_success_drops_the_oldest_rounds(
 
 
 async def test_unparseable_gap_drops_a_fifth_of_the_rounds(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
@@ -100,18 +93,18 @@ async def test_unparseable_gap_drops_a_fifth_of_the_rounds(
 
 
 async def test_too_long_until_the_end_fails_clearly_and_changes_nothing(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
-    snapshot = await _snapshot(client, sid)
+    before = await snapshot(client, sid)
     emulator.set_default(prompt_too_long(over_by=10))
     with pytest.raises(RpcError) as info:
         await client.compact_full(sid)
     assert info.value.code == p.ErrorCode.CONTEXT_TOO_LARGE
     assert "too large to compact" in info.value.message
     assert len(emulator.message_requests) == 4  # the first try and three retries
-    assert await _snapshot(client, sid) == snapshot
+    assert await snapshot(client, sid) == before
 
     # A gap larger than the whole conversation: nothing would be left after dropping.
     emulator.reset()
@@ -121,7 +114,7 @@ async def test_too_long_until_the_end_fails_clearly_and_changes_nothing(
     assert info.value.code == p.ErrorCode.CONTEXT_TOO_LARGE
     assert "nothing would be left" in info.value.message
     assert len(emulator.message_requests) == 1
-    assert await _snapshot(client, sid) == snapshot
+    assert await snapshot(client, sid) == before
     status = await client.tokens_status(sid)
     assert status.consecutive_failures == 0  # manual failures do not trip the breaker
 
@@ -137,7 +130,7 @@ async def test_too_long_until_the_end_fails_clearly_and_changes_nothing(
     ids=["529", "mid-stream-error", "cut-stream", "no-message-stop"],
 )
 async def test_transient_faults_are_retried(
-    h: Harness,  # noqa: F811
+    h: Harness,
     fault: Any,
     requests: int,
 ) -> None:
@@ -152,11 +145,11 @@ async def test_transient_faults_are_retried(
 
 
 async def test_empty_summary_falls_back_to_plain_then_fails(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
-    snapshot = await _snapshot(client, sid)
+    before = await snapshot(client, sid)
     # A tool call instead of text counts as an empty summary too.
     emulator.script(Reply(text=None, tool_uses=[]), empty_reply())
     emulator.set_default(empty_reply())
@@ -168,7 +161,7 @@ async def test_empty_summary_falls_back_to_plain_then_fails(
     assert len(bodies) == 2
     assert "tools" in bodies[0] and "tools" not in bodies[1]
     assert bodies[1]["thinking"] == {"type": "disabled"}
-    assert await _snapshot(client, sid) == snapshot
+    assert await snapshot(client, sid) == before
 
     emulator.reset()
     emulator.script(empty_reply())
@@ -178,7 +171,7 @@ async def test_empty_summary_falls_back_to_plain_then_fails(
 
 
 async def test_api_down_falls_back_to_the_offline_summary(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
@@ -192,25 +185,22 @@ async def test_api_down_falls_back_to_the_offline_summary(
 
 
 async def test_without_offline_fallback_api_errors_and_timeouts_fail(
-    spawn_daemon: SpawnDaemon,
+    spawn_emulated: SpawnDaemon, emulator: Emulator
 ) -> None:
-    with Emulator() as emulator:
-        opts = emulator_options(
-            emulator, summarizer={"maxRetries": 0, "offlineFallback": False, "timeoutMs": 700}
-        )
-        async with spawn_daemon(options=opts) as client:
-            sid = await open_session(client)
-            snapshot = await _snapshot(client, sid)
-            emulator.set_default(overloaded())
-            with pytest.raises(RpcError) as info:
-                await client.compact_full(sid)
-            assert info.value.code == p.ErrorCode.SUMMARY_FAILED
-            assert "529" in info.value.message and "Overloaded" in info.value.message
+    summarizer = {"maxRetries": 0, "offlineFallback": False, "timeoutMs": 700}
+    async with spawn_emulated(summarizer=summarizer) as client:
+        sid = await open_session(client)
+        before = await snapshot(client, sid)
+        emulator.set_default(overloaded())
+        with pytest.raises(RpcError) as info:
+            await client.compact_full(sid)
+        assert info.value.code == p.ErrorCode.SUMMARY_FAILED
+        assert "529" in info.value.message and "Overloaded" in info.value.message
 
-            emulator.reset()
-            emulator.set_default(Reply(delay=3.0))
-            with pytest.raises(RpcError) as info:
-                await client.compact_full(sid)
-            assert info.value.code == p.ErrorCode.SUMMARY_FAILED
-            assert "did not finish within 0.7 s" in info.value.message
-            assert await _snapshot(client, sid) == snapshot
+        emulator.reset()
+        emulator.set_default(Reply(delay=3.0))
+        with pytest.raises(RpcError) as info:
+            await client.compact_full(sid)
+        assert info.value.code == p.ErrorCode.SUMMARY_FAILED
+        assert "did not finish within 0.7 s" in info.value.message
+        assert await snapshot(client, sid) == before

@@ -17,17 +17,15 @@ from tests.e2e.test_compact_support import (
     THINKING,
     TOOLS,
     Harness,
-    drain,
-    h,  # noqa: F401 - fixture
     harness_fixture,
     last_request_body,
     open_session,
     phases,
     session_entries,
-    transcript_lines,
     transcript_path,
 )
 from tests.emulator import Reply
+from tests.helpers import drain, transcript_lines
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.asyncio(loop_scope="module")]
 
@@ -40,7 +38,7 @@ def _strip_marker(message: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_full_compaction_shares_the_cache_and_commits_boundary_and_summary(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
@@ -48,7 +46,7 @@ async def test_full_compaction_shares_the_cache_and_commits_boundary_and_summary
     status_before = await client.tokens_status(sid)
     async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
         result = await client.compact_full(sid)
-        notes = await drain(queue)
+        notes = drain(queue)
 
     # The request: the main loop's model, system, tools and thinking, its messages as the
     # prefix, the instruction as an extra block on the last user message and the cache
@@ -133,7 +131,7 @@ async def test_full_compaction_shares_the_cache_and_commits_boundary_and_summary
 
 
 async def test_custom_instructions_and_transcript_path_and_recompaction(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
@@ -190,7 +188,7 @@ async def test_offline_summarizer_without_api_key(spawn_daemon: SpawnDaemon) -> 
 
 
 async def test_plain_fallback_without_cache_safe_params(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client, cache_safe=None)
@@ -204,7 +202,7 @@ async def test_plain_fallback_without_cache_safe_params(
     assert kinds == {"text"}  # tool calls and results rendered as text
 
 
-async def test_bad_input_changes_nothing(h: Harness) -> None:  # noqa: F811
+async def test_bad_input_changes_nothing(h: Harness) -> None:
     client = h.client
     for params, code in [
         ({"sessionId": "nope"}, p.ErrorCode.SESSION_NOT_FOUND),
@@ -229,7 +227,7 @@ async def test_bad_input_changes_nothing(h: Harness) -> None:  # noqa: F811
     assert (await client.tokens_status(sid)).tokens == 0
 
 
-async def test_betas_and_metadata_of_the_main_loop_are_forwarded(h: Harness) -> None:  # noqa: F811
+async def test_betas_and_metadata_of_the_main_loop_are_forwarded(h: Harness) -> None:
     client, emulator = h.client, h.emu
     cache_safe = {
         **CACHE_SAFE,
@@ -250,7 +248,7 @@ async def test_betas_and_metadata_of_the_main_loop_are_forwarded(h: Harness) -> 
     )
 
 
-async def test_a_pending_tool_call_at_the_end_is_left_out_of_the_request(h: Harness) -> None:  # noqa: F811
+async def test_a_pending_tool_call_at_the_end_is_left_out_of_the_request(h: Harness) -> None:
     client, emulator = h.client, h.emu
     entries = session_entries()
     last = entries[-1]["uuid"]

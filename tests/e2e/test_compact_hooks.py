@@ -13,13 +13,12 @@ import pytest
 from compactd.core import prompts
 from tests.e2e.test_compact_support import (
     Harness,
-    h,  # noqa: F401 - fixture
     harness_fixture,
     last_request_body,
     open_session,
-    transcript_lines,
     transcript_path,
 )
+from tests.helpers import transcript_lines
 
 pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
 
@@ -85,7 +84,7 @@ def _settings(root: Path) -> dict[str, Any]:
 
 
 async def test_hooks_run_feed_the_prompt_and_context_and_failures_are_reported(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, root = h.client, h.root
     (root / "hooks.json").write_text(json.dumps(_settings(root)))
@@ -143,7 +142,7 @@ async def test_hooks_run_feed_the_prompt_and_context_and_failures_are_reported(
     assert post["hook_event_name"] == "PostCompact" and post["trigger"] == "manual"
 
 
-async def test_a_broken_settings_file_is_reported_not_fatal(h: Harness) -> None:  # noqa: F811
+async def test_a_broken_settings_file_is_reported_not_fatal(h: Harness) -> None:
     client, root = h.client, h.root
     (root / "hooks.json").write_text("{not json")
     sid = await open_session(client)

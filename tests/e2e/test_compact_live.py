@@ -7,26 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd_client import Client, RpcError
+from compactd_client import RpcError
 
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     Harness,
-    drain,
-    emulator_options,
-    h,  # noqa: F401 - fixture
     harness_fixture,
     open_session,
     phases,
-    transcript_lines,
+    snapshot,
     transcript_path,
 )
 from tests.emulator import Emulator, Reply
+from tests.helpers import MODEL, assistant, drain, text_block, transcript_lines, user
 
 pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
 
@@ -40,13 +37,7 @@ async def _until_requested(emu: Emulator, n: int = 1, within: float = 10.0) -> N
         await asyncio.sleep(0.01)
 
 
-async def _state(client: Client, sid: str) -> tuple[Any, bytes, int]:
-    path = await transcript_path(client, sid)
-    status = await client.tokens_status(sid)
-    return (await client.messages(sid)).messages, Path(path).read_bytes(), status.tokens
-
-
-async def test_keep_alive_every_interval_while_the_model_writes(h: Harness) -> None:  # noqa: F811
+async def test_keep_alive_every_interval_while_the_model_writes(h: Harness) -> None:
     client, emu = h.client, h.emu
     # Warm-up on another session: the first compaction also loads the SDK.
     await client.compact_full(await open_session(client))
@@ -54,7 +45,7 @@ async def test_keep_alive_every_interval_while_the_model_writes(h: Harness) -> N
     emu.script(Reply(delay=1.0))
     async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
         result = await client.compact_full(sid)
-        notes = await drain(queue)
+        notes = drain(queue)
     assert {n["compactionId"] for n in notes} == {result.compaction_id}
     seen = phases(notes)
     first, last = seen.index("summarizing"), seen.index("rehydrating")
@@ -73,10 +64,10 @@ async def test_keep_alive_every_interval_while_the_model_writes(h: Harness) -> N
     assert all(150 <= g <= 400 for g in gaps), gaps
 
 
-async def test_cancel_mid_call_leaves_the_session_unchanged(h: Harness) -> None:  # noqa: F811
+async def test_cancel_mid_call_leaves_the_session_unchanged(h: Harness) -> None:
     client, emu = h.client, h.emu
     sid = await open_session(client)
-    before = await _state(client, sid)
+    before = await snapshot(client, sid, tokens=True)
     emu.script(Reply(delay=8.0))
     async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
         msg_id, fut = await client.request_with_id(p.COMPACT_FULL, {"sessionId": sid})
@@ -87,10 +78,10 @@ async def test_cancel_mid_call_leaves_the_session_unchanged(h: Harness) -> None:
             await asyncio.wait_for(fut, 5)
         assert time.monotonic() - started < 3  # the HTTP call was abandoned, not awaited
         await asyncio.sleep(0.1)
-        notes = await drain(queue)
+        notes = drain(queue)
     assert info.value.number == -32800
     assert phases(notes)[-1] == "cancelled"
-    assert await _state(client, sid) == before
+    assert await snapshot(client, sid, tokens=True) == before
     assert not any(
         ln.get("subtype") == "compact_boundary"
         for ln in transcript_lines(await transcript_path(client, sid))
@@ -102,34 +93,21 @@ async def test_cancel_mid_call_leaves_the_session_unchanged(h: Harness) -> None:
 
 def _more_work(tag: str, parent: str | None = None) -> list[dict[str, Any]]:
     return [
-        {
-            "type": "user",
-            "uuid": f"{tag}-u",
-            "parentUuid": parent,
-            "message": {"role": "user", "content": f"New request {tag}: rename the module."},
-        },
-        {
-            "type": "assistant",
-            "uuid": f"{tag}-a",
-            "parentUuid": f"{tag}-u",
-            "message": {
-                "id": f"msg-{tag}",
-                "role": "assistant",
-                "model": "claude-sonnet-4-5",
-                "content": [{"type": "text", "text": f"Renamed the module ({tag})."}],
-                # Measured on the whole conversation before the compaction.
-                "usage": {
-                    "input_tokens": 20,
-                    "cache_read_input_tokens": 16_000,
-                    "output_tokens": 9,
-                },
-            },
-        },
+        user(f"New request {tag}: rename the module.", uuid=f"{tag}-u", parentUuid=parent),
+        assistant(
+            [text_block(f"Renamed the module ({tag}).")],
+            uuid=f"{tag}-a",
+            msg_id=f"msg-{tag}",
+            model=MODEL,
+            # Measured on the whole conversation before the compaction.
+            usage={"input_tokens": 20, "cache_read_input_tokens": 16_000, "output_tokens": 9},
+            parentUuid=f"{tag}-u",
+        ),
     ]
 
 
 async def test_entries_appended_during_the_call_stay_after_the_summary(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emu = h.client, h.emu
     sid = await open_session(client)
@@ -169,32 +147,33 @@ async def test_entries_appended_during_the_call_stay_after_the_summary(
     assert status.tokens == result.post_compact_tokens < 5_000
 
 
-async def test_work_done_progress_and_progress_cancel(spawn_daemon: SpawnDaemon) -> None:
+async def test_work_done_progress_and_progress_cancel(
+    spawn_emulated: SpawnDaemon, emulator: Emulator
+) -> None:
     caps = {"window": {"workDoneProgress": True}}
-    with Emulator() as emu:
-        async with spawn_daemon(options=emulator_options(emu), capabilities=caps) as client:
-            sid = await open_session(client)
-            async with client.subscribe("$/progress") as queue:
-                result = await client.compact_full(sid)
-                await asyncio.sleep(0.05)
-                progress = await drain(queue)
-            kinds = [n["value"]["kind"] for n in progress]
-            assert kinds[0] == "begin" and kinds[-1] == "end"
-            assert "report" in kinds
-            assert len({n["token"] for n in progress}) == 1
-            assert progress[0]["value"]["cancellable"] is True
-            assert result.compaction_id
+    async with spawn_emulated(capabilities=caps) as client:
+        sid = await open_session(client)
+        async with client.subscribe("$/progress") as queue:
+            result = await client.compact_full(sid)
+            await asyncio.sleep(0.05)
+            progress = drain(queue)
+        kinds = [n["value"]["kind"] for n in progress]
+        assert kinds[0] == "begin" and kinds[-1] == "end"
+        assert "report" in kinds
+        assert len({n["token"] for n in progress}) == 1
+        assert progress[0]["value"]["cancellable"] is True
+        assert result.compaction_id
 
-            # The user cancels from the progress bar: the compaction stops, nothing is written.
-            sid = await open_session(client)
-            before = await _state(client, sid)
-            emu.script(Reply(delay=8.0))
-            async with client.subscribe("$/progress") as queue:
-                task = asyncio.ensure_future(client.compact_full(sid))
-                await _until_requested(emu, 2)
-                token = (await queue.get())[1]["token"]
-                await client.notify("window/workDoneProgress/cancel", {"token": token})
-                with pytest.raises(RpcError) as info:
-                    await asyncio.wait_for(task, 5)
-            assert info.value.code == p.ErrorCode.CANCELLED
-            assert await _state(client, sid) == before
+        # The user cancels from the progress bar: the compaction stops, nothing is written.
+        sid = await open_session(client)
+        before = await snapshot(client, sid, tokens=True)
+        emulator.script(Reply(delay=8.0))
+        async with client.subscribe("$/progress") as queue:
+            task = asyncio.ensure_future(client.compact_full(sid))
+            await _until_requested(emulator, 2)
+            token = (await queue.get())[1]["token"]
+            await client.notify("window/workDoneProgress/cancel", {"token": token})
+            with pytest.raises(RpcError) as info:
+                await asyncio.wait_for(task, 5)
+        assert info.value.code == p.ErrorCode.CANCELLED
+        assert await snapshot(client, sid, tokens=True) == before

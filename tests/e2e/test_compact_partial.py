@@ -25,17 +25,15 @@ from tests.e2e.test_compact_support import (
     THINKING,
     TOOLS,
     Harness,
-    emulator_options,
-    h,  # noqa: F401 - fixture
     harness_fixture,
     last_request_body,
     open_session,
     session_entries,
-    transcript_lines,
+    transcript_bytes,
     transcript_path,
 )
 from tests.emulator import Emulator
-from tests.emulator.fixtures import emulator  # noqa: F401 - fixture
+from tests.helpers import transcript_lines
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -95,17 +93,16 @@ def _summary_text(message: dict[str, Any]) -> str:
 
 
 async def test_both_directions_on_a_fixture_transcript_survive_a_restart(
-    spawn_daemon: SpawnDaemon,
-    emulator: Emulator,  # noqa: F811
+    spawn_emulated: SpawnDaemon,
+    emulator: Emulator,
     tmp_path: Path,
 ) -> None:
     if not FIXTURE.exists():
         pytest.skip("fixture transcript not available")
-    lines = [json.loads(x) for x in FIXTURE.read_text().splitlines() if x.strip()]
+    lines = transcript_lines(FIXTURE)
     middle = len(lines) // 2
     data = tmp_path / "restart-data"
-    options = emulator_options(emulator)
-    async with spawn_daemon(options=options, data_dir=data) as client:
+    async with spawn_emulated(data_dir=data) as client:
         up_sid = await _open_fixture(client)
         before = await client.messages(up_sid)
         # A tool result as pivot: the cut cannot go between it and its call, so it moves back.
@@ -172,7 +169,7 @@ async def test_both_directions_on_a_fixture_transcript_survive_a_restart(
         up_status = await client.tokens_status(up_sid)
         from_status = await client.tokens_status(from_sid)
 
-    async with spawn_daemon(options=options, data_dir=data) as client:
+    async with spawn_emulated(data_dir=data) as client:
         assert (await client.messages(up_sid)).messages == up_view.messages
         assert (await client.messages(from_sid)).messages == from_view.messages
         assert (await client.tokens_status(up_sid)).tokens == up_status.tokens
@@ -200,7 +197,7 @@ def _main_loop_request(view: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
 async def test_from_reads_the_main_loops_cache_for_the_kept_prefix(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     client, emu = h.client, h.emu
     entries = session_entries(entries=200, tokens=20_000, seed=5)
@@ -237,7 +234,7 @@ async def test_from_reads_the_main_loops_cache_for_the_kept_prefix(
     assert result.kept_entries and result.kept_entries[-1]["uuid"] != pivot
 
 
-async def test_subagent_session_uses_the_subagent_prompt(h: Harness) -> None:  # noqa: F811
+async def test_subagent_session_uses_the_subagent_prompt(h: Harness) -> None:
     client, emu = h.client, h.emu
     entries = session_entries(entries=120, tokens=12_000, seed=3)
     sid = await open_session(client, entries, agentKind="subagent")
@@ -248,15 +245,11 @@ async def test_subagent_session_uses_the_subagent_prompt(h: Harness) -> None:  #
     assert result.partial is not None and result.kept_entries
 
 
-async def _bytes(client: Client, sid: str) -> bytes:
-    return Path(await transcript_path(client, sid)).read_bytes()
-
-
-async def test_bad_pivots_are_refused_and_change_nothing(h: Harness) -> None:  # noqa: F811
+async def test_bad_pivots_are_refused_and_change_nothing(h: Harness) -> None:
     client, emu = h.client, h.emu
     entries = session_entries(entries=80, tokens=8_000, seed=9)
     sid = await open_session(client, entries)
-    before_bytes = await _bytes(client, sid)
+    before_bytes = await transcript_bytes(client, sid)
     before_view = await client.messages(sid)
     cases: list[tuple[str, str, str]] = [
         ("no-such-uuid", "upTo", p.ErrorCode.PIVOT_NOT_FOUND),
@@ -278,17 +271,17 @@ async def test_bad_pivots_are_refused_and_change_nothing(h: Harness) -> None:  #
         await client.compact_partial("no-such-session", entries[5]["uuid"], "upTo")
     assert info.value.code == p.ErrorCode.SESSION_NOT_FOUND
     assert emu.message_requests == []
-    assert await _bytes(client, sid) == before_bytes
+    assert await transcript_bytes(client, sid) == before_bytes
     assert (await client.messages(sid)).messages == before_view.messages
 
     # A pivot summarized by an earlier compaction is no longer in the context.
     done = await client.compact_partial(sid, _prompt_uuid(entries, 40), "upTo")
     gone = entries[3]["uuid"]
     assert gone not in [e["uuid"] for e in done.kept_entries]
-    after_bytes = await _bytes(client, sid)
+    after_bytes = await transcript_bytes(client, sid)
     with pytest.raises(RpcError) as info:
         await client.compact_partial(sid, gone, "from")
     assert info.value.code == p.ErrorCode.PIVOT_NOT_FOUND
-    assert await _bytes(client, sid) == after_bytes
+    assert await transcript_bytes(client, sid) == after_bytes
     lines = transcript_lines(await transcript_path(client, sid))
     assert sum(1 for x in lines if x.get("subtype") == "compact_boundary") == 1

@@ -6,8 +6,6 @@ The daemon is spawned with its summarizer pointed at the loopback emulator of th
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -21,10 +19,9 @@ from compactd_client import Client
 
 from compactd import protocol as p
 from compactd.synthetic import make_session
-from tests.conftest import daemon_args
+from tests.conftest import daemon_log, spawn
 from tests.emulator import Emulator
-
-MODEL = "claude-sonnet-4-5"
+from tests.helpers import MODEL, emulator_options
 
 # The main loop's cache key inputs, as a client would pass them in ``session/open``.
 SYSTEM: list[dict[str, Any]] = [
@@ -45,11 +42,6 @@ TOOLS: list[dict[str, Any]] = [
 ]
 THINKING: dict[str, Any] = {"type": "enabled", "budget_tokens": 1024}
 CACHE_SAFE: dict[str, Any] = {"system": SYSTEM, "tools": TOOLS, "thinking": THINKING}
-
-
-def emulator_options(emu: Emulator, **extra: Any) -> dict[str, Any]:
-    summarizer = {"baseUrl": emu.base_url, "apiKey": "test", **extra.pop("summarizer", {})}
-    return {"summarizer": summarizer, "keepAliveIntervalMs": 200, **extra}
 
 
 def session_entries(
@@ -90,17 +82,18 @@ async def transcript_path(client: Client, sid: str) -> str:
     return next(s.transcript_path for s in listed.sessions if s.session_id == sid)
 
 
-def transcript_lines(path: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+async def transcript_bytes(client: Client, sid: str) -> bytes:
+    return Path(await transcript_path(client, sid)).read_bytes()
 
 
-async def drain(queue: asyncio.Queue[tuple[str, Any]]) -> list[dict[str, Any]]:
-    """Everything queued so far (notifications sent before a response arrive before it)."""
-    out: list[dict[str, Any]] = []
-    while not queue.empty():
-        _, params = queue.get_nowait()
-        out.append(params)
-    return out
+async def snapshot(client: Client, sid: str, *, tokens: bool = False) -> tuple[Any, ...]:
+    """What a failed or cancelled operation must leave as it was: the API view and the
+    transcript bytes, and with ``tokens`` the token count."""
+    view = (await client.messages(sid)).messages
+    state: tuple[Any, ...] = (view, await transcript_bytes(client, sid))
+    if tokens:
+        state += ((await client.tokens_status(sid)).tokens,)
+    return state
 
 
 def phases(notes: list[dict[str, Any]]) -> list[str]:
@@ -123,12 +116,9 @@ class Harness:
     root: Path
 
 
-def _open_log(root: Path) -> Any:
-    return open(root / "daemon.log", "ab")  # noqa: SIM115 - the caller closes it
-
-
 def harness_fixture(**extra_options: Any) -> Callable[..., Any]:
-    """A module-scoped ``harness`` fixture; use with ``pytest.mark.asyncio(loop_scope="module")``.
+    """A module-scoped ``harness`` fixture; use with ``pytest.mark.asyncio(loop_scope="module")``
+    and take the ``h`` fixture (tests/conftest.py) in each test.
 
     ``extra_options`` are added to the initializationOptions (a callable gets the root dir).
     """
@@ -137,24 +127,8 @@ def harness_fixture(**extra_options: Any) -> Callable[..., Any]:
     async def harness(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Harness]:
         root = tmp_path_factory.mktemp("compact")
         extra = {k: (v(root) if callable(v) else v) for k, v in extra_options.items()}
-        emu = Emulator()
-        emu.start()
-        try:
-            with _open_log(root) as log:
-                async with Client.spawn(
-                    daemon_args(root / "data"),
-                    initialization_options=emulator_options(emu, **extra),
-                    stderr=log,
-                ) as client:
-                    yield Harness(client, emu, root)
-        finally:
-            emu.stop()
+        with Emulator() as emu, daemon_log(root) as log:
+            async with spawn(root / "data", emulator_options(emu, **extra), log=log) as client:
+                yield Harness(client, emu, root)
 
-    return harness
-
-
-@pytest.fixture
-def h(harness: Harness) -> Harness:
-    """The module's harness with a fresh emulator script, request log and cache."""
-    harness.emu.reset()
     return harness

@@ -27,14 +27,10 @@ from compactd_client import Client
 from compactd import protocol as p
 from compactd.model import ParseReport, parse_lines
 from compactd.services.store import GROUP_SIZE_FIELD, Store
-from tests.conftest import daemon_args
-from tests.e2e.test_compact_support import (
-    MODEL,
-    _open_log,
-    emulator_options,
-    session_entries,
-)
+from tests.conftest import daemon_args, daemon_log
+from tests.e2e.test_compact_support import session_entries
 from tests.emulator import Emulator, Reply
+from tests.helpers import MODEL, emulator_options, stored_transcript, transcript_lines
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio]
 
@@ -44,7 +40,7 @@ CWD = "/home/dev/project"
 @asynccontextmanager
 async def _daemon(data_dir: Path, options: dict[str, Any] | None = None) -> AsyncIterator[Client]:
     """A daemon on ``data_dir``; killed with SIGKILL by ``_kill``, else shut down politely."""
-    with _open_log(data_dir.parent) as log:
+    with daemon_log(data_dir.parent) as log:
         client = await Client.spawn_process(daemon_args(data_dir), stderr=log)
         try:
             await client.initialize(options or {})
@@ -57,14 +53,6 @@ async def _kill(client: Client) -> None:
     assert client.process is not None
     client.process.send_signal(signal.SIGKILL)
     assert await client.process.wait() == -signal.SIGKILL
-
-
-def _transcript(data_dir: Path, sid: str) -> Path:
-    return Store(data_dir).transcript_path(sid)
-
-
-def _lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
 def _entries(n: int, tokens: int, tag: str) -> list[dict[str, Any]]:
@@ -131,7 +119,7 @@ def _check_file(path: Path, acked: list[str], sent: set[str]) -> list[dict[str, 
     report = ParseReport()
     records = list(parse_lines(data.split(b"\n"), report))
     assert report.skipped == 0, report.first_error
-    lines = _lines(path)
+    lines = transcript_lines(path)
     uuids = [e.get("uuid") for e in lines]
     assert len(uuids) == len(set(uuids)), "an entry was written twice"
     missing = set(acked) - set(uuids)
@@ -181,46 +169,47 @@ async def test_kill_during_a_stream_of_appends_loses_nothing_acknowledged(
         await asyncio.gather(*tasks)
         in_flight = app.sent - set(app.acked)
     assert in_flight, "the kill landed while no append was in flight"
-    lines = _check_file(_transcript(data, sid), app.acked, app.sent)
+    lines = _check_file(stored_transcript(data, sid), app.acked, app.sent)
     async with _daemon(data) as client:
         appended = await _check_serving(client, sid, len(lines))
-    _check_file(_transcript(data, sid), app.acked + appended, app.sent | set(appended))
+    _check_file(stored_transcript(data, sid), app.acked + appended, app.sent | set(appended))
 
 
-async def test_kill_during_the_model_call_leaves_no_compaction(tmp_path: Path) -> None:
+async def test_kill_during_the_model_call_leaves_no_compaction(
+    tmp_path: Path, emulator: Emulator
+) -> None:
     data = tmp_path / "data"
     sid = "crash-model-call"
-    with Emulator() as emu:
-        emu.set_default(Reply(delay=30))
-        opts = emulator_options(emu)
-        async with _daemon(data, opts) as client:
-            await _open(client, sid)
-            first = _entries(160, 16_000, "b")
-            await client.append(sid, first)
-            async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as notes:
-                compaction = asyncio.create_task(client.compact_full(sid))
-                while True:
-                    _, params = await asyncio.wait_for(notes.get(), 20)
-                    if params["phase"] == "summarizing":
-                        break
-            # The agent keeps appending while the model writes; these are acknowledged.
-            during = _entries(20, 2_000, "c")
-            await client.append(sid, during)
-            for _ in range(1_000):  # the request is sent just after the phase change
-                if emu.message_requests:
+    emulator.set_default(Reply(delay=30))
+    opts = emulator_options(emulator)
+    async with _daemon(data, opts) as client:
+        await _open(client, sid)
+        first = _entries(160, 16_000, "b")
+        await client.append(sid, first)
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as notes:
+            compaction = asyncio.create_task(client.compact_full(sid))
+            while True:
+                _, params = await asyncio.wait_for(notes.get(), 20)
+                if params["phase"] == "summarizing":
                     break
-                await asyncio.sleep(0.01)
-            assert emu.message_requests, "the kill must land during the model call"
-            await _kill(client)
-            with pytest.raises(ConnectionError):
-                await compaction
-        acked = [e["uuid"] for e in first + during]
-        lines = _check_file(_transcript(data, sid), acked, set(acked))
-        assert not any(e.get("subtype") == "compact_boundary" for e in lines)
-        assert len(lines) == len(acked)
-        emu.set_default(Reply())
-        async with _daemon(data, opts) as client:
-            await _check_serving(client, sid, len(lines))
+        # The agent keeps appending while the model writes; these are acknowledged.
+        during = _entries(20, 2_000, "c")
+        await client.append(sid, during)
+        for _ in range(1_000):  # the request is sent just after the phase change
+            if emulator.message_requests:
+                break
+            await asyncio.sleep(0.01)
+        assert emulator.message_requests, "the kill must land during the model call"
+        await _kill(client)
+        with pytest.raises(ConnectionError):
+            await compaction
+    acked = [e["uuid"] for e in first + during]
+    lines = _check_file(stored_transcript(data, sid), acked, set(acked))
+    assert not any(e.get("subtype") == "compact_boundary" for e in lines)
+    assert len(lines) == len(acked)
+    emulator.set_default(Reply())
+    async with _daemon(data, opts) as client:
+        await _check_serving(client, sid, len(lines))
 
 
 async def test_kills_around_the_commit_never_show_half_a_compaction(tmp_path: Path) -> None:
@@ -254,7 +243,7 @@ async def test_kills_around_the_commit_never_show_half_a_compaction(tmp_path: Pa
                 result = None
             acked.extend(app.acked)
             sent.update(app.sent)
-        lines = _check_file(_transcript(data, sid), acked, sent)
+        lines = _check_file(stored_transcript(data, sid), acked, sent)
         boundaries = [e["uuid"] for e in lines if e.get("subtype") == "compact_boundary"]
         assert all(b in boundaries for b in committed)
         if result is not None:
@@ -267,7 +256,7 @@ async def test_kills_around_the_commit_never_show_half_a_compaction(tmp_path: Pa
             committed.extend(new)
     assert sum(outcomes.values()) == 6
     async with _daemon(data) as client:
-        await _check_serving(client, sid, len(_lines(_transcript(data, sid))))
+        await _check_serving(client, sid, len(transcript_lines(stored_transcript(data, sid))))
 
 
 async def test_store_drops_a_compaction_group_cut_anywhere(tmp_path: Path) -> None:
@@ -281,7 +270,7 @@ async def test_store_drops_a_compaction_group_cut_anywhere(tmp_path: Path) -> No
         await client.append(sid, _entries(80, 8_000, "1"))
         await client.compact_full(sid)  # offline summarizer: no API key configured
         await client.append(sid, _entries(4, 400, "2"))
-    full = _transcript(data, sid).read_bytes()
+    full = stored_transcript(data, sid).read_bytes()
     lines = full.split(b"\n")[:-1]
     starts = [0]
     for line in lines:

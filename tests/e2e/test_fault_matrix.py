@@ -27,9 +27,8 @@ import pytest_asyncio
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
-from tests.conftest import daemon_args
-from tests.e2e.test_compact_errors import _snapshot
-from tests.e2e.test_compact_support import _open_log, emulator_options, open_session
+from tests.conftest import daemon_log, spawn
+from tests.e2e.test_compact_support import open_session, snapshot
 from tests.emulator import (
     Emulator,
     Reply,
@@ -44,6 +43,7 @@ from tests.emulator import (
     rate_limited,
     truncated_stream,
 )
+from tests.helpers import emulator_options
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -200,11 +200,9 @@ async def daemons(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Dae
     hooks_path = root / "hooks.json"
     hooks_path.write_text(json.dumps(NO_HOOKS))
     dead_url = f"http://127.0.0.1:{_closed_port()}"
-    emu = Emulator()
-    emu.start()
-    try:
+    with Emulator() as emu:
         async with AsyncExitStack() as stack:
-            log = stack.enter_context(_open_log(root))
+            log = stack.enter_context(daemon_log(root))
             clients: dict[tuple[bool, bool], Client] = {}
             for strict in (True, False):
                 for down in (False, True):
@@ -220,13 +218,9 @@ async def daemons(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Dae
                     )
                     name = f"data-{'strict' if strict else 'fallback'}-{'down' if down else 'up'}"
                     clients[(strict, down)] = await stack.enter_async_context(
-                        Client.spawn(
-                            daemon_args(root / name), initialization_options=opts, stderr=log
-                        )
+                        spawn(root / name, opts, log=log)
                     )
             yield Daemons(emu, hooks_path, clients)
-    finally:
-        emu.stop()
 
 
 def _install(d: Daemons, row: Row) -> None:
@@ -249,7 +243,7 @@ async def test_compact_full(daemons: Daemons, row: Row, strict: bool) -> None:
     _install(daemons, row)
     client = daemons.client(strict=strict, down=row.down)
     sid = await open_session(client)
-    before = await _snapshot(client, sid)
+    before = await snapshot(client, sid)
     fails = row.strict is not None and (strict or not row.rescued)
     if fails:
         assert row.strict is not None
@@ -258,7 +252,7 @@ async def test_compact_full(daemons: Daemons, row: Row, strict: bool) -> None:
             await client.compact_full(sid)
         assert info.value.code == code
         assert fragment in info.value.message, info.value.message
-        assert await _snapshot(client, sid) == before
+        assert await snapshot(client, sid) == before
         status = await client.tokens_status(sid)
         assert status.consecutive_failures == 0  # a manual failure never trips the breaker
     else:
@@ -277,7 +271,7 @@ async def test_compact_auto(daemons: Daemons, row: Row, strict: bool) -> None:
     _install(daemons, row)
     client = daemons.client(strict=strict, down=row.down)
     sid = await open_session(client)
-    before = await _snapshot(client, sid)
+    before = await snapshot(client, sid)
     fails = row.strict is not None and (strict or not row.rescued)
     auto = await client.compact_auto(sid, force=True)
     status = await client.tokens_status(sid)
@@ -289,7 +283,7 @@ async def test_compact_auto(daemons: Daemons, row: Row, strict: bool) -> None:
         assert auto.reason.startswith(f"{code}: ") and fragment in auto.reason, auto.reason
         assert status.consecutive_failures == 1 and not status.circuit_open
         assert auto.status is not None and auto.status.consecutive_failures == 1
-        assert await _snapshot(client, sid) == before
+        assert await snapshot(client, sid) == before
     else:
         assert auto.was_compacted and auto.mechanism == "full" and auto.result is not None
         expected = "offlineFallback" if row.strict is not None else "cacheShared"

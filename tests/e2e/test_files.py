@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,42 +13,9 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from compactd.core.rehydrate import estimate_text_tokens
 from tests.conftest import SpawnDaemon
+from tests.helpers import collect, numbered_call, numbered_read, numbered_result
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _call(i: int, name: str, args: dict[str, Any], ts: float) -> dict[str, Any]:
-    return {
-        "type": "assistant",
-        "uuid": f"a{i}",
-        "timestamp": _iso(ts),
-        "message": {
-            "role": "assistant",
-            "id": f"msg_{i}",
-            "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": args}],
-        },
-    }
-
-
-def _result(i: int, text: str, ts: float, is_error: bool = False, **extra: Any) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": text}
-    if is_error:
-        block["is_error"] = True
-    return {
-        "type": "user",
-        "uuid": f"r{i}",
-        "timestamp": _iso(ts),
-        "message": {"role": "user", "content": [block]},
-        **extra,
-    }
-
-
-def _read(i: int, path: Path | str, ts: float, text: str = "(content)") -> list[dict[str, Any]]:
-    return [_call(i, "Read", {"file_path": str(path)}, ts), _result(i, text, ts)]
 
 
 def _files(atts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -84,17 +50,6 @@ async def _wait_watched(client: Client, sid: str, paths: set[str]) -> None:
         await asyncio.sleep(0.05)
 
 
-async def _collect(queue: asyncio.Queue[tuple[str, Any]], wait: float) -> list[Any]:
-    out = []
-    deadline = time.monotonic() + wait
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            out.append((await asyncio.wait_for(queue.get(), left))[1])
-        except TimeoutError:
-            break
-    return out
-
-
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
@@ -120,9 +75,9 @@ async def test_rehydrate_restores_the_five_most_recent_files_from_disk(
     ]
     order = ["f0.py", "f1.py", "f2.py", "f5.py", "f3.py", "big.py", "f4.py"]
     for i, name in enumerate(order):
-        entries += _read(i, ws / name, base + i)
-    entries += _read(50, "f0.py", base + 9, "File unchanged since last read. See above.")
-    entries += _read(51, ws / "CLAUDE.md", base + 10)  # a memory file: never re-attached
+        entries += numbered_read(i, ws / name, base + i)
+    entries += numbered_read(50, "f0.py", base + 9, "File unchanged since last read. See above.")
+    entries += numbered_read(51, ws / "CLAUDE.md", base + 10)  # a memory file: never re-attached
     async with spawn_daemon() as client:
         sid = await _open(client, ws)
         await client.append(sid, entries)
@@ -162,14 +117,16 @@ async def test_rehydrate_restores_todos_plan_skills_agents_and_announcements(
     todos = [{"content": "write tests", "status": "in_progress", "activeForm": "Writing"}]
     entries = [
         {"type": "user", "uuid": "u0", "message": {"role": "user", "content": "go"}},
-        _call(1, "TodoWrite", {"todos": todos}, base),
-        _result(1, "ok", base),
-        _call(2, "Skill", {"skill": "deploy"}, base + 1),
-        _result(2, "Launching skill: deploy", base + 1),
-        _call(3, "Task", {"description": "audit deps", "subagent_type": "general"}, base + 2),
-        _call(4, "EnterPlanMode", {}, base + 3),
-        _result(4, "ok", base + 3),
-        *_read(5, ws / "logo.png", base + 4),
+        numbered_call(1, "TodoWrite", {"todos": todos}, base),
+        numbered_result(1, "ok", base),
+        numbered_call(2, "Skill", {"skill": "deploy"}, base + 1),
+        numbered_result(2, "Launching skill: deploy", base + 1),
+        numbered_call(
+            3, "Task", {"description": "audit deps", "subagent_type": "general"}, base + 2
+        ),
+        numbered_call(4, "EnterPlanMode", {}, base + 3),
+        numbered_result(4, "ok", base + 3),
+        *numbered_read(5, ws / "logo.png", base + 4),
         {
             "type": "attachment",
             "uuid": "d1",
@@ -236,7 +193,7 @@ async def test_nested_memory_is_attached_once_and_changes_are_reported(
     now = time.time()
     async with spawn_daemon() as client:
         sid = await _open(client, ws)
-        await client.append(sid, _read(1, mod / "x.py", now))
+        await client.append(sid, numbered_read(1, mod / "x.py", now))
         pending = (await client.pending_attachments(sid)).attachments
         memory = [a["attachment"] for a in pending]
         assert [m["type"] for m in memory] == ["nested_memory"] * 3
@@ -252,7 +209,7 @@ async def test_nested_memory_is_attached_once_and_changes_are_reported(
         }
         assert memory[2]["content"]["type"] == "Local"
         # Another read under the same directories attaches nothing new; draining empties.
-        await client.append(sid, _read(2, mod / "y.py", now + 1))
+        await client.append(sid, numbered_read(2, mod / "y.py", now + 1))
         assert (await client.pending_attachments(sid)).attachments == []
         state = await client.file_state(sid)
         sources = {f.path: f.source for f in state.files}
@@ -275,14 +232,14 @@ async def test_nested_memory_is_attached_once_and_changes_are_reported(
             for i in range(50):
                 pkg_memory.write_text(f"burst {i}\n")
                 await asyncio.sleep(0.01)
-            notes = await _collect(queue, 1.5)
+            notes = await collect(queue, 1.5)
             assert notes == [{"sessionId": sid, "path": str(pkg_memory), "change": "modified"}]
             [att] = (await client.pending_attachments(sid)).attachments
             assert att["attachment"]["content"]["content"] == "burst 49\n"
 
             # A read file changed behind the agent's back gets a changed-file notice.
             (mod / "x.py").write_text("x = 2\n")
-            notes = await _collect(queue, 1.2)
+            notes = await collect(queue, 1.2)
             assert notes == [{"sessionId": sid, "path": str(mod / "x.py"), "change": "modified"}]
             [att] = (await client.pending_attachments(sid)).attachments
             assert att["attachment"]["type"] == "edited_text_file"
@@ -290,11 +247,11 @@ async def test_nested_memory_is_attached_once_and_changes_are_reported(
 
             # Rewriting a file with the same bytes is not a change.
             (mod / "x.py").write_text("x = 2\n")
-            assert await _collect(queue, 0.8) == []
+            assert await collect(queue, 0.8) == []
 
             # A memory file that appears next to a read file is attached too.
             (mod / "CLAUDE.md").write_text("mod rules\n")
-            notes = await _collect(queue, 1.2)
+            notes = await collect(queue, 1.2)
             assert notes == [{"sessionId": sid, "path": str(mod / "CLAUDE.md"), "change": "added"}]
             [att] = (await client.pending_attachments(sid)).attachments
             assert att["attachment"]["displayPath"] == "pkg/mod/CLAUDE.md"
@@ -306,12 +263,12 @@ async def test_watching_stops_when_the_session_closes(spawn_daemon: SpawnDaemon,
     (ws / "a.py").write_text("a = 1\n")
     async with spawn_daemon() as client:
         sid = await _open(client, ws)
-        await client.append(sid, _read(1, ws / "a.py", time.time()))
+        await client.append(sid, numbered_read(1, ws / "a.py", time.time()))
         await _wait_watched(client, sid, {str(ws / "CLAUDE.md")})
         async with client.subscribe(p.NOTIFY_MEMORY_CHANGED) as queue:
             await client.close_session(sid)
             (ws / "CLAUDE.md").write_text("changed after close\n")
-            assert await _collect(queue, 1.0) == []
+            assert await collect(queue, 1.0) == []
 
 
 # -- confinement and bad input ------------------------------------------------------------------
@@ -361,7 +318,7 @@ async def test_paths_outside_the_roots_are_refused(
         assert (entry.offset, entry.limit) == (1, 1) and entry.content_hash
 
         # A read the agent made outside the roots is in the state but never re-read.
-        await client.append(sid, _read(1, outside / "secret.txt", time.time()))
+        await client.append(sid, numbered_read(1, outside / "secret.txt", time.time()))
         paths = [f.path for f in (await client.file_state(sid)).files]
         assert paths == [str(outside / "secret.txt"), str(extra / "ok.txt")]
         names = [f["filename"] for f in _files(await _rehydrate(client, sid))]
@@ -380,12 +337,16 @@ async def test_file_state_survives_a_restart(
         await client.append(
             sid,
             [
-                _call(1, "Read", {"file_path": str(ws / "a.py"), "offset": 2, "limit": 10}, base),
-                _result(1, "...", base, toolUseResult={"file": {"content": "a = 1\n"}}),
-                _call(2, "Write", {"file_path": str(ws / "w.py"), "content": "w"}, base + 1),
-                _result(2, "ok", base + 1),
-                _call(3, "Read", {"file_path": str(ws / "nope.py")}, base + 2),
-                _result(3, "File does not exist.", base + 2, is_error=True),
+                numbered_call(
+                    1, "Read", {"file_path": str(ws / "a.py"), "offset": 2, "limit": 10}, base
+                ),
+                numbered_result(1, "...", base, toolUseResult={"file": {"content": "a = 1\n"}}),
+                numbered_call(
+                    2, "Write", {"file_path": str(ws / "w.py"), "content": "w"}, base + 1
+                ),
+                numbered_result(2, "ok", base + 1),
+                numbered_call(3, "Read", {"file_path": str(ws / "nope.py")}, base + 2),
+                numbered_result(3, "File does not exist.", base + 2, is_error=True),
             ],
         )
         await client.record_file(sid, "b.py", content="b = 1\n", timestamp=base + 3)

@@ -19,33 +19,29 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from compactd.model import parse_lines
 from tests.conftest import SpawnDaemon, daemon_args, fixture_transcripts
+from tests.helpers import assistant, text_block, user
 
 
-def _user(uid: str, text: str, parent: str | None = None) -> dict[str, Any]:
-    return {
-        "type": "user",
-        "uuid": uid,
-        "parentUuid": parent,
-        "timestamp": "2026-11-22T10:00:00.000Z",
-        "message": {"role": "user", "content": text},
-        "someFutureField": {"kept": [1, 2, 3]},
-    }
+def _user(uid: str, content: str, parent: str | None = None) -> dict[str, Any]:
+    return user(
+        content,
+        uuid=uid,
+        parentUuid=parent,
+        timestamp="2026-11-22T10:00:00.000Z",
+        someFutureField={"kept": [1, 2, 3]},
+    )
 
 
-def _assistant(uid: str, text: str, parent: str, msg_id: str, total: int) -> dict[str, Any]:
-    return {
-        "type": "assistant",
-        "uuid": uid,
-        "parentUuid": parent,
-        "timestamp": "2026-11-22T10:00:01.000Z",
-        "message": {
-            "id": msg_id,
-            "role": "assistant",
-            "model": "claude-sonnet-4-5",
-            "content": [{"type": "text", "text": text}],
-            "usage": {"input_tokens": total - 10, "output_tokens": 10},
-        },
-    }
+def _assistant(uid: str, content: str, parent: str, msg_id: str, total: int) -> dict[str, Any]:
+    return assistant(
+        [text_block(content)],
+        uuid=uid,
+        msg_id=msg_id,
+        model="claude-sonnet-4-5",
+        usage={"input_tokens": total - 10, "output_tokens": 10},
+        parentUuid=parent,
+        timestamp="2026-11-22T10:00:01.000Z",
+    )
 
 
 # -- lifecycle ----------------------------------------------------------------------------------

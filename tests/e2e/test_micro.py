@@ -6,8 +6,6 @@ transcript, restarts, cache edits, API-native context management, options and ba
 from __future__ import annotations
 
 import json
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,69 +16,11 @@ from compactd import protocol as p
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from compactd.core.tokens import pad
 from tests.conftest import SpawnDaemon, daemon_args
-
-MODEL = "claude-sonnet-4-5"
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+from tests.helpers import MODEL, SessionBuilder, stored_transcript
 
 
-class _Builder:
-    """A coding session with large Read and Bash results, stamped relative to now."""
-
-    def __init__(self, ago_minutes: float = 0.5) -> None:
-        self.entries: list[dict[str, Any]] = []
-        self.n = 0
-        self.parent: str | None = None
-        self.t0 = time.time() - ago_minutes * 60
-
-    def _add(self, entry: dict[str, Any]) -> dict[str, Any]:
-        self.n += 1
-        uid = f"e{self.n:05d}"
-        entry = {"uuid": uid, "parentUuid": self.parent, "timestamp": _iso(self.t0), **entry}
-        self.parent = uid
-        self.entries.append(entry)
-        return entry
-
-    def user(self, text: str) -> None:
-        self._add({"type": "user", "message": {"role": "user", "content": text}})
-
-    def call(self, name: str, inp: dict[str, Any], output: str) -> str:
-        tid = f"toolu_{self.n + 1:05d}"
-        self._add(
-            {
-                "type": "assistant",
-                "message": {
-                    "id": f"msg_{self.n + 1:05d}",
-                    "role": "assistant",
-                    "model": MODEL,
-                    "content": [{"type": "tool_use", "id": tid, "name": name, "input": inp}],
-                },
-            }
-        )
-        self._add(
-            {
-                "type": "user",
-                "message": {
-                    "role": "user",
-                    "content": [{"type": "tool_result", "tool_use_id": tid, "content": output}],
-                },
-            }
-        )
-        return tid
-
-    def read(self, path: str, tokens: int) -> str:
-        body = "\n".join(f"{i:>6}\tdef f{i}(): return {i}  # {path}" for i in range(tokens // 12))
-        return self.call("Read", {"file_path": path}, body)
-
-    def bash(self, command: str, tokens: int) -> str:
-        out = "\n".join(f"line {i} of {command}: ok ok ok ok" for i in range(tokens // 10))
-        return self.call("Bash", {"command": command}, out)
-
-
-def _coding_session(rounds: int = 12, ago_minutes: float = 0.5) -> tuple[_Builder, list[str]]:
-    b = _Builder(ago_minutes)
+def _coding_session(rounds: int = 12, ago_minutes: float = 0.5) -> tuple[SessionBuilder, list[str]]:
+    b = SessionBuilder(ago_minutes)
     b.user("Fix the failing tests in the parser.")
     ids = []
     for i in range(rounds):
@@ -109,11 +49,6 @@ async def _open(client: Client, entries: list[dict[str, Any]], **fields: Any) ->
     opened = await client.open_session(cwd="/work", model=MODEL, **fields)
     await client.append(opened.session_id, entries)
     return opened.session_id
-
-
-def _transcript(tmp_path: Path, sid: str) -> Path:
-    # spawn_daemon's default data dir (tests/conftest.py) and the store's layout.
-    return tmp_path / "data" / "sessions" / sid / "transcript.jsonl"
 
 
 # -- count-based --------------------------------------------------------------------------------
@@ -162,7 +97,7 @@ async def test_count_microcompact_clears_reports_and_survives_restart(
         assert pad(left) <= 40_000
 
         # Nothing is lost: the transcript keeps the originals and records the boundary.
-        transcript = _transcript(tmp_path, sid)
+        transcript = stored_transcript(tmp_path / "data", sid)
         lines = [json.loads(x) for x in transcript.read_bytes().splitlines()]
         originals = {
             blk["tool_use_id"]: blk["content"]
@@ -230,7 +165,7 @@ async def test_default_strategy_is_time_after_an_idle_hour(spawn_daemon: SpawnDa
 
 
 async def test_cached_edits_are_pinned_and_survive_restart(spawn_daemon: SpawnDaemon) -> None:
-    b = _Builder()
+    b = SessionBuilder()
     b.user("Read the modules.")
     ids = [b.read(f"/work/src/m{i}.py", 2_000) for i in range(13)]
     options = {"microcompact": {"cacheEdits": True, "protectedTokens": 0, "minSavings": 0}}
@@ -331,7 +266,7 @@ async def test_disable_microcompact_and_bad_input(
             with pytest.raises(RpcError) as err:
                 await client.request(p.COMPACT_MICRO, params)
             assert err.value.code == code, params
-        transcript = _transcript(tmp_path, sid)
+        transcript = stored_transcript(tmp_path / "data", sid)
         assert len(transcript.read_bytes().splitlines()) == len(b.entries)
         # The daemon is still serving and the session still compacts.
         assert (await client.compact_micro(sid)).cleared_tool_ids

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,50 +16,13 @@ from compactd_client import TYPED_METHODS, TYPED_NOTIFICATIONS, Client, RpcError
 from compactd import protocol as p
 from compactd.synthetic import make_session
 from tests.conftest import SpawnDaemon, daemon_args
+from tests.helpers import numbered_read, user
 
 OFFLINE = p.InitializationOptions(summarizer=p.SummarizerOptions(offline=True))
 TOOLS = [
     {"name": "Read", "description": "read a file", "input_schema": {"type": "object"}},
     {"name": "Bash", "description": "run a command", "input_schema": {"type": "object"}},
 ]
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _user(uid: str, text: str) -> dict[str, Any]:
-    return {"type": "user", "uuid": uid, "message": {"role": "user", "content": text}}
-
-
-def _read(i: int, path: Path, ts: float) -> list[dict[str, Any]]:
-    call = {
-        "type": "assistant",
-        "uuid": f"a{i}",
-        "timestamp": _iso(ts),
-        "message": {
-            "role": "assistant",
-            "id": f"msg_{i}",
-            "content": [
-                {
-                    "type": "tool_use",
-                    "id": f"toolu_{i}",
-                    "name": "Read",
-                    "input": {"file_path": str(path)},
-                }
-            ],
-        },
-    }
-    result = {
-        "type": "user",
-        "uuid": f"r{i}",
-        "timestamp": _iso(ts),
-        "message": {
-            "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "x"}],
-        },
-    }
-    return [call, result]
 
 
 # -- the client covers the protocol -------------------------------------------------------------
@@ -81,19 +43,24 @@ def test_every_request_and_notification_has_a_typed_counterpart() -> None:
 # -- attach mode --------------------------------------------------------------------------------
 
 
-async def test_connect_attaches_to_a_running_daemon(tmp_path: Path) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *daemon_args(tmp_path / "data"),
+async def _started_daemon(data_dir: Path) -> asyncio.subprocess.Process:
+    """A daemon started by someone else: a client can attach to its stdin and stdout."""
+    return await asyncio.create_subprocess_exec(
+        *daemon_args(data_dir),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
+
+
+async def test_connect_attaches_to_a_running_daemon(tmp_path: Path) -> None:
+    process = await _started_daemon(tmp_path / "data")
     assert process.stdout is not None and process.stdin is not None
     try:
         async with Client.connect(process.stdout, process.stdin, OFFLINE) as client:
             assert client.server_info.get("name") == "compactd"
             opened = await client.open_session(cwd=str(tmp_path), model="claude-sonnet-4-5")
-            await client.append(opened.session_id, [_user("u1", "hello " * 400)])
+            await client.append(opened.session_id, [user("hello " * 400, uuid="u1")])
             status = await client.tokens_status(opened.session_id)
             assert status.tokens > opened.status.tokens
         # Leaving the block shut the daemon down politely.
@@ -105,12 +72,7 @@ async def test_connect_attaches_to_a_running_daemon(tmp_path: Path) -> None:
 
 
 async def test_detached_client_leaves_the_daemon_running(tmp_path: Path) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *daemon_args(tmp_path / "data"),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    process = await _started_daemon(tmp_path / "data")
     assert process.stdout is not None and process.stdin is not None
     async with Client.connect(process.stdout, process.stdin, shutdown_on_exit=False) as client:
         sid = (await client.open_session(cwd=str(tmp_path), model="m")).session_id
@@ -138,7 +100,9 @@ async def test_session_family(daemon: Client, tmp_path: Path) -> None:
     assert isinstance(opened, p.OpenResult) and opened.entry_count == 0
     assert opened.status.context_window == 120_000
     sid = opened.session_id
-    appended = await daemon.append(sid, [_user("u1", "fix the parser"), _user("u2", "and test")])
+    appended = await daemon.append(
+        sid, [user("fix the parser", uuid="u1"), user("and test", uuid="u2")]
+    )
     assert appended.appended == 2 and appended.status.tokens > 0
     view = await daemon.messages(sid)
     assert [m["role"] for m in view.messages] == ["user"]  # consecutive user turns merge
@@ -161,7 +125,7 @@ async def test_tokens_family_and_threshold_crossings(daemon: Client) -> None:
     )
     sid = opened.session_id
     async with daemon.threshold_crossings(sid) as crossings:
-        result = await daemon.append(sid, [_user("u1", "word " * 8_000)])
+        result = await daemon.append(sid, [user("word " * 8_000, uuid="u1")])
         first = await crossings.next(within=5)
         second = await crossings.next(within=5)
     assert isinstance(first, p.ThresholdNotification)
@@ -227,7 +191,7 @@ async def test_files_family_and_memory_changes(spawn_daemon: SpawnDaemon, tmp_pa
     (ws / "plan.md").write_text("# Plan\n")
     async with spawn_daemon() as client:
         sid = (await client.open_session(cwd=str(ws), model="claude-sonnet-4-5")).session_id
-        await client.append(sid, _read(1, ws / "app.py", time.time()))
+        await client.append(sid, numbered_read(1, ws / "app.py", time.time(), "x"))
         recorded = await client.record_file(sid, "plan.md", content="# Plan\n")
         assert str(ws / "plan.md") in {f.path for f in recorded.files}
         pending = await client.pending_attachments(sid)

@@ -17,7 +17,6 @@ from compactd.core import tokens
 from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     Harness,
-    h,  # noqa: F401 - fixture
     harness_fixture,
     open_session,
     session_entries,
@@ -52,7 +51,7 @@ def notes_or_summary(req: RecordedRequest) -> Reply:
     return Reply()
 
 
-async def wait_for_notes(h: Harness, sid: str) -> p.SessionMemoryResult:  # noqa: F811
+async def wait_for_notes(h: Harness, sid: str) -> p.SessionMemoryResult:
     for _ in range(200):
         got = await h.client.session_memory(sid)
         if got.last_extracted_at is not None and not got.extracting:
@@ -62,7 +61,7 @@ async def wait_for_notes(h: Harness, sid: str) -> p.SessionMemoryResult:  # noqa
 
 
 async def test_extraction_then_compaction_from_the_notes_without_a_model_call(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     h.emu.set_default(notes_or_summary)
     # 70K window: threshold 37K; the session holds about 60K, the notes plus the kept tail
@@ -111,7 +110,7 @@ def fresh_ids(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-async def test_second_round_compacts_from_the_new_notes(h: Harness) -> None:  # noqa: F811
+async def test_second_round_compacts_from_the_new_notes(h: Harness) -> None:
     h.emu.set_default(notes_or_summary)
     sid = await open_session(
         h.client, session_entries(entries=400, tokens=60_000), contextWindow=70_000
@@ -147,7 +146,7 @@ async def test_second_round_compacts_from_the_new_notes(h: Harness) -> None:  # 
 
 
 async def test_falls_back_to_full_when_the_kept_part_stays_above_threshold(
-    h: Harness,  # noqa: F811
+    h: Harness,
 ) -> None:
     h.emu.set_default(notes_or_summary)
     # 40K window: threshold 7K, below the 10K tokens a session-memory compaction keeps.
@@ -161,7 +160,7 @@ async def test_falls_back_to_full_when_the_kept_part_stays_above_threshold(
     assert result.result is not None and result.result.summarizer != "sessionMemory"
 
 
-async def test_extract_on_demand_and_bad_input(h: Harness) -> None:  # noqa: F811
+async def test_extract_on_demand_and_bad_input(h: Harness) -> None:
     h.emu.set_default(notes_or_summary)
     # Too small for the background trigger (10K tokens before the first notes).
     sid = await open_session(h.client, session_entries(entries=40, tokens=3_000))

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from compactd_client import Client
 
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon
+from tests.helpers import collect, user
+
+# A wait for notifications ends after this many seconds without one.
+QUIET_S = 0.3
 
 
 def _user(i: int, chars: int) -> dict[str, Any]:
-    return {
-        "type": "user",
-        "uuid": f"u{i}",
-        "message": {"role": "user", "content": "word " * (chars // 5)},
-    }
-
-
-async def _drain(queue: asyncio.Queue[tuple[str, Any]], wait: float = 0.3) -> list[Any]:
-    out = []
-    try:
-        while True:
-            out.append((await asyncio.wait_for(queue.get(), wait))[1])
-    except TimeoutError:
-        return out
+    return user("word " * (chars // 5), uuid=f"u{i}")
 
 
 async def test_threshold_notification_once_per_crossing(daemon: Client) -> None:
@@ -38,17 +28,17 @@ async def test_threshold_notification_once_per_crossing(daemon: Client) -> None:
     async with daemon.subscribe(p.NOTIFY_TOKENS_THRESHOLD) as queue:
         r1 = await daemon.append(sid, [_user(1, 20_000)])  # ~6,700 tokens: below warning
         assert not r1.status.is_above_warning_threshold
-        assert await _drain(queue) == []
+        assert await collect(queue, QUIET_S, quiet=True) == []
         r2 = await daemon.append(sid, [_user(2, 12_000)])  # crosses 9,000
         assert r2.status.is_above_warning_threshold
-        notes = await _drain(queue)
+        notes = await collect(queue, QUIET_S, quiet=True)
         assert sorted(n["level"] for n in notes) == ["error", "warning"]
         assert all(n["sessionId"] == sid and n["tokens"] == r2.status.tokens for n in notes)
         await daemon.append(sid, [_user(3, 400)])  # still above: no new notification
-        assert await _drain(queue) == []
+        assert await collect(queue, QUIET_S, quiet=True) == []
         r4 = await daemon.append(sid, [_user(4, 70_000)])  # crosses auto-compact (29,000)
         assert r4.status.is_above_auto_compact_threshold
-        assert [n["level"] for n in await _drain(queue)] == ["autoCompact"]
+        assert [n["level"] for n in await collect(queue, QUIET_S, quiet=True)] == ["autoCompact"]
 
 
 async def test_status_honours_env_overrides(spawn_daemon: SpawnDaemon) -> None:
@@ -74,6 +64,8 @@ async def test_inline_subagent_turns_do_not_count_toward_the_main_context(daemon
     bd = await daemon.tokens_breakdown(sid)
     assert bd.total_tokens == r1.status.tokens
     # A sub-agent's own transcript (sidechain entries only) does count.
-    sub = (await daemon.open_session(cwd="/w", model="claude-sonnet-4-5", agent_kind="subagent")).session_id
+    sub = (
+        await daemon.open_session(cwd="/w", model="claude-sonnet-4-5", agent_kind="subagent")
+    ).session_id
     r3 = await daemon.append(sub, [side])
     assert r3.status.tokens > 20_000

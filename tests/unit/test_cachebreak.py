@@ -8,6 +8,7 @@ import pytest
 
 from compactd.core import cachebreak as cb
 from compactd.model import Record, record_from_dict
+from tests.helpers import user
 
 T0 = 1_700_000_000.0
 
@@ -339,9 +340,7 @@ def _boundary(subtype: str) -> Record:
 
 
 def _user(uid: str) -> Record:
-    return record_from_dict(
-        {"type": "user", "uuid": uid, "message": {"role": "user", "content": "hi"}}
-    )
+    return record_from_dict(user("hi", uuid=uid))
 
 
 @pytest.mark.parametrize("subtype", ["compact_boundary", "microcompact_boundary"])

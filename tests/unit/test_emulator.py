@@ -41,7 +41,6 @@ from tests.emulator import (
     text_tokens,
     truncated_stream,
 )
-from tests.emulator.fixtures import emulator  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout(15)
 
@@ -150,7 +149,7 @@ def test_stop_closes_port_and_joins_threads_even_mid_stream() -> None:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
-def test_fixture_provides_running_emulator(emulator: Emulator) -> None:  # noqa: F811
+def test_fixture_provides_running_emulator(emulator: Emulator) -> None:
     assert emulator.running
     with emulator.client() as client:
         msg = client.messages.create(model=MODEL, max_tokens=100, messages=[user("ping")])
@@ -201,7 +200,7 @@ def test_command_line_server_and_control_endpoints() -> None:
 # ---------------------------------------------------------- basic replies
 
 
-def test_non_streaming_default_reply_reflects_user_messages(emulator: Emulator) -> None:  # noqa: F811
+def test_non_streaming_default_reply_reflects_user_messages(emulator: Emulator) -> None:
     messages = [
         user("Please refactor the framing module"),
         assistant("Sure, reading it now."),
@@ -231,7 +230,7 @@ def test_non_streaming_default_reply_reflects_user_messages(emulator: Emulator) 
     assert first.usage.cache_creation_input_tokens == 0
 
 
-def test_request_log_records_method_path_headers_body(emulator: Emulator) -> None:  # noqa: F811
+def test_request_log_records_method_path_headers_body(emulator: Emulator) -> None:
     before = time.time()
     with emulator.client() as client:
         client.messages.create(model=MODEL, max_tokens=10, messages=[user("logged")], system="sys")
@@ -247,7 +246,7 @@ def test_request_log_records_method_path_headers_body(emulator: Emulator) -> Non
 
 
 @pytest.mark.asyncio
-async def test_async_stream_helper_text_and_usage(emulator: Emulator) -> None:  # noqa: F811
+async def test_async_stream_helper_text_and_usage(emulator: Emulator) -> None:
     emulator.script(Reply(text="Hello from the emulator, streamed in small pieces.", chunk_chars=5))
     async with emulator.async_client() as client:
         async with client.messages.stream(
@@ -270,7 +269,7 @@ async def test_async_stream_helper_text_and_usage(emulator: Emulator) -> None:  
     assert events.count("ping") >= 2  # interleaved between deltas too
 
 
-def test_sync_create_stream_true_event_sequence(emulator: Emulator) -> None:  # noqa: F811
+def test_sync_create_stream_true_event_sequence(emulator: Emulator) -> None:
     emulator.script(
         Reply(
             text="Final answer.",
@@ -304,7 +303,7 @@ def test_sync_create_stream_true_event_sequence(emulator: Emulator) -> None:  # 
     assert events[-2].delta.stop_reason == "tool_use"
 
 
-def test_thinking_and_tool_use_via_stream_helper_and_non_streaming(emulator: Emulator) -> None:  # noqa: F811
+def test_thinking_and_tool_use_via_stream_helper_and_non_streaming(emulator: Emulator) -> None:
     reply = Reply(
         thinking="Think first.",
         text=None,
@@ -329,7 +328,7 @@ def test_thinking_and_tool_use_via_stream_helper_and_non_streaming(emulator: Emu
     assert streamed.content[0].signature == plain.content[0].signature
 
 
-def test_empty_reply_and_empty_text(emulator: Emulator) -> None:  # noqa: F811
+def test_empty_reply_and_empty_text(emulator: Emulator) -> None:
     emulator.script(empty_reply(), empty_reply(), Reply(text=""))
     with emulator.client() as client:
         plain = client.messages.create(model=MODEL, max_tokens=50, messages=[user("x")])
@@ -342,7 +341,7 @@ def test_empty_reply_and_empty_text(emulator: Emulator) -> None:  # noqa: F811
     assert [b.text for b in blank.content] == [""]
 
 
-def test_max_tokens_truncates_text(emulator: Emulator) -> None:  # noqa: F811
+def test_max_tokens_truncates_text(emulator: Emulator) -> None:
     emulator.script(Reply(text="a" * 400))
     with emulator.client() as client:
         msg = client.messages.create(model=MODEL, max_tokens=10, messages=[user("x")])
@@ -350,7 +349,7 @@ def test_max_tokens_truncates_text(emulator: Emulator) -> None:  # noqa: F811
     assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 10
 
 
-def test_delays_and_client_timeout(emulator: Emulator) -> None:  # noqa: F811
+def test_delays_and_client_timeout(emulator: Emulator) -> None:
     emulator.script(
         Reply(text="late", delay=0.3),
         Reply(text="x" * 40, chunk_chars=10, chunk_delay=0.02),
@@ -371,7 +370,7 @@ def test_delays_and_client_timeout(emulator: Emulator) -> None:  # noqa: F811
 # ------------------------------------------------------------ auth, routes
 
 
-def test_authentication_headers_and_query_string(emulator: Emulator) -> None:  # noqa: F811
+def test_authentication_headers_and_query_string(emulator: Emulator) -> None:
     url = f"{emulator.base_url}/v1/messages"
     body = {"model": MODEL, "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
     status, headers, _ = post(
@@ -418,7 +417,7 @@ def test_configured_api_key_and_scripted_401() -> None:
         assert len(emu.requests) == 3  # 401 is not retried
 
 
-def test_count_tokens_matches_estimate(emulator: Emulator) -> None:  # noqa: F811
+def test_count_tokens_matches_estimate(emulator: Emulator) -> None:
     body = {
         "model": MODEL,
         "system": [{"type": "text", "text": words("system", 900), "cache_control": EPH}],
@@ -440,7 +439,7 @@ def test_count_tokens_matches_estimate(emulator: Emulator) -> None:  # noqa: F81
 # --------------------------------------------------------- errors, retries
 
 
-def test_sdk_retries_529_then_succeeds(emulator: Emulator) -> None:  # noqa: F811
+def test_sdk_retries_529_then_succeeds(emulator: Emulator) -> None:
     emulator.script(overloaded(retry_after_ms=10), Reply(text="recovered"))
     with emulator.client(max_retries=2) as client:
         msg = client.messages.create(model=MODEL, max_tokens=50, messages=[user("x")])
@@ -455,7 +454,7 @@ def test_sdk_retries_529_then_succeeds(emulator: Emulator) -> None:  # noqa: F81
 
 
 @pytest.mark.asyncio
-async def test_async_stream_retries_429_with_retry_after(emulator: Emulator) -> None:  # noqa: F811
+async def test_async_stream_retries_429_with_retry_after(emulator: Emulator) -> None:
     emulator.script(rate_limited(retry_after=0, retry_after_ms=10), Reply(text="after limit"))
     async with emulator.async_client(max_retries=2) as client:
         async with client.messages.stream(
@@ -469,7 +468,7 @@ async def test_async_stream_retries_429_with_retry_after(emulator: Emulator) -> 
     assert first.response_headers["retry-after-ms"] == "10"
 
 
-def test_500_retried_until_exhausted(emulator: Emulator) -> None:  # noqa: F811
+def test_500_retried_until_exhausted(emulator: Emulator) -> None:
     emulator.script(api_error(retry_after_ms=5), times=3)
     with emulator.client(max_retries=2) as client:
         with pytest.raises(anthropic.InternalServerError) as info:
@@ -484,7 +483,7 @@ def test_500_retried_until_exhausted(emulator: Emulator) -> None:  # noqa: F811
 
 
 @pytest.mark.asyncio
-async def test_mid_stream_error_is_not_retried(emulator: Emulator) -> None:  # noqa: F811
+async def test_mid_stream_error_is_not_retried(emulator: Emulator) -> None:
     emulator.script(mid_stream_error(after=3), Reply(text="never reached"))
     async with emulator.async_client(max_retries=2) as client:
         with pytest.raises(anthropic.APIStatusError) as info:
@@ -499,7 +498,7 @@ async def test_mid_stream_error_is_not_retried(emulator: Emulator) -> None:  # n
     assert emulator.requests[0].events[-1] == "error"
 
 
-def test_mid_stream_error_create_stream_true(emulator: Emulator) -> None:  # noqa: F811
+def test_mid_stream_error_create_stream_true(emulator: Emulator) -> None:
     emulator.script(mid_stream_error(after=1, error=ApiError(type="api_error", message="boom")))
     seen: list[str] = []
     with emulator.client(max_retries=2) as client:
@@ -514,7 +513,7 @@ def test_mid_stream_error_create_stream_true(emulator: Emulator) -> None:  # noq
 
 
 @pytest.mark.asyncio
-async def test_cut_stream_raises_in_sdk(emulator: Emulator) -> None:  # noqa: F811
+async def test_cut_stream_raises_in_sdk(emulator: Emulator) -> None:
     emulator.script(cut_stream(after=2))
     async with emulator.async_client(max_retries=2) as client:
         # The SDK does not wrap errors raised while iterating a stream body: the
@@ -527,7 +526,7 @@ async def test_cut_stream_raises_in_sdk(emulator: Emulator) -> None:  # noqa: F8
     assert len(emulator.requests) == 1
 
 
-def test_cut_non_streaming_body_is_retried_as_connection_error(emulator: Emulator) -> None:  # noqa: F811
+def test_cut_non_streaming_body_is_retried_as_connection_error(emulator: Emulator) -> None:
     emulator.script(cut_stream(), cut_stream())
     with emulator.client(max_retries=1) as client:
         with pytest.raises(anthropic.APIConnectionError):
@@ -535,7 +534,7 @@ def test_cut_non_streaming_body_is_retried_as_connection_error(emulator: Emulato
     assert len(emulator.requests) == 2
 
 
-def test_stream_without_message_stop(emulator: Emulator) -> None:  # noqa: F811
+def test_stream_without_message_stop(emulator: Emulator) -> None:
     emulator.script(truncated_stream(after=2), no_message_stop())
     with emulator.client() as client:
         with client.messages.stream(model=MODEL, max_tokens=500, messages=[user("x")]) as stream:
@@ -552,7 +551,7 @@ def test_stream_without_message_stop(emulator: Emulator) -> None:  # noqa: F811
     assert len(emulator.requests) == 2
 
 
-def test_prompt_too_long_from_context_window(emulator: Emulator) -> None:  # noqa: F811
+def test_prompt_too_long_from_context_window(emulator: Emulator) -> None:
     emulator.set_context_window(MODEL, 1000)
     emulator.script(Reply(text="kept for the next request"))
     body = {"model": MODEL, "max_tokens": 100, "messages": [user(words("long", 8000))]}
@@ -570,7 +569,7 @@ def test_prompt_too_long_from_context_window(emulator: Emulator) -> None:  # noq
     assert ok.content[0].text == "kept for the next request"
 
 
-def test_scripted_prompt_too_long(emulator: Emulator) -> None:  # noqa: F811
+def test_scripted_prompt_too_long(emulator: Emulator) -> None:
     body = {"model": MODEL, "max_tokens": 100, "messages": [user(words("q", 4000))]}
     n = estimate_tokens(body)
     emulator.script(prompt_too_long(), prompt_too_long(tokens=219898, maximum=200000))
@@ -583,7 +582,7 @@ def test_scripted_prompt_too_long(emulator: Emulator) -> None:  # noqa: F811
     assert second.value.api_message == "prompt is too long: 219898 tokens > 200000 maximum"
 
 
-def test_too_many_cache_breakpoints_rejected(emulator: Emulator) -> None:  # noqa: F811
+def test_too_many_cache_breakpoints_rejected(emulator: Emulator) -> None:
     messages = [user(f"m{i}", EPH) if i % 2 == 0 else assistant(f"m{i}", EPH) for i in range(5)]
     with emulator.client() as client:
         with pytest.raises(anthropic.BadRequestError) as info:
@@ -599,7 +598,7 @@ def test_too_many_cache_breakpoints_rejected(emulator: Emulator) -> None:  # noq
 SYSTEM = [{"type": "text", "text": words("system prompt", 6000), "cache_control": EPH}]
 
 
-def test_repeated_prefix_reads_from_cache(emulator: Emulator) -> None:  # noqa: F811
+def test_repeated_prefix_reads_from_cache(emulator: Emulator) -> None:
     body = {"model": MODEL, "max_tokens": 50, "system": SYSTEM, "messages": [user("what next?")]}
     sys_tokens = tokens_of(body, 1)
     rest = estimate_tokens(body) - sys_tokens
@@ -613,7 +612,7 @@ def test_repeated_prefix_reads_from_cache(emulator: Emulator) -> None:  # noqa: 
     assert emulator.cache_entries() == 1
 
 
-def test_changed_tools_invalidate_everything_changed_system_keeps_tools(emulator: Emulator) -> None:  # noqa: F811
+def test_changed_tools_invalidate_everything_changed_system_keeps_tools(emulator: Emulator) -> None:
     emulator.set_min_cacheable_tokens(MODEL, 50)
     tools = [tool("read"), {**tool("write"), "cache_control": EPH}]
     body = {
@@ -638,7 +637,7 @@ def test_changed_tools_invalidate_everything_changed_system_keeps_tools(emulator
     assert written == tokens_of(new_system, 3) - tools_prefix
 
 
-def test_changed_last_message_only_invalidates_what_follows(emulator: Emulator) -> None:  # noqa: F811
+def test_changed_last_message_only_invalidates_what_follows(emulator: Emulator) -> None:
     history = [user(words("first question", 2000), EPH), assistant(words("first answer", 2000))]
     body = {
         "model": MODEL,
@@ -663,7 +662,7 @@ def test_changed_last_message_only_invalidates_what_follows(emulator: Emulator) 
     assert written == tokens_of(edited, 2) - tokens_of(edited, 1)
 
 
-def test_lookback_finds_previous_breakpoint_within_20_blocks(emulator: Emulator) -> None:  # noqa: F811
+def test_lookback_finds_previous_breakpoint_within_20_blocks(emulator: Emulator) -> None:
     turn1 = [user(words("u1", 5000)), assistant("a1"), user("u2", EPH)]
     body1 = {"model": MODEL, "max_tokens": 50, "messages": turn1}
     turn2 = [user(words("u1", 5000)), assistant("a1"), user("u2"), assistant("a2"), user("u3", EPH)]
@@ -684,7 +683,7 @@ def test_lookback_finds_previous_breakpoint_within_20_blocks(emulator: Emulator)
         assert usage_of(client.messages.create(**body3))[:2] == (0, estimate_tokens(body3))
 
 
-def test_below_minimum_length_nothing_is_cached(emulator: Emulator) -> None:  # noqa: F811
+def test_below_minimum_length_nothing_is_cached(emulator: Emulator) -> None:
     small = [{"type": "text", "text": words("short", 2000), "cache_control": EPH}]  # ~500 tokens
     body = {"model": MODEL, "max_tokens": 50, "system": small, "messages": [user("hi")]}
     with emulator.client() as client:
@@ -695,7 +694,7 @@ def test_below_minimum_length_nothing_is_cached(emulator: Emulator) -> None:  # 
         assert usage_of(client.messages.create(**body))[:2] == (0, tokens_of(body, 1))
 
 
-def test_ttl_expiry_with_advanced_clock(emulator: Emulator) -> None:  # noqa: F811
+def test_ttl_expiry_with_advanced_clock(emulator: Emulator) -> None:
     body = {"model": MODEL, "max_tokens": 50, "system": SYSTEM, "messages": [user("hi")]}
     long_body = {**body, "system": [{**SYSTEM[0], "cache_control": EPH_1H}]}
     n = tokens_of(body, 1)
@@ -747,7 +746,7 @@ def test_injected_clock_and_cost_summary() -> None:
     assert cost.as_dict()["cache_creation_input_tokens"] == 2 * n
 
 
-def test_set_default_callable(emulator: Emulator) -> None:  # noqa: F811
+def test_set_default_callable(emulator: Emulator) -> None:
     emulator.set_default(lambda rec: Reply(text=f"echo {len(rec.body['messages'])}"))
     with emulator.client() as client:
         msg = client.messages.create(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -16,14 +15,23 @@ from compactd.core.tokens import pad
 from compactd.model import Entry, record_from_dict
 from compactd.services.store import SessionMeta
 from compactd.session import Session
+from tests.helpers import (
+    MODEL,
+    assistant,
+    iso,
+    text_block,
+    to_entries,
+    tool_call,
+    tool_result,
+    user,
+)
 
 NOW = 1_800_000_000.0
 _ids = itertools.count(1)
 
 
 def _ts(seconds_ago: float) -> str:
-    stamp = datetime.fromtimestamp(NOW - seconds_ago, tz=UTC)
-    return stamp.isoformat().replace("+00:00", "Z")
+    return iso(NOW - seconds_ago)
 
 
 def _text_of(raw_tokens: int) -> str:
@@ -42,47 +50,19 @@ def _call(
     """An assistant tool call and the user entry with its result."""
     tid = tid or f"toolu_{next(_ids):04d}"
     n = next(_ids)
+    stamp = _ts(ago)
     return [
-        {
-            "type": "assistant",
-            "uuid": f"a{n}",
-            "timestamp": _ts(ago),
-            "message": {
-                "id": f"msg_{n}",
-                "role": "assistant",
-                "model": "claude-sonnet-4-5",
-                "content": [{"type": "tool_use", "id": tid, "name": name, "input": inp or {}}],
-            },
-        },
-        {
-            "type": "user",
-            "uuid": f"u{n}",
-            "timestamp": _ts(ago),
-            "message": {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": tid, "content": content}],
-            },
-        },
+        tool_call(tid, name, inp, uuid=f"a{n}", msg_id=f"msg_{n}", model=MODEL, timestamp=stamp),
+        tool_result(tid, content, uuid=f"u{n}", timestamp=stamp),
     ]
-
-
-def _entries(dicts: list[dict[str, Any]]) -> list[Entry]:
-    return [record_from_dict(d).entry for d in dicts]
 
 
 def _session(sizes: list[int], name: str = "Read", ago: float = 10.0) -> list[Entry]:
     """A conversation with one tool result per size (raw tokens), oldest first."""
-    dicts: list[dict[str, Any]] = [
-        {
-            "type": "user",
-            "uuid": f"p{next(_ids)}",
-            "timestamp": _ts(ago + 1),
-            "message": {"role": "user", "content": "go"},
-        }
-    ]
+    dicts = [user("go", uuid=f"p{next(_ids)}", timestamp=_ts(ago + 1))]
     for size in sizes:
         dicts += _call(name, _text_of(size), inp={"file_path": f"/src/f{size}.py"}, ago=ago)
-    return _entries(dicts)
+    return to_entries(dicts)
 
 
 def _result_ids(entries: list[Entry]) -> list[str]:
@@ -104,7 +84,7 @@ def test_default_allowlist_is_the_regenerable_tools() -> None:
 
 
 def test_clearable_results_keeps_order_sizes_and_read_paths() -> None:
-    entries = _entries(
+    entries = to_entries(
         _call("Read", _text_of(100), inp={"file_path": "/a.py"}, tid="t1")
         + _call("TodoWrite", _text_of(5000), tid="t2")
         + _call("Bash", _text_of(200), inp={"command": "ls"}, tid="t3")
@@ -119,7 +99,7 @@ def test_clearable_results_keeps_order_sizes_and_read_paths() -> None:
 
 def test_result_without_its_tool_use_is_not_clearable() -> None:
     orphan = _call("Read", _text_of(50_000), tid="t9")[1:]
-    assert mc.clearable_results(_entries(orphan)) == []
+    assert mc.clearable_results(to_entries(orphan)) == []
 
 
 def test_placeholder_estimate_matches_the_token_module() -> None:
@@ -193,7 +173,7 @@ def test_count_leaves_non_clearable_tools_alone_and_uncounted() -> None:
         dicts += _call(name, _text_of(50_000))
     dicts += _call("Read", _text_of(4_000)) + _call("Read", _text_of(4_000))
     dicts += _call("Read", _text_of(4_000)) + _call("Read", _text_of(4_000))
-    entries = _entries(dicts)
+    entries = to_entries(dicts)
     # 200K tokens of non-clearable output do not push the Read results out of the window.
     plan = mc.plan_count(entries, mc.MicroConfig(min_savings=0))
     assert plan.cleared == ()
@@ -232,7 +212,7 @@ def test_images_and_documents_inside_tool_results_count_and_are_cleared() -> Non
     dicts = _call("Read", content, inp={"file_path": "/shot.png"}, tid="img")
     for _ in range(3):
         dicts += _call("Bash", _text_of(100))
-    entries = _entries(dicts)
+    entries = to_entries(dicts)
     [first, *_] = mc.clearable_results(entries)
     assert first.raw_tokens == 1_000 + 8 * 2_000
     plan = mc.plan_count(entries, mc.MicroConfig(protected_tokens=0))
@@ -249,7 +229,7 @@ def test_only_files_whose_latest_read_or_edit_is_cleared_leave_the_file_state() 
     dicts += _call("Read", _text_of(20_000), inp={"file_path": "/c.py"})
     dicts += _call("Read", _text_of(10), inp={"file_path": "/a.py"})  # read again, kept
     dicts += _call("Bash", _text_of(10)) + _call("Bash", _text_of(10))
-    plan = mc.plan_count(_entries(dicts), mc.MicroConfig(protected_tokens=0))
+    plan = mc.plan_count(to_entries(dicts), mc.MicroConfig(protected_tokens=0))
     assert [r.file_path for r in plan.cleared] == ["/a.py", "/b.py", "/c.py"]
     assert plan.dropped_paths == ("/c.py",)
 
@@ -312,11 +292,11 @@ def test_idle_gap_uses_the_last_real_assistant_response() -> None:
         "timestamp": _ts(1),
         "message": {"role": "user", "content": "hello again"},
     }
-    entries += _entries([synthetic, later_user])
+    entries += to_entries([synthetic, later_user])
     gap = mc.idle_gap_seconds(entries, NOW)
     assert gap is not None and abs(gap - 90 * 60) < 1e-6
-    assert mc.idle_gap_seconds(_entries([later_user]), NOW) is None
-    assert mc.plan_time(_entries([later_user]), NOW).reason == (
+    assert mc.idle_gap_seconds(to_entries([later_user]), NOW) is None
+    assert mc.plan_time(to_entries([later_user]), NOW).reason == (
         "no assistant response with a timestamp yet"
     )
 
@@ -453,17 +433,13 @@ def test_thinking_enabled_reads_the_request_config() -> None:
 
 
 def _usage_response(uid: str, total: int) -> dict[str, Any]:
-    return {
-        "type": "assistant",
-        "uuid": uid,
-        "message": {
-            "id": f"msg_{uid}",
-            "role": "assistant",
-            "model": "claude-sonnet-4-5",
-            "content": [{"type": "text", "text": "ok"}],
-            "usage": {"input_tokens": total - 10, "output_tokens": 10},
-        },
-    }
+    return assistant(
+        [text_block("ok")],
+        uuid=uid,
+        msg_id=f"msg_{uid}",
+        model=MODEL,
+        usage={"input_tokens": total - 10, "output_tokens": 10},
+    )
 
 
 def _mc_boundary(saved: int, ids: list[str]) -> dict[str, Any]:

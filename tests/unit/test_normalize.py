@@ -17,31 +17,23 @@ from compactd.core.normalize import (
     to_api_messages,
 )
 from compactd.core.view import context_records
-from compactd.model import Record, parse_lines, record_from_dict
+from compactd.model import Record, record_from_dict
+from tests import helpers
+from tests.conftest import fixture_transcripts, load_fixture
+from tests.helpers import numbering, text_block, tool_result_block, tool_use_block
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "transcripts"
-FIXTURE_NAMES = sorted(p.name for p in FIXTURES.glob("*.jsonl")) if FIXTURES.exists() else []
+FIXTURE_NAMES = [path.name for path in fixture_transcripts()]
 
-_counter = 0
-
-
-def _uuid() -> str:
-    global _counter
-    _counter += 1
-    return f"e{_counter}"
+_uuid = numbering("e")
 
 
 def user(content: Any, **extra: Any) -> Record:
-    return record_from_dict(
-        {"type": "user", "uuid": _uuid(), "message": {"role": "user", "content": content}, **extra}
-    )
+    return record_from_dict(helpers.user(content, uuid=_uuid(), **extra))
 
 
 def assistant(mid: str | None, content: Any, model: str = "claude-x", **extra: Any) -> Record:
-    message: dict[str, Any] = {"role": "assistant", "content": content, "model": model}
-    if mid is not None:
-        message["id"] = mid
-    return record_from_dict({"type": "assistant", "uuid": _uuid(), "message": message, **extra})
+    entry = helpers.assistant(content, uuid=_uuid(), msg_id=mid, model=model, **extra)
+    return record_from_dict(entry)
 
 
 def attachment(payload: dict[str, Any], rendered: Any = None) -> Record:
@@ -55,16 +47,8 @@ def other(kind: str, **extra: Any) -> Record:
     return record_from_dict({"type": kind, "uuid": _uuid(), **extra})
 
 
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
 def use(tid: str, name: str = "Bash") -> dict[str, Any]:
-    return {"type": "tool_use", "id": tid, "name": name, "input": {"command": "ls"}}
-
-
-def result(tid: str, content: Any = "ok") -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": tid, "content": content}
+    return tool_use_block(tid, name, {"command": "ls"})
 
 
 def image() -> dict[str, Any]:
@@ -144,7 +128,7 @@ def test_drops_non_conversation_entries() -> None:
         other("system", subtype="informational", content="note"),
         other("queue-operation", operation="enqueue"),
         other("file-history-snapshot"),
-        assistant("m1", [text("hello")]),
+        assistant("m1", [text_block("hello")]),
     ]
     assert shape(to_api_messages(records)) == [("user", ["hi"]), ("assistant", ["hello"])]
 
@@ -152,10 +136,10 @@ def test_drops_non_conversation_entries() -> None:
 def test_drops_synthetic_api_errors() -> None:
     records = [
         user("hi"),
-        assistant("m0", [text("API Error: 500")], model="<synthetic>"),
-        assistant(None, [text("Prompt is too long")], isApiErrorMessage=True),
+        assistant("m0", [text_block("API Error: 500")], model="<synthetic>"),
+        assistant(None, [text_block("Prompt is too long")], isApiErrorMessage=True),
         user("again"),
-        assistant("m1", [text("ok")]),
+        assistant("m1", [text_block("ok")]),
     ]
     assert shape(to_api_messages(records)) == [("user", ["hi", "again"]), ("assistant", ["ok"])]
 
@@ -163,10 +147,10 @@ def test_drops_synthetic_api_errors() -> None:
 def test_slices_at_the_last_boundary() -> None:
     records = [
         user("old"),
-        assistant("m0", [text("old answer")]),
+        assistant("m0", [text_block("old answer")]),
         other("system", subtype="compact_boundary", content="Conversation compacted"),
         user("Summary: ...", isCompactSummary=True),
-        assistant("m1", [text("new")]),
+        assistant("m1", [text_block("new")]),
     ]
     assert shape(to_api_messages(records)) == [("user", ["Summary: ..."]), ("assistant", ["new"])]
 
@@ -180,7 +164,10 @@ def test_strings_become_text_blocks() -> None:
 
 
 def test_empty_text_blocks_are_dropped() -> None:
-    records = [user([text(""), text("x")]), assistant("m", [text("  "), text("y")])]
+    records = [
+        user([text_block(""), text_block("x")]),
+        assistant("m", [text_block("  "), text_block("y")]),
+    ]
     assert shape(to_api_messages(records)) == [("user", ["x"]), ("assistant", ["y"])]
 
 
@@ -188,7 +175,12 @@ def test_empty_text_blocks_are_dropped() -> None:
 
 
 def test_consecutive_users_merge() -> None:
-    records = [user("one"), user([text("two")]), user("three"), assistant("m", [text("a")])]
+    records = [
+        user("one"),
+        user([text_block("two")]),
+        user("three"),
+        assistant("m", [text_block("a")]),
+    ]
     assert shape(to_api_messages(records)) == [
         ("user", ["one", "two", "three"]),
         ("assistant", ["a"]),
@@ -199,9 +191,9 @@ def test_assistant_entries_with_same_id_merge() -> None:
     records = [
         user("go"),
         assistant("m1", [{"type": "thinking", "thinking": "hmm", "signature": "sig"}]),
-        assistant("m1", [text("doing it")]),
+        assistant("m1", [text_block("doing it")]),
         assistant("m1", [use("t1")]),
-        user([result("t1")]),
+        user([tool_result_block("t1")]),
     ]
     msgs = to_api_messages(records)
     assert shape(msgs) == [
@@ -217,12 +209,12 @@ def test_interleaved_parallel_tool_results() -> None:
     # One response written as three entries with each tool's result right after its call.
     records = [
         user("go"),
-        assistant("m1", [text("two things")]),
+        assistant("m1", [text_block("two things")]),
         assistant("m1", [use("t1")]),
-        user([result("t1", "one")]),
+        user([tool_result_block("t1", "one")]),
         assistant("m1", [use("t2")]),
-        user([result("t2", "two")]),
-        assistant("m2", [text("done")]),
+        user([tool_result_block("t2", "two")]),
+        assistant("m2", [text_block("done")]),
     ]
     msgs = to_api_messages(records)
     assert shape(msgs) == [
@@ -238,9 +230,9 @@ def test_different_responses_do_not_merge_across_results() -> None:
     records = [
         user("go"),
         assistant("m1", [use("t1")]),
-        user([result("t1")]),
+        user([tool_result_block("t1")]),
         assistant("m2", [use("t2")]),
-        user([result("t2")]),
+        user([tool_result_block("t2")]),
     ]
     assert shape(to_api_messages(records)) == [
         ("user", ["go"]),
@@ -256,7 +248,7 @@ def test_tool_results_come_first_in_their_message() -> None:
         user("go"),
         assistant("m1", [use("t1")]),
         attachment({"type": "hook"}, rendered=[{"content": "hook said hi"}]),
-        user([result("t1")]),
+        user([tool_result_block("t1")]),
     ]
     assert shape(to_api_messages(records))[-1] == ("user", ["result:t1", "hook said hi"])
 
@@ -271,7 +263,7 @@ def test_attachment_rendered_text_is_used() -> None:
             {"type": "date", "date": "2026-01-01"},
             rendered=[{"content": "<system-reminder>date</system-reminder>"}, {"content": "more"}],
         ),
-        assistant("m", [text("a")]),
+        assistant("m", [text_block("a")]),
     ]
     assert shape(to_api_messages(records)) == [
         ("user", ["hi", "<system-reminder>date</system-reminder>", "more"]),
@@ -282,10 +274,12 @@ def test_attachment_rendered_text_is_used() -> None:
 def test_attachment_rendered_blocks_and_strings() -> None:
     raw = {
         "attachment": {"type": "file"},
-        "rendered": [{"content": [text("file body"), image()]}, {"content": ""}],
+        "rendered": [{"content": [text_block("file body"), image()]}, {"content": ""}],
     }
-    assert attachment_blocks(raw) == [text("file body"), image()]
-    assert attachment_blocks({"attachment": {"type": "x"}, "rendered": "flat"}) == [text("flat")]
+    assert attachment_blocks(raw) == [text_block("file body"), image()]
+    assert attachment_blocks({"attachment": {"type": "x"}, "rendered": "flat"}) == [
+        text_block("flat")
+    ]
     assert attachment_blocks({"attachment": {"type": "x"}, "rendered": []}) == []
 
 
@@ -304,7 +298,7 @@ def test_silent_attachments_render_nothing() -> None:
 
 def test_skill_listing_dropped_on_request() -> None:
     listing = attachment({"type": "skill_listing", "content": "- s"}, rendered=[{"content": "S"}])
-    records = [user("hi"), listing, assistant("m", [text("a")])]
+    records = [user("hi"), listing, assistant("m", [text_block("a")])]
     assert shape(to_api_messages(records))[0] == ("user", ["hi", "S"])
     assert shape(to_api_messages(records, drop_skill_listing=True))[0] == ("user", ["hi"])
 
@@ -320,7 +314,7 @@ def test_leading_attachment_starts_the_user_message() -> None:
 def test_trailing_thinking_only_assistant_dropped() -> None:
     records = [
         user("hi"),
-        assistant("m1", [text("a")]),
+        assistant("m1", [text_block("a")]),
         user("more"),
         assistant("m2", [{"type": "thinking", "thinking": "...", "signature": "s"}]),
         assistant("m3", [{"type": "redacted_thinking", "data": "zz"}]),
@@ -336,7 +330,7 @@ def test_thinking_with_text_is_kept_at_the_end() -> None:
     records = [
         user("hi"),
         assistant("m1", [{"type": "thinking", "thinking": "t", "signature": "s"}]),
-        assistant("m1", [text("a")]),
+        assistant("m1", [text_block("a")]),
     ]
     assert shape(to_api_messages(records))[-1] == ("assistant", ["thinking", "a"])
 
@@ -346,16 +340,21 @@ def test_thinking_with_text_is_kept_at_the_end() -> None:
 
 def test_strip_media_replaces_images_and_documents() -> None:
     records = [
-        user([text("look"), image(), document()]),
+        user([text_block("look"), image(), document()]),
         assistant("m1", [use("t1", "Read")]),
-        user([result("t1", [text("png follows"), image()]), result("t2", [document()])]),
+        user(
+            [
+                tool_result_block("t1", [text_block("png follows"), image()]),
+                tool_result_block("t2", [document()]),
+            ]
+        ),
     ]
     kept = to_api_messages(records)
     assert shape(kept)[0] == ("user", ["look", "image", "document"])
     stripped = to_api_messages(records, strip_media=True)
     assert shape(stripped)[0] == ("user", ["look", IMAGE_MARKER, DOCUMENT_MARKER])
     tool_content = stripped[2]["content"][0]["content"]
-    assert tool_content == [text("png follows"), text(IMAGE_MARKER)]
+    assert tool_content == [text_block("png follows"), text_block(IMAGE_MARKER)]
 
 
 def test_strip_media_in_rendered_attachment() -> None:
@@ -370,12 +369,17 @@ def test_cleared_tool_results_get_the_placeholder() -> None:
     records = [
         user("go"),
         assistant("m1", [use("t1"), use("t2")]),
-        user([result("t1", "big output"), result("t2", [text("kept"), image()])]),
+        user(
+            [
+                tool_result_block("t1", "big output"),
+                tool_result_block("t2", [text_block("kept"), image()]),
+            ]
+        ),
     ]
     msgs = to_api_messages(records, cleared_tool_ids=frozenset({"t1"}))
     results = msgs[2]["content"]
     assert results[0]["content"] == CLEARED_TOOL_RESULT_PLACEHOLDER
-    assert results[1]["content"] == [text("kept"), image()]
+    assert results[1]["content"] == [text_block("kept"), image()]
     custom = to_api_messages(records, cleared_tool_ids=frozenset({"t2"}), placeholder="[gone]")
     assert custom[2]["content"][1]["content"] == "[gone]"
     assert custom[2]["content"][0]["content"] == "big output"
@@ -408,8 +412,8 @@ def test_is_error_and_unknown_blocks_survive() -> None:
 
 
 def test_cache_control_is_not_inherited() -> None:
-    block = {**text("hi"), "cache_control": {"type": "ephemeral"}}
-    assert to_api_messages([user([block])]) == [{"role": "user", "content": [text("hi")]}]
+    block = {**text_block("hi"), "cache_control": {"type": "ephemeral"}}
+    assert to_api_messages([user([block])]) == [{"role": "user", "content": [text_block("hi")]}]
 
 
 # -- orphans and structure -------------------------------------------------------------------------
@@ -421,8 +425,8 @@ def test_orphan_tool_result_after_boundary_is_dropped() -> None:
         assistant("m0", [use("t0")]),
         other("system", subtype="compact_boundary", content="Conversation compacted"),
         user("Summary", isCompactSummary=True),
-        user([result("t0")]),
-        assistant("m1", [text("next")]),
+        user([tool_result_block("t0")]),
+        assistant("m1", [text_block("next")]),
     ]
     msgs = to_api_messages(records)
     assert shape(msgs) == [("user", ["Summary"]), ("assistant", ["next"])]
@@ -431,7 +435,7 @@ def test_orphan_tool_result_after_boundary_is_dropped() -> None:
 def test_tool_use_without_result_dropped_unless_last() -> None:
     records = [
         user("go"),
-        assistant("m1", [text("try"), use("t1")]),
+        assistant("m1", [text_block("try"), use("t1")]),
         user("never mind"),
         assistant("m2", [use("t2")]),
     ]
@@ -449,7 +453,7 @@ def test_assistant_emptied_by_orphan_removal_merges_neighbours() -> None:
         user("go"),
         assistant("m1", [use("lost")]),
         user("second"),
-        assistant("m2", [text("answer")]),
+        assistant("m2", [text_block("answer")]),
     ]
     assert shape(to_api_messages(records)) == [
         ("user", ["go", "second"]),
@@ -461,10 +465,10 @@ def test_duplicate_tool_use_ids_are_dropped() -> None:
     records = [
         user("go"),
         assistant("m1", [use("t1")]),
-        user([result("t1"), result("t1")]),
+        user([tool_result_block("t1"), tool_result_block("t1")]),
         assistant("m2", [use("t1")]),
-        user([result("t1")]),
-        assistant("m3", [text("end")]),
+        user([tool_result_block("t1")]),
+        assistant("m3", [text_block("end")]),
     ]
     msgs = to_api_messages(records)
     check_api_invariants(msgs)
@@ -477,7 +481,7 @@ def test_duplicate_tool_use_ids_are_dropped() -> None:
 
 
 def test_starts_with_user() -> None:
-    records = [assistant("m1", [text("hello first")]), user("hi")]
+    records = [assistant("m1", [text_block("hello first")]), user("hi")]
     assert shape(to_api_messages(records)) == [
         ("user", [LEADING_USER_PLACEHOLDER]),
         ("assistant", ["hello first"]),
@@ -491,16 +495,16 @@ def test_empty_session() -> None:
 
 
 def test_consecutive_distinct_responses_become_one_message() -> None:
-    records = [user("go"), assistant("m1", [text("a")]), assistant("m2", [text("b")])]
+    records = [user("go"), assistant("m1", [text_block("a")]), assistant("m2", [text_block("b")])]
     assert shape(to_api_messages(records)) == [("user", ["go"]), ("assistant", ["a", "b"])]
 
 
 def test_sources_name_the_entries_of_each_message() -> None:
     records = [
         user("go"),
-        assistant("m1", [text("a")]),
+        assistant("m1", [text_block("a")]),
         assistant("m1", [use("t1")]),
-        user([result("t1")]),
+        user([tool_result_block("t1")]),
     ]
     view = api_view(records)
     ids = [r.entry.uuid for r in records]
@@ -512,9 +516,9 @@ def test_inline_sidechain_entries_are_dropped() -> None:
         user("go"),
         assistant("m1", [use("t1"), use("t2")]),
         user("sub task", isSidechain=True),
-        assistant("s1", [text("sub answer")], isSidechain=True),
-        user([result("t1")]),
-        user([result("t2")]),
+        assistant("s1", [text_block("sub answer")], isSidechain=True),
+        user([tool_result_block("t1")]),
+        user([tool_result_block("t2")]),
     ]
     assert shape(to_api_messages(records)) == [
         ("user", ["go"]),
@@ -529,7 +533,12 @@ def test_degraded_entry_uses_the_raw_message() -> None:
         {
             "type": "assistant",
             "uuid": "bad",
-            "message": {"role": "assistant", "id": "m1", "content": [text("raw")], "usage": 5},
+            "message": {
+                "role": "assistant",
+                "id": "m1",
+                "content": [text_block("raw")],
+                "usage": 5,
+            },
         }
     )
     assert bad.entry.message is None
@@ -539,15 +548,10 @@ def test_degraded_entry_uses_the_raw_message() -> None:
 # -- real transcripts ------------------------------------------------------------------------------
 
 
-def _load(name: str) -> list[Record]:
-    with (FIXTURES / name).open("rb") as fh:
-        return list(parse_lines(fh))
-
-
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 @pytest.mark.parametrize("strip", [False, True])
 def test_fixture_normalizes_to_a_valid_request(name: str, strip: bool) -> None:
-    records = _load(name)
+    records = load_fixture(name)
     view = context_records(records)
     msgs = to_api_messages(view, strip_media=strip, drop_skill_listing=strip)
     assert msgs, "every fixture has some conversation after its last boundary"
@@ -558,7 +562,7 @@ def test_fixture_normalizes_to_a_valid_request(name: str, strip: bool) -> None:
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_fixture_whole_transcript_without_slicing(name: str) -> None:
     # Normalizing every entry, boundaries and all, must still give a valid request.
-    records = [r for r in _load(name) if not r.entry.is_compact_boundary]
+    records = [r for r in load_fixture(name) if not r.entry.is_compact_boundary]
     check_api_invariants(to_api_messages(records))
 
 
@@ -566,7 +570,7 @@ def test_fixture_auto_compaction_view() -> None:
     name = "claude-code-2.1.330__r2_auto.jsonl"
     if name not in FIXTURE_NAMES:
         pytest.skip("fixture not available")
-    msgs = to_api_messages(_load(name), drop_skill_listing=True)
+    msgs = to_api_messages(load_fixture(name), drop_skill_listing=True)
     got = shape(msgs)
     assert got[0][0] == "user"
     assert any(p.startswith("This session is being continued") for p in got[0][1])
@@ -581,7 +585,7 @@ def test_fixture_manual_compaction_view() -> None:
     name = "claude-code-2.1.330__r16_manual.jsonl"
     if name not in FIXTURE_NAMES:
         pytest.skip("fixture not available")
-    got = shape(to_api_messages(_load(name)))
+    got = shape(to_api_messages(load_fixture(name)))
     assert got[1] == ("assistant", ["All steps done. FINAL_ANSWER."])
     assert any("Now do one more step" in p for p in got[2][1])
 
@@ -593,10 +597,10 @@ def test_blocks_are_computed_once_and_rewrites_never_reach_the_cache() -> None:
     from compactd.services.summarizer import plain_messages, with_instruction
 
     records = [
-        user([text("go"), {**text("marked"), "cache_control": {"type": "ephemeral"}}]),
+        user([text_block("go"), {**text_block("marked"), "cache_control": {"type": "ephemeral"}}]),
         assistant("m1", [use("t1")]),
-        user([result("t1", [text("out"), image()])]),
-        assistant("m2", [text("done")]),
+        user([tool_result_block("t1", [text_block("out"), image()])]),
+        assistant("m2", [text_block("done")]),
     ]
     first = to_api_messages(records)
     cached = records[1].api_blocks()
@@ -609,16 +613,16 @@ def test_blocks_are_computed_once_and_rewrites_never_reach_the_cache() -> None:
     assert to_api_messages(records) == first
     assert records[0].api_blocks()[1]["cache_control"] == {"type": "ephemeral"}
     assert "cache_control" not in first[0]["content"][1]
-    assert records[2].api_blocks()[0]["content"] == [text("out"), image()]
+    assert records[2].api_blocks()[0]["content"] == [text_block("out"), image()]
 
 
 def test_a_released_record_forgets_its_cached_blocks(tmp_path: Path) -> None:
-    record = user([text("hello")])
+    record = user([text_block("hello")])
     path = tmp_path / "t.jsonl"
     path.write_bytes(record.raw + b"\n")
     record.locate(str(path), 0)
-    assert record.api_blocks() == [text("hello")]
+    assert record.api_blocks() == [text_block("hello")]
     record.release()
     again = record.api_blocks()
-    assert again == [text("hello")]
+    assert again == [text_block("hello")]
     assert record.api_blocks() is not again  # read back from the file, not kept

@@ -2,100 +2,64 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from compactd.core import prompts
 from compactd.core.offline_summary import collect_ledger, offline_summary
 from compactd.model import Record, record_from_dict
 from compactd.synthetic import make_session
-
-
-def _user(uid: str, content: Any, **extra: Any) -> dict[str, Any]:
-    return {"type": "user", "uuid": uid, "message": {"role": "user", "content": content}, **extra}
-
-
-def _assistant(uid: str, mid: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "type": "assistant",
-        "uuid": uid,
-        "message": {"id": mid, "role": "assistant", "content": blocks},
-    }
-
-
-def _result(uid: str, tid: str, content: Any, is_error: bool = False) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tid, "content": content}
-    if is_error:
-        block["is_error"] = True
-    return _user(uid, [block])
-
-
-def _records(entries: list[dict[str, Any]]) -> list[Record]:
-    return [record_from_dict(e) for e in entries]
+from tests.helpers import (
+    assistant,
+    text_block,
+    to_records,
+    tool_call,
+    tool_result,
+    tool_use_block,
+    user,
+)
 
 
 def _conversation() -> list[Record]:
-    return _records(
+    return to_records(
         [
-            _user("u1", "Please fix the failing parser test in src/parse.py"),
-            _assistant(
-                "a1",
-                "m1",
+            user("Please fix the failing parser test in src/parse.py", uuid="u1"),
+            assistant(
                 [
-                    {"type": "text", "text": "Reading the file."},
-                    {
-                        "type": "tool_use",
-                        "id": "t1",
-                        "name": "Read",
-                        "input": {"file_path": "/p/src/parse.py"},
-                    },
+                    text_block("Reading the file."),
+                    tool_use_block("t1", "Read", {"file_path": "/p/src/parse.py"}),
                 ],
+                uuid="a1",
+                msg_id="m1",
             ),
-            _result("r1", "t1", "def parse(): ..."),
-            _assistant(
-                "a2",
-                "m2",
-                [
-                    {
-                        "type": "tool_use",
-                        "id": "t2",
-                        "name": "Bash",
-                        "input": {"command": "pytest -q"},
-                    }
-                ],
+            tool_result("t1", "def parse(): ...", uuid="r1"),
+            tool_call("t2", "Bash", {"command": "pytest -q"}, uuid="a2", msg_id="m2"),
+            tool_result(
+                "t2", "collected 3\nE AssertionError: 1 != 2\n1 failed", uuid="r2", is_error=True
             ),
-            _result("r2", "t2", "collected 3\nE AssertionError: 1 != 2\n1 failed", is_error=True),
-            _user("meta", "caveat: local command output follows", isMeta=True),
-            _user("u2", [{"type": "text", "text": "Also keep the old API working."}]),
-            _assistant(
-                "a3",
-                "m3",
+            user("caveat: local command output follows", uuid="meta", isMeta=True),
+            user([text_block("Also keep the old API working.")], uuid="u2"),
+            assistant(
                 [
-                    {
-                        "type": "tool_use",
-                        "id": "t3",
-                        "name": "Edit",
-                        "input": {
-                            "file_path": "/p/src/parse.py",
-                            "old_string": "a",
-                            "new_string": "b",
-                        },
-                    },
-                    {
-                        "type": "tool_use",
-                        "id": "t4",
-                        "name": "TodoWrite",
-                        "input": {
+                    tool_use_block(
+                        "t3",
+                        "Edit",
+                        {"file_path": "/p/src/parse.py", "old_string": "a", "new_string": "b"},
+                    ),
+                    tool_use_block(
+                        "t4",
+                        "TodoWrite",
+                        {
                             "todos": [
                                 {"content": "fix parser", "status": "completed"},
                                 {"content": "keep old API", "status": "in_progress"},
                             ]
                         },
-                    },
+                    ),
                 ],
+                uuid="a3",
+                msg_id="m3",
             ),
-            _result("r3", "t3", "updated"),
-            _result("r4", "t4", "ok"),
-            _assistant("a4", "m4", [{"type": "text", "text": "The parser is fixed; now the API."}]),
+            tool_result("t3", "updated", uuid="r3"),
+            tool_result("t4", "ok", uuid="r4"),
+            assistant([text_block("The parser is fixed; now the API.")], uuid="a4", msg_id="m4"),
             {"type": "system", "uuid": "s1", "subtype": "info", "content": "ignored"},
         ]
     )
@@ -139,7 +103,7 @@ def test_cleared_results_are_not_quoted_and_previous_summary_is_carried() -> Non
     previous = prompts.continuation_message(
         "Summary:\nEarlier: the user wanted a parser.", transcript_path="/x", trigger="auto"
     )
-    recs.insert(0, record_from_dict(_user("sum", previous, isCompactSummary=True)))
+    recs.insert(0, record_from_dict(user(previous, uuid="sum", isCompactSummary=True)))
     text = offline_summary(recs, cleared_tool_ids=frozenset({"t2"}))
     assert "1 failed" not in text
     assert "Earlier: the user wanted a parser." in text
@@ -149,7 +113,7 @@ def test_cleared_results_are_not_quoted_and_previous_summary_is_carried() -> Non
 
 def test_offline_summary_of_a_large_synthetic_session_is_much_smaller() -> None:
     entries = make_session(entries=600, target_tokens=60_000)
-    recs = _records(entries)
+    recs = to_records(entries)
     text = offline_summary(recs)
     raw_chars = sum(len(r.raw) for r in recs)
     assert len(text) < raw_chars / 5
@@ -162,6 +126,6 @@ def test_offline_summary_of_a_large_synthetic_session_is_much_smaller() -> None:
 
 
 def test_long_user_message_is_clipped_with_a_marker() -> None:
-    text = offline_summary(_records([_user("u", "x" * 20_000)]))
+    text = offline_summary(to_records([user("x" * 20_000, uuid="u")]))
     assert "more characters in the transcript" in text
     assert len(text) < 8_000

@@ -18,6 +18,7 @@ from compactd.core.partial import (
 )
 from compactd.core.view import context_records, preserved_prefix_records
 from compactd.model import Record, ToolResultBlock, ToolUseBlock, record_from_dict
+from tests.helpers import assistant, text_block, tool_result, tool_use_block, user, uuids
 
 
 class _Builder:
@@ -35,22 +36,19 @@ class _Builder:
         return str(uid)
 
     def user(self, text: str = "please do it") -> str:
-        return self.add({"type": "user", "message": {"role": "user", "content": text}})
+        return self.add(user(text))
 
     def assistant(self, mid: str, blocks: list[dict[str, Any]]) -> str:
-        message = {"role": "assistant", "id": mid, "content": blocks}
-        return self.add({"type": "assistant", "message": message})
+        return self.add(assistant(blocks, msg_id=mid))
 
     def text(self, mid: str, text: str = "done") -> str:
-        return self.assistant(mid, [{"type": "text", "text": text}])
+        return self.assistant(mid, [text_block(text)])
 
     def call(self, mid: str, tid: str) -> str:
-        block = {"type": "tool_use", "id": tid, "name": "Read", "input": {"file_path": "/x"}}
-        return self.assistant(mid, [block])
+        return self.assistant(mid, [tool_use_block(tid, "Read", {"file_path": "/x"})])
 
     def result(self, tid: str) -> str:
-        content = [{"type": "tool_result", "tool_use_id": tid, "content": "ok"}]
-        return self.add({"type": "user", "message": {"role": "user", "content": content}})
+        return self.add(tool_result(tid))
 
     def other(self, kind: str) -> str:
         if kind == "attachment":
@@ -91,29 +89,25 @@ def simple() -> list[Record]:
     return b.records
 
 
-def ids(records: list[Record]) -> list[str | None]:
-    return [r.entry.uuid for r in records]
-
-
 def test_up_to_at_a_safe_pivot_keeps_the_pivot_and_after() -> None:
     ctx = simple()
     plan = plan_partial(ctx, "e9", "upTo")
     assert plan.moved == "none" and plan.cut == 8 and plan.pivot_uuid == "e9"
-    assert ids(plan.summarize) == [f"e{i}" for i in range(1, 9)]
-    assert ids(plan.kept) == ["e9", "e10"]
+    assert uuids(plan.summarize) == [f"e{i}" for i in range(1, 9)]
+    assert uuids(plan.kept) == ["e9", "e10"]
     assert plan.kept_before == []
-    assert ids(plan.request) == ids(plan.summarize)
+    assert uuids(plan.request) == uuids(plan.summarize)
 
 
 def test_from_at_a_safe_pivot_keeps_the_earlier_part_before_the_summary() -> None:
     ctx = simple()
     plan = plan_partial(ctx, "e3", "from")
     assert plan.moved == "none" and plan.pivot_uuid == "e3"
-    assert ids(plan.kept_before) == ["e1", "e2"]
-    assert ids(plan.summarize) == [f"e{i}" for i in range(3, 11)]
+    assert uuids(plan.kept_before) == ["e1", "e2"]
+    assert uuids(plan.summarize) == [f"e{i}" for i in range(3, 11)]
     assert plan.kept == []
     # The model sees the whole context; the kept prefix leads it unchanged (cache reuse).
-    assert ids(plan.request) == ids(ctx)
+    assert uuids(plan.request) == uuids(ctx)
 
 
 @pytest.mark.parametrize("pivot", ["e5", "e6", "e7"])
@@ -121,7 +115,7 @@ def test_a_pivot_inside_a_response_or_tool_pair_moves_back(pivot: str) -> None:
     plan = plan_partial(simple(), pivot, "upTo")
     # e4..e7 are one response (m2) with its results: the cut goes before e4.
     assert plan.moved == "back" and plan.pivot_uuid == "e4" and plan.cut == 3
-    assert ids(plan.kept)[0] == "e4"
+    assert uuids(plan.kept)[0] == "e4"
 
 
 def test_moves_forward_when_going_back_leaves_nothing_to_summarize() -> None:
@@ -135,7 +129,7 @@ def test_moves_forward_when_going_back_leaves_nothing_to_summarize() -> None:
     assert plan.moved == "back" and plan.pivot_uuid == "e2"
     plan = plan_partial(b.records, "e3", "upTo")
     # Back to e2 leaves only e1 (a user message) to summarize: still content, so it holds.
-    assert plan.moved == "back" and ids(plan.summarize) == ["e1"]
+    assert plan.moved == "back" and uuids(plan.summarize) == ["e1"]
     b2 = _Builder()
     b2.boundary_and_summary()  # e1 e2
     b2.call("m1", "t1")  # e3
@@ -145,7 +139,7 @@ def test_moves_forward_when_going_back_leaves_nothing_to_summarize() -> None:
     plan = plan_partial(b2.records, "e4", "upTo")
     # Back (before e3) would summarize only the old boundary and summary: forward instead.
     assert plan.moved == "forward" and plan.pivot_uuid == "e5"
-    assert ids(plan.summarize) == ["e1", "e2", "e3", "e4"]
+    assert uuids(plan.summarize) == ["e1", "e2", "e3", "e4"]
 
 
 def test_unknown_pivot_and_nothing_to_summarize() -> None:
@@ -166,7 +160,7 @@ def test_previous_boundary_and_summary_always_stay_on_the_earlier_side() -> None
     b.user()  # e3
     b.text("m1")  # e4
     plan = plan_partial(b.records, "e1", "from")
-    assert ids(plan.kept_before) == ["e1", "e2"] and ids(plan.summarize) == ["e3", "e4"]
+    assert uuids(plan.kept_before) == ["e1", "e2"] and uuids(plan.summarize) == ["e3", "e4"]
     with pytest.raises(PartialError) as info:
         plan_partial(b.records, "e3", "upTo")  # only the old summary would be summarized
     assert info.value.code == NOTHING_TO_SUMMARIZE
@@ -207,9 +201,9 @@ def test_view_puts_the_preserved_prefix_between_boundary_and_summary() -> None:
     plan = plan_partial(context_records(records), "e3", "from")
     records = _compact_from(records, plan, "1")
     view = context_records(records)
-    assert ids(view) == ["b-1", "e1", "e2", "s-1"]
-    assert ids(preserved_prefix_records(records, len(records) - 2)) == ["e1", "e2"]
-    assert ids(context_records(view)) == ids(view)  # idempotent
+    assert uuids(view) == ["b-1", "e1", "e2", "s-1"]
+    assert uuids(preserved_prefix_records(records, len(records) - 2)) == ["e1", "e2"]
+    assert uuids(context_records(view)) == uuids(view)  # idempotent
 
     # Work continues, then a second "from" compaction keeps the first prefix and summary.
     b = _Builder()
@@ -221,13 +215,13 @@ def test_view_puts_the_preserved_prefix_between_boundary_and_summary() -> None:
     b.text("m10")  # e104
     records = b.records
     view = context_records(records)
-    assert ids(view) == ["b-1", "e1", "e2", "s-1", "e101", "e102", "e103", "e104"]
+    assert uuids(view) == ["b-1", "e1", "e2", "s-1", "e101", "e102", "e103", "e104"]
     plan = plan_partial(view, "e103", "from")
-    assert ids(plan.kept_before) == ["b-1", "e1", "e2", "s-1", "e101", "e102"]
+    assert uuids(plan.kept_before) == ["b-1", "e1", "e2", "s-1", "e101", "e102"]
     records = _compact_from(records, plan, "2")
-    assert ids(context_records(records)) == ["b-2", "e1", "e2", "s-1", "e101", "e102", "s-2"]
+    assert uuids(context_records(records)) == ["b-2", "e1", "e2", "s-1", "e101", "e102", "s-2"]
     # Limiting the view to before the second boundary gives the earlier view back.
-    assert ids(context_records(records, len(records) - 2)) == ids(view)
+    assert uuids(context_records(records, len(records) - 2)) == uuids(view)
 
 
 def test_view_ignores_a_prefix_whose_tail_is_missing() -> None:
@@ -240,7 +234,7 @@ def test_view_ignores_a_prefix_whose_tail_is_missing() -> None:
             "compactMetadata": {"preservedPrefix": {"headUuid": "e1", "tailUuid": "zzz"}},
         }
     )
-    assert ids(context_records([*records, boundary])) == ["b"]
+    assert uuids(context_records([*records, boundary])) == ["b"]
 
 
 # -- property: cuts never break the conversation -------------------------------------------------
@@ -299,7 +293,7 @@ def test_property_cuts_keep_pairs_and_responses_whole(
         return
     earlier, later = _sides(plan)
     # Every entry is on exactly one side, in order, and the summarized side has conversation.
-    assert ids(earlier) + ids(later) == ids(ctx)
+    assert uuids(earlier) + uuids(later) == uuids(ctx)
     assert len(plan.summarize) + len(plan.kept) + len(plan.kept_before) == len(ctx)
     assert any(r.entry.type in ("user", "assistant") for r in plan.summarize)
 
@@ -328,11 +322,11 @@ def test_property_cuts_keep_pairs_and_responses_whole(
     # Once committed, the view holds each kept entry exactly once, where it belongs.
     if plan.direction == "upTo":
         view = context_records(_compact_up_to(ctx, plan, "p"))
-        assert ids(view) == ["b-p", "s-p", *ids(plan.kept), "at-p"]
+        assert uuids(view) == ["b-p", "s-p", *uuids(plan.kept), "at-p"]
     else:
         view = context_records(_compact_from(ctx, plan, "p"))
         prefix = [r for r in plan.kept_before if not r.entry.is_compact_boundary]
-        assert ids(view) == ["b-p", *ids(prefix), "s-p"]
+        assert uuids(view) == ["b-p", *uuids(prefix), "s-p"]
     # The previous boundary and its summary never move to the later side.
     assert not any(r.entry.is_compact_boundary or r.entry.is_compact_summary is True for r in later)
 
@@ -378,7 +372,7 @@ def test_a_second_up_to_keeps_entries_from_both_sides_of_the_first_boundary() ->
     records = simple()
     plan = plan_partial(context_records(records), "e9", "upTo")
     records = _compact_up_to(records, plan, "1")
-    assert ids(context_records(records)) == ["b-1", "s-1", "e9", "e10", "at-1"]
+    assert uuids(context_records(records)) == ["b-1", "s-1", "e9", "e10", "at-1"]
     # The agent goes on; its next entry hangs off the last one it saw (the attachment).
     b = _Builder()
     b.records = list(records)
@@ -386,12 +380,12 @@ def test_a_second_up_to_keeps_entries_from_both_sides_of_the_first_boundary() ->
     b.user()  # e101 (parent at-1)
     b.text("m9")  # e102
     view = context_records(b.records)
-    assert ids(view) == ["b-1", "s-1", "e9", "e10", "at-1", "e101", "e102"]
+    assert uuids(view) == ["b-1", "s-1", "e9", "e10", "at-1", "e101", "e102"]
     # Keep from e10 on: e10 sits before the first boundary in the file, the rest after it.
     plan = plan_partial(view, "e10", "upTo")
-    assert ids(plan.kept) == ["e10", "at-1", "e101", "e102"]
+    assert uuids(plan.kept) == ["e10", "at-1", "e101", "e102"]
     records = _compact_up_to(b.records, plan, "2")
-    assert ids(context_records(records)) == ["b-2", "s-2", "e10", "at-1", "e101", "e102", "at-2"]
+    assert uuids(context_records(records)) == ["b-2", "s-2", "e10", "at-1", "e101", "e102", "at-2"]
 
 
 def test_up_to_after_from_keeps_part_of_the_prefix_and_the_first_summary() -> None:
@@ -404,8 +398,8 @@ def test_up_to_after_from_keeps_part_of_the_prefix_and_the_first_summary() -> No
     b.user()  # e101
     b.text("m9")  # e102
     view = context_records(b.records)
-    assert ids(view) == ["b-1", "e1", "e2", "s-1", "e101", "e102"]
+    assert uuids(view) == ["b-1", "e1", "e2", "s-1", "e101", "e102"]
     plan = plan_partial(view, "e2", "upTo")
-    assert ids(plan.kept) == ["e2", "s-1", "e101", "e102"]
+    assert uuids(plan.kept) == ["e2", "s-1", "e101", "e102"]
     records = _compact_up_to(b.records, plan, "2")
-    assert ids(context_records(records)) == ["b-2", "s-2", "e2", "s-1", "e101", "e102", "at-2"]
+    assert uuids(context_records(records)) == ["b-2", "s-2", "e2", "s-1", "e101", "e102", "at-2"]

@@ -2,45 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from compactd.core.recall import SNIPPET_CONTEXT_CHARS, entry_text, fetch, search
-from compactd.model import Record, record_from_dict
+from compactd.model import record_from_dict
 from compactd.synthetic import make_session
+from tests.helpers import assistant, to_records, tool_result, tool_use_block, user
 
-
-def _user(uid: str, content: Any) -> Record:
-    return record_from_dict(
-        {"type": "user", "uuid": uid, "message": {"role": "user", "content": content}}
-    )
-
-
-RECORDS = [
-    _user("a", "The Quick brown fox"),
-    record_from_dict(
-        {
-            "type": "assistant",
-            "uuid": "b",
-            "message": {
-                "role": "assistant",
-                "content": [
-                    {"type": "tool_use", "id": "t1", "name": "Grep", "input": {"pattern": "quick"}}
-                ],
-            },
-        }
-    ),
-    _user(
-        "c",
-        [
-            {
-                "type": "tool_result",
-                "tool_use_id": "t1",
-                "content": "x" * 300 + " QUICK " + "y" * 300,
-            }
-        ],
-    ),
-    _user("d", 'a "quoted" word \\ with backslash and ünïcode'),
-]
+RECORDS = to_records(
+    [
+        user("The Quick brown fox", uuid="a"),
+        assistant([tool_use_block("t1", "Grep", {"pattern": "quick"})], uuid="b"),
+        tool_result("t1", "x" * 300 + " QUICK " + "y" * 300, uuid="c"),
+        user('a "quoted" word \\ with backslash and ünïcode', uuid="d"),
+    ]
+)
 
 
 def test_search_is_case_insensitive_most_recent_first_and_limited() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from compactd.core import rehydrate as rh
 from compactd.model import Record, record_from_dict
+from tests.helpers import assistant, numbering, tool_result, tool_use_block
 
 # -- helpers ------------------------------------------------------------------------------------
 
@@ -39,39 +40,16 @@ def _file_text(att: dict[str, Any]) -> str:
     return text
 
 
-_n = 0
-
-
-def _uid() -> str:
-    global _n
-    _n += 1
-    return f"e{_n}"
+_uid = numbering("e")
 
 
 def _assistant(*uses: tuple[str, str, dict[str, Any]]) -> Record:
-    return record_from_dict(
-        {
-            "type": "assistant",
-            "uuid": _uid(),
-            "message": {
-                "role": "assistant",
-                "id": _uid(),
-                "content": [
-                    {"type": "tool_use", "id": tid, "name": name, "input": args}
-                    for tid, name, args in uses
-                ],
-            },
-        }
-    )
+    blocks = [tool_use_block(tid, name, args) for tid, name, args in uses]
+    return record_from_dict(assistant(blocks, uuid=_uid(), msg_id=_uid()))
 
 
 def _result(tid: str, text: str = "ok", is_error: bool = False) -> Record:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tid, "content": text}
-    if is_error:
-        block["is_error"] = True
-    return record_from_dict(
-        {"type": "user", "uuid": _uid(), "message": {"role": "user", "content": [block]}}
-    )
+    return record_from_dict(tool_result(tid, text, uuid=_uid(), is_error=is_error))
 
 
 def _attachment(payload: dict[str, Any]) -> Record:

@@ -7,54 +7,33 @@ from typing import Any
 from compactd.core import session_memory as sm
 from compactd.core import split, tokens
 from compactd.core.offline_summary import collect_ledger
-from compactd.model import Entry, record_from_dict
+from compactd.model import Entry
+from tests.helpers import (
+    assistant,
+    text_block,
+    to_entries,
+    to_records,
+    tool_call,
+    tool_result,
+    tool_use_block,
+    user,
+)
 
 # One token per 4 characters: a 4,000-character text is about 1,000 raw tokens.
 CHUNK = "x" * 4_000
 
 
-def _entry(obj: dict[str, Any]) -> Entry:
-    return record_from_dict(obj).entry
-
-
-def user(text: str, uid: str) -> dict[str, Any]:
-    return {"type": "user", "uuid": uid, "message": {"role": "user", "content": text}}
-
-
-def assistant(uid: str, mid: str, *blocks: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "assistant",
-        "uuid": uid,
-        "message": {"role": "assistant", "id": mid, "content": list(blocks)},
-    }
-
-
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
-def tool_use(tid: str) -> dict[str, Any]:
-    return {"type": "tool_use", "id": tid, "name": "Bash", "input": {"command": "ls"}}
-
-
-def tool_result(tid: str, uid: str, body: str) -> dict[str, Any]:
-    return {
-        "type": "user",
-        "uuid": uid,
-        "message": {
-            "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": tid, "content": body}],
-        },
-    }
+def _ls(tid: str) -> dict[str, Any]:
+    return tool_use_block(tid, "Bash", {"command": "ls"})
 
 
 def chat(turns: int, size: str = CHUNK) -> list[Entry]:
     """``turns`` rounds of: user prompt, assistant text (each ~1,000 raw tokens)."""
     out = []
     for i in range(turns):
-        out.append(_entry(user(f"request {i} " + size, f"u{i}")))
-        out.append(_entry(assistant(f"a{i}", f"m{i}", text(f"answer {i} " + size))))
-    return out
+        out.append(user(f"request {i} " + size, uuid=f"u{i}"))
+        out.append(assistant([text_block(f"answer {i} " + size)], uuid=f"a{i}", msg_id=f"m{i}"))
+    return to_entries(out)
 
 
 def kept_tokens(entries: list[Entry], start: int) -> int:
@@ -115,17 +94,19 @@ def test_never_before_the_floor() -> None:
 
 
 def test_tool_pairs_and_responses_stay_intact() -> None:
-    entries = [
-        _entry(user("start " + CHUNK, "u0")),
-        # One response written as two entries, each with a tool call, results in between.
-        _entry(assistant("a1", "m1", text("working"), tool_use("t1"))),
-        _entry(tool_result("t1", "r1", CHUNK)),
-        _entry(assistant("a2", "m1", tool_use("t2"))),
-        _entry(tool_result("t2", "r2", CHUNK)),
-        _entry(assistant("a3", "m2", text("done " + CHUNK))),
-        _entry(user("next " + CHUNK, "u1")),
-        _entry(assistant("a4", "m3", text("ok"))),
-    ]
+    entries = to_entries(
+        [
+            user("start " + CHUNK, uuid="u0"),
+            # One response written as two entries, each with a tool call, results in between.
+            assistant([text_block("working"), _ls("t1")], uuid="a1", msg_id="m1"),
+            tool_result("t1", CHUNK, uuid="r1"),
+            assistant([_ls("t2")], uuid="a2", msg_id="m1"),
+            tool_result("t2", CHUNK, uuid="r2"),
+            assistant([text_block("done " + CHUNK)], uuid="a3", msg_id="m2"),
+            user("next " + CHUNK, uuid="u1"),
+            assistant([text_block("ok")], uuid="a4", msg_id="m3"),
+        ]
+    )
     for want in range(1, 5):
         # Every start inside the first response is pulled back before it.
         rule = sm.KeepRule(min_tokens=0, min_text_entries=0, max_tokens=100_000)
@@ -163,22 +144,26 @@ def test_trigger_rule() -> None:
 
 
 def test_tool_call_counting() -> None:
-    entries = [
-        _entry(user("go", "u0")),
-        _entry(assistant("a1", "m1", tool_use("t1"), tool_use("t2"))),
-        _entry(tool_result("t1", "r1", "ok")),
-        _entry(assistant("a2", "m2", text("done"))),
-    ]
+    entries = to_entries(
+        [
+            user("go", uuid="u0"),
+            assistant([_ls("t1"), _ls("t2")], uuid="a1", msg_id="m1"),
+            tool_result("t1", "ok", uuid="r1"),
+            assistant([text_block("done")], uuid="a2", msg_id="m2"),
+        ]
+    )
     assert sm.tool_call_count(entries) == 2
     assert sm.last_turn_has_tool_calls(entries) is False
     assert sm.last_turn_has_tool_calls(entries[:3]) is True
     assert sm.last_turn_has_tool_calls(entries[:1]) is None
     # Several entries of one response: a tool call in any of them counts.
-    split_response = [
-        _entry(assistant("a1", "m1", tool_use("t1"))),
-        _entry(tool_result("t1", "r1", "ok")),
-        _entry(assistant("a2", "m1", text("and"))),
-    ]
+    split_response = to_entries(
+        [
+            assistant([_ls("t1")], uuid="a1", msg_id="m1"),
+            tool_result("t1", "ok", uuid="r1"),
+            assistant([text_block("and")], uuid="a2", msg_id="m1"),
+        ]
+    )
     assert sm.last_turn_has_tool_calls(split_response) is True
 
 
@@ -235,24 +220,17 @@ def test_parse_notes_reply() -> None:
 
 
 def test_offline_notes_from_the_ledger() -> None:
-    records = [
-        record_from_dict(user("Please fix the flaky test in tests/test_io.py", "u0")),
-        record_from_dict(
-            assistant(
-                "a1",
-                "m1",
-                {
-                    "type": "tool_use",
-                    "id": "t1",
-                    "name": "Bash",
-                    "input": {"command": "pytest -x tests/test_io.py"},
-                },
-            )
-        ),
-        record_from_dict(tool_result("t1", "r1", "1 failed")),
-        record_from_dict(assistant("a2", "m2", text("The test races on a temp file."))),
-    ]
-    notes = sm.offline_notes(collect_ledger(records))
+    recs = to_records(
+        [
+            user("Please fix the flaky test in tests/test_io.py", uuid="u0"),
+            tool_call(
+                "t1", "Bash", {"command": "pytest -x tests/test_io.py"}, uuid="a1", msg_id="m1"
+            ),
+            tool_result("t1", "1 failed", uuid="r1"),
+            assistant([text_block("The test races on a temp file.")], uuid="a2", msg_id="m2"),
+        ]
+    )
+    notes = sm.offline_notes(collect_ledger(recs))
     parsed = dict(sm.parse_sections(notes))
     assert [h for h, _ in sm.parse_sections(notes)] == [s.heading for s in sm.SECTIONS]
     assert "flaky test" in parsed["Session Title"]
@@ -260,5 +238,5 @@ def test_offline_notes_from_the_ledger() -> None:
     assert "pytest -x tests/test_io.py" in parsed["Workflow"]
     assert sm.has_content(notes)
     # The title of earlier notes is kept.
-    again = sm.offline_notes(collect_ledger(records), notes.replace("Please fix", "Fixing", 1))
+    again = sm.offline_notes(collect_ledger(recs), notes.replace("Please fix", "Fixing", 1))
     assert "Fixing" in dict(sm.parse_sections(again))["Session Title"]

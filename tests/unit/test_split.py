@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -28,12 +27,12 @@ from compactd.model import (
     Record,
     ToolResultBlock,
     ToolUseBlock,
-    parse_lines,
     record_from_dict,
 )
+from tests.conftest import fixture_transcripts, load_fixture
+from tests.helpers import assistant, text_block, tool_result_block, tool_use_block, user
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "transcripts"
-FIXTURE_NAMES = sorted(p.name for p in FIXTURES.glob("*.jsonl")) if FIXTURES.exists() else []
+FIXTURE_NAMES = [path.name for path in fixture_transcripts()]
 
 
 # -- builders --------------------------------------------------------------------------------------
@@ -50,20 +49,13 @@ class Builder:
         self.records.append(record_from_dict(obj))
 
     def prompt(self, text: str = "please", **extra: Any) -> None:
-        self._add({"type": "user", "message": {"role": "user", "content": text}, **extra})
+        self._add(user(text, **extra))
 
     def results(self, *tids: str, **extra: Any) -> None:
-        blocks = [{"type": "tool_result", "tool_use_id": t, "content": "ok"} for t in tids]
-        self._add({"type": "user", "message": {"role": "user", "content": blocks}, **extra})
+        self._add(user([tool_result_block(t) for t in tids], **extra))
 
     def part(self, mid: str, *blocks: dict[str, Any], **extra: Any) -> None:
-        self._add(
-            {
-                "type": "assistant",
-                "message": {"role": "assistant", "id": mid, "content": list(blocks)},
-                **extra,
-            }
-        )
+        self._add(assistant(list(blocks), msg_id=mid, **extra))
 
     def noise(self, kind: str = "progress") -> None:
         self._add({"type": kind, "data": {}})
@@ -78,26 +70,18 @@ class Builder:
         return [r.entry for r in self.records]
 
 
-def use(tid: str) -> dict[str, Any]:
-    return {"type": "tool_use", "id": tid, "name": "Bash", "input": {}}
-
-
-def text(t: str) -> dict[str, Any]:
-    return {"type": "text", "text": t}
-
-
 def _sample() -> Builder:
     b = Builder()
     b.prompt("start")  # 0
-    b.part("m1", text("a"))  # 1
-    b.part("m1", use("t1"))  # 2
+    b.part("m1", text_block("a"))  # 1
+    b.part("m1", tool_use_block("t1"))  # 2
     b.results("t1")  # 3
-    b.part("m1", use("t2"))  # 4
+    b.part("m1", tool_use_block("t2"))  # 4
     b.results("t2")  # 5
-    b.part("m2", text("done"))  # 6
+    b.part("m2", text_block("done"))  # 6
     b.prompt("next")  # 7
     b.noise()  # 8
-    b.part("m3", use("t3"))  # 9
+    b.part("m3", tool_use_block("t3"))  # 9
     b.results("t3")  # 10
     return b
 
@@ -123,20 +107,20 @@ def test_group_rounds_edge_cases() -> None:
     b.prompt()
     assert group_rounds(b.entries) == [Round(0, 2, None)]
     b = Builder()
-    b.part("m1", text("x"))
-    b.part("m2", text("y"))
+    b.part("m1", text_block("x"))
+    b.part("m2", text_block("y"))
     assert group_rounds(b.entries) == [Round(0, 1, "m1"), Round(1, 2, "m2")]
 
 
 def test_group_rounds_keeps_inline_sidechain_in_the_response() -> None:
     b = Builder()
     b.prompt()  # 0
-    b.part("m1", use("t1"))  # 1
+    b.part("m1", tool_use_block("t1"))  # 1
     b.prompt("sub task", isSidechain=True)  # 2
-    b.part("s1", text("sub answer"), isSidechain=True)  # 3
-    b.part("m1", use("t2"))  # 4
+    b.part("s1", text_block("sub answer"), isSidechain=True)  # 3
+    b.part("m1", tool_use_block("t2"))  # 4
     b.results("t1", "t2")  # 5
-    b.part("m2", text("done"))  # 6
+    b.part("m2", text_block("done"))  # 6
     assert group_rounds(b.entries) == [Round(0, 1, None), Round(1, 6, "m1"), Round(6, 7, "m2")]
     assert safe_cut_points(b.entries) == [0, 1, 6, 7]
 
@@ -168,7 +152,7 @@ def test_cut_blocked_by_late_tool_result() -> None:
     # A result written after a later prompt still pins the cut.
     b = Builder()
     b.prompt()  # 0
-    b.part("m1", use("t1"))  # 1
+    b.part("m1", tool_use_block("t1"))  # 1
     b.prompt("interjection")  # 2
     b.results("t1")  # 3
     assert safe_cut_points(b.entries) == [0, 1, 4]
@@ -192,8 +176,8 @@ def sessions(draw: st.DrawFn) -> list[Record]:
             mid = f"m{response_no}"
             tids = [f"t{tool_no + k}" for k in range(draw(st.integers(0, 3)))]
             tool_no += len(tids)
-            blocks = [text("say")] if draw(st.booleans()) or not tids else []
-            blocks += [use(t) for t in tids]
+            blocks = [text_block("say")] if draw(st.booleans()) or not tids else []
+            blocks += [tool_use_block(t) for t in tids]
             n_parts = draw(st.integers(1, min(3, len(blocks))))
             cuts: list[int] = []
             if n_parts > 1:
@@ -215,7 +199,7 @@ def sessions(draw: st.DrawFn) -> list[Record]:
                         side_tool = f"s{tool_no}"
                         tool_no += 1
                         b.prompt("sub task", isSidechain=True)
-                        b.part(f"m{response_no}", use(side_tool), isSidechain=True)
+                        b.part(f"m{response_no}", tool_use_block(side_tool), isSidechain=True)
                         b.results(side_tool, isSidechain=True)
                 b.part(mid, *part)
                 ids = [blk["id"] for blk in part if blk["type"] == "tool_use"]
@@ -286,8 +270,7 @@ def test_rounds_partition_and_keep_responses_whole(records: list[Record]) -> Non
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_fixture_cut_points_are_safe(name: str) -> None:
-    with (FIXTURES / name).open("rb") as fh:
-        records = main_thread(context_records(list(parse_lines(fh))))
+    records = main_thread(context_records(load_fixture(name)))
     entries = [r.entry for r in records]
     points = safe_cut_points(entries)
     assert points[0] == 0 and points[-1] == len(entries)
@@ -314,11 +297,11 @@ def test_parse_prompt_too_long() -> None:
 
 
 def _u(t: str) -> dict[str, Any]:
-    return {"role": "user", "content": [text(t)]}
+    return {"role": "user", "content": [text_block(t)]}
 
 
 def _a(t: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [text(t)]}
+    return {"role": "assistant", "content": [text_block(t)]}
 
 
 def _conversation(rounds: int) -> list[dict[str, Any]]:
@@ -392,7 +375,7 @@ def test_ptl_nothing_left() -> None:
     assert truncate_head_for_ptl([], None, _size) is None
     assert truncate_head_for_ptl([_u("only")], None, _size) is None
     assert truncate_head_for_ptl(_conversation(2), 10_000, _size) is None
-    marker_only = [{"role": "user", "content": [text(TRUNCATION_MARKER)]}]
+    marker_only = [{"role": "user", "content": [text_block(TRUNCATION_MARKER)]}]
     assert truncate_head_for_ptl(marker_only, None, _size) is None
 
 
@@ -400,7 +383,7 @@ def test_ptl_keeps_tool_pairs_together() -> None:
     b = Builder()
     b.prompt("go")
     for k in range(4):
-        b.part(f"m{k}", text("x"), use(f"t{k}"))
+        b.part(f"m{k}", text_block("x"), tool_use_block(f"t{k}"))
         b.results(f"t{k}")
     msgs = to_api_messages(b.records)
     out = truncate_head_for_ptl(msgs, None, _size)

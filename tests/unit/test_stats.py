@@ -2,44 +2,42 @@
 
 from __future__ import annotations
 
-import itertools
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from compactd.core import stats
-from compactd.model import Record, parse_lines, record_from_dict
+from compactd.model import Record, record_from_dict
+from tests import helpers
+from tests.conftest import load_fixture
+from tests.helpers import numbering, text_block, to_records, tool_use_block
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "transcripts"
 THRESHOLD = 167_000  # a 200K window's auto-compact threshold
 
-_ids = itertools.count()
-
-
-def _uid() -> str:
-    return f"u{next(_ids)}"
+_uid = numbering("u", start=0)
 
 
 def user(text: str | list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    return {"type": "user", "uuid": _uid(), "message": {"role": "user", "content": text}, **extra}
+    return helpers.user(text, uuid=_uid(), **extra)
 
 
 def assistant(
     text: str = "ok", usage: int | None = None, tool: tuple[str, str] | None = None
 ) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    content = [text_block(text)]
     if tool is not None:
-        content.append({"type": "tool_use", "id": tool[0], "name": tool[1], "input": {}})
-    message: dict[str, Any] = {"role": "assistant", "content": content, "id": _uid()}
-    if usage is not None:
-        message["usage"] = {"input_tokens": usage, "output_tokens": 0}
-    return {"type": "assistant", "uuid": _uid(), "message": message}
+        content.append(tool_use_block(*tool))
+    msg_id = _uid()
+    return helpers.assistant(
+        content,
+        uuid=_uid(),
+        msg_id=msg_id,
+        usage=None if usage is None else {"input_tokens": usage, "output_tokens": 0},
+    )
 
 
 def tool_result(tool_id: str, chars: int) -> dict[str, Any]:
-    block = {"type": "tool_result", "tool_use_id": tool_id, "content": "x" * chars}
-    return {"type": "user", "uuid": _uid(), "message": {"role": "user", "content": [block]}}
+    return helpers.tool_result(tool_id, "x" * chars, uuid=_uid())
 
 
 def boundary(**meta: Any) -> dict[str, Any]:
@@ -68,11 +66,7 @@ def micro(saved: int) -> dict[str, Any]:
 
 
 def records(*entries: dict[str, Any]) -> list[Record]:
-    return [record_from_dict(e) for e in entries]
-
-
-def load(name: str) -> list[Record]:
-    return list(parse_lines((FIXTURES / name).read_bytes().split(b"\n")))
+    return to_records(entries)
 
 
 # -- user prompts -------------------------------------------------------------------------------
@@ -101,7 +95,7 @@ def test_is_user_prompt(entry: dict[str, Any], expected: bool) -> None:
 
 
 def test_claude_code_auto_compaction_fixture() -> None:
-    result = stats.session_stats(load("claude-code-2.1.330__r2_auto.jsonl"), 967_000)
+    result = stats.session_stats(load_fixture("claude-code-2.1.330__r2_auto.jsonl"), 967_000)
     (c,) = result.compactions
     assert (c.trigger, c.mechanism) == ("auto", "full")
     assert (c.pre_tokens, c.post_tokens, c.dropped_tokens) == (970_258, 2_939, 967_319)
@@ -118,7 +112,7 @@ def test_claude_code_auto_compaction_fixture() -> None:
 
 
 def test_claude_code_manual_partial_fixture() -> None:
-    (c,) = stats.compaction_stats(load("claude-code-2.1.330__r16_manual.jsonl"), THRESHOLD)
+    (c,) = stats.compaction_stats(load_fixture("claude-code-2.1.330__r16_manual.jsonl"), THRESHOLD)
     assert (c.trigger, c.mechanism, c.pre_tokens, c.duration_ms) == ("manual", "full", 20_050, 56)
     assert (c.post_tokens, c.dropped_tokens) == (2_980, 17_070)
     # 22 context entries before the boundary; the last assistant text was kept verbatim.
@@ -142,7 +136,9 @@ def test_missing_post_tokens_are_estimated_from_the_compacted_view() -> None:
 
 
 def test_older_claude_code_fixture() -> None:
-    (c,) = stats.compaction_stats(load("NotTahaAli__sessclone__compaction.jsonl"), THRESHOLD)
+    (c,) = stats.compaction_stats(
+        load_fixture("NotTahaAli__sessclone__compaction.jsonl"), THRESHOLD
+    )
     assert (c.trigger, c.pre_tokens, c.post_tokens, c.dropped_tokens) == (
         "manual",
         53_991,

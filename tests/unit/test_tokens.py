@@ -50,11 +50,11 @@ from compactd.model import (
     ToolUseBlock,
     UnknownBlock,
     Usage,
-    parse_lines,
     record_from_dict,
 )
-
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "transcripts"
+from tests import helpers
+from tests.conftest import FIXTURES, fixture_transcripts, load_fixture
+from tests.helpers import tool_use_block
 
 # -- builders -----------------------------------------------------------------------------------
 
@@ -81,27 +81,20 @@ def assistant(
     model: str = "claude-sonnet-4-5-20250929",
     api_error: bool = False,
 ) -> Entry:
-    message: dict[str, Any] = {"role": "assistant", "model": model, "content": content}
-    if msg_id is not None:
-        message["id"] = msg_id
-    if use is not None:
-        message["usage"] = use
-    obj: dict[str, Any] = {"type": "assistant", "message": message}
-    if api_error:
-        obj["isApiErrorMessage"] = True
-    return entry(obj)
+    fields = {"isApiErrorMessage": True} if api_error else {}
+    return entry(helpers.assistant(content, msg_id=msg_id, model=model, usage=use, **fields))
 
 
 def user(content: list[dict[str, Any]] | str, **extra: Any) -> Entry:
-    return entry({"type": "user", "message": {"role": "user", "content": content}, **extra})
+    return entry(helpers.user(content, **extra))
 
 
 def tool_use(tool_id: str, name: str = "Bash", **inp: Any) -> dict[str, Any]:
-    return {"type": "tool_use", "id": tool_id, "name": name, "input": inp}
+    return tool_use_block(tool_id, name, inp)
 
 
 def tool_result(tool_id: str, text: str) -> Entry:
-    return user([{"type": "tool_result", "tool_use_id": tool_id, "content": text}])
+    return entry(helpers.tool_result(tool_id, text))
 
 
 def attachment(payload: dict[str, Any]) -> Entry:
@@ -627,12 +620,9 @@ def test_breakdown_empty_and_unknown_tool() -> None:
 
 def _boundary_cases() -> list[tuple[str, int, list[Entry], int]]:
     """(fixture, boundary index, entries since the previous boundary, recorded preTokens)."""
-    if not FIXTURES.is_dir():
-        return []
     cases = []
-    for path in sorted(FIXTURES.glob("*.jsonl")):
-        with path.open("rb") as handle:
-            entries = [record.entry for record in parse_lines(handle)]
+    for path in fixture_transcripts():
+        entries = [record.entry for record in load_fixture(path.name)]
         segment: list[Entry] = []
         for index, item in enumerate(entries):
             if item.is_compact_boundary:

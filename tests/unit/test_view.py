@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from compactd.core.view import (
     context_records,
@@ -13,25 +10,9 @@ from compactd.core.view import (
     main_thread,
     preserved_records,
 )
-from compactd.model import Record, parse_lines, record_from_dict
-
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "transcripts"
-
-
-def load_fixture(name: str) -> list[Record]:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {name} not available")
-    with path.open("rb") as fh:
-        return list(parse_lines(fh))
-
-
-def entry(uuid: str, kind: str = "user", parent: str | None = None, **extra: Any) -> Record:
-    obj: dict[str, Any] = {"type": kind, "uuid": uuid, "parentUuid": parent}
-    if kind in ("user", "assistant") and "message" not in extra:
-        obj["message"] = {"role": kind, "content": f"text of {uuid}"}
-    obj.update(extra)
-    return record_from_dict(obj)
+from compactd.model import Record, record_from_dict
+from tests.conftest import load_fixture
+from tests.helpers import linked_record, uuids
 
 
 def boundary(uuid: str, segment: dict[str, str] | None = None, last: str | None = None) -> Record:
@@ -52,28 +33,26 @@ def boundary(uuid: str, segment: dict[str, str] | None = None, last: str | None 
 
 
 def summary(uuid: str, parent: str) -> Record:
-    return entry(uuid, "user", parent, isCompactSummary=True, isVisibleInTranscriptOnly=True)
-
-
-def uuids(records: list[Record]) -> list[str | None]:
-    return [r.entry.uuid for r in records]
+    return linked_record(
+        uuid, "user", parent, isCompactSummary=True, isVisibleInTranscriptOnly=True
+    )
 
 
 def test_no_boundary_gives_everything() -> None:
-    records = [entry("u1"), entry("a1", "assistant", "u1")]
+    records = [linked_record("u1"), linked_record("a1", "assistant", "u1")]
     assert last_boundary_index(records) is None
     assert uuids(context_records(records)) == ["u1", "a1"]
 
 
 def test_slices_at_the_last_boundary() -> None:
     records = [
-        entry("u1"),
+        linked_record("u1"),
         boundary("b1"),
         summary("s1", "b1"),
-        entry("u2", parent="s1"),
+        linked_record("u2", parent="s1"),
         boundary("b2"),
         summary("s2", "b2"),
-        entry("u3", parent="s2"),
+        linked_record("u3", parent="s2"),
     ]
     assert last_boundary_index(records) == 4
     assert uuids(context_records(records)) == ["b2", "s2", "u3"]
@@ -81,17 +60,17 @@ def test_slices_at_the_last_boundary() -> None:
 
 def _partial_session(segment: dict[str, str]) -> list[Record]:
     return [
-        entry("u1"),
-        entry("a1", "assistant", "u1"),
-        entry("u2", parent="a1"),
-        entry("a2", "assistant", "u2"),
-        entry("side", "assistant", "zz", isSidechain=True),
-        entry("a2b", "assistant", "a2"),
-        entry("r2", "user", "a2b"),
+        linked_record("u1"),
+        linked_record("a1", "assistant", "u1"),
+        linked_record("u2", parent="a1"),
+        linked_record("a2", "assistant", "u2"),
+        linked_record("side", "assistant", "zz", isSidechain=True),
+        linked_record("a2b", "assistant", "a2"),
+        linked_record("r2", "user", "a2b"),
         boundary("b", segment, last="r2"),
-        entry("att", "attachment", "b", attachment={"type": "date", "date": "x"}),
+        linked_record("att", "attachment", "b", attachment={"type": "date", "date": "x"}),
         summary("s", "att"),
-        entry("u3", parent="s"),
+        linked_record("u3", parent="s"),
     ]
 
 
@@ -106,7 +85,7 @@ def test_preserved_segment_follows_parent_links() -> None:
 def test_preserved_segment_falls_back_to_file_order() -> None:
     records = _partial_session({"headUuid": "a2", "anchorUuid": "s", "tailUuid": "r2"})
     # Break the chain: r2 now points at an entry that does not exist.
-    records[6] = entry("r2", "user", "missing")
+    records[6] = linked_record("r2", "user", "missing")
     view = context_records(records)
     assert uuids(view) == ["b", "att", "s", "a2", "a2b", "r2", "u3"]
 
@@ -119,7 +98,7 @@ def test_preserved_without_anchor_goes_after_the_summary() -> None:
 def test_preserved_without_summary_goes_after_the_boundary() -> None:
     records = _partial_session({"headUuid": "a2", "tailUuid": "r2"})
     del records[9]
-    records[9] = entry("u3", parent="att")
+    records[9] = linked_record("u3", parent="att")
     assert uuids(context_records(records)) == ["b", "a2", "a2b", "r2", "att", "u3"]
 
 
@@ -135,11 +114,11 @@ def test_single_preserved_entry() -> None:
 
 def test_preserved_entries_already_after_the_boundary_are_not_duplicated() -> None:
     records = [
-        entry("u1"),
+        linked_record("u1"),
         boundary("b", {"headUuid": "k1", "anchorUuid": "s", "tailUuid": "k2"}),
         summary("s", "b"),
-        entry("k1", "assistant", "s"),
-        entry("k2", "user", "k1"),
+        linked_record("k1", "assistant", "s"),
+        linked_record("k2", "user", "k1"),
     ]
     assert uuids(context_records(records)) == ["b", "s", "k1", "k2"]
 
@@ -152,10 +131,10 @@ def test_context_records_is_idempotent() -> None:
 
 def test_main_thread_drops_inline_sidechains() -> None:
     records = [
-        entry("u1"),
-        entry("x1", "user", None, isSidechain=True),
-        entry("x2", "assistant", "x1", isSidechain=True),
-        entry("a1", "assistant", "u1", isSidechain=False),
+        linked_record("u1"),
+        linked_record("x1", "user", None, isSidechain=True),
+        linked_record("x2", "assistant", "x1", isSidechain=True),
+        linked_record("a1", "assistant", "u1", isSidechain=False),
     ]
     assert uuids(main_thread(records)) == ["u1", "a1"]
     only_side = records[1:3]

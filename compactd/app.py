@@ -132,7 +132,7 @@ class App:
         session = Session(
             meta=meta,
             transcript_path=str(self.store.transcript_path(session_id)),
-            records=History(loaded.records),
+            records=loaded.records,
             skipped_lines=loaded.report.skipped,
         )
         session.rebuild()

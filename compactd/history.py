@@ -33,9 +33,9 @@ _MAX_KIND_CODES: Final = 255
 # ``History`` sweeps dead weak references out of its handed-out records past this many.
 _HANDED_SWEEP_MIN: Final = 1024
 
-# Recent uuids stay in a dict until there are this many (or until lines are released); then
-# they are folded into the sorted arrays. compactd's own figure: a fold copies the arrays in a
-# few slices, so folding this often costs little and bounds the strings kept alive.
+# Recent uuids stay in a dict until there are this many; then they are folded into the sorted
+# arrays. compactd's own figure: a fold copies the arrays in a few slices, so folding this
+# often costs little, and it bounds the uuid strings of released lines kept alive.
 _UUID_FOLD_AT: Final = 1024
 
 
@@ -215,8 +215,6 @@ class History(Sequence[Record]):
         self._release(previous)
         del previous
         self._sweep()
-        # The released records' uuid strings need not stay alive in the recent index.
-        self._uuids.fold()
 
     # -- internals ---------------------------------------------------------------------------------
 

@@ -495,13 +495,19 @@ def parse_buffer(data: bytes, report: ParseReport | None = None) -> Iterator[tup
     """Like ``parse_lines`` over a whole file's bytes, also yielding where each line starts."""
     rep = report if report is not None else ParseReport()
     pos = 0
-    for line in data.split(b"\n"):
-        start = pos
-        pos += len(line) + 1
+    size = len(data)
+    # Line by line with find() rather than split(): a long transcript is never held as a list
+    # of all its lines.
+    while pos <= size:
+        end = data.find(b"\n", pos)
+        if end < 0:
+            end = size
+        line = data[pos:end]
         stripped = line.strip()
         record = _parse_one(stripped, rep)
         if record is not None:
-            yield start + (len(line) - len(line.lstrip())), record
+            yield pos + (len(line) - len(line.lstrip())), record
+        pos = end + 1
 
 
 def _parse_one(stripped: bytes, rep: ParseReport) -> Record | None:

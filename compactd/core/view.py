@@ -303,24 +303,28 @@ def _undo_view(records: Sequence[Record], b: int, stop: int) -> list[Record]:
     if t is None:
         # The undone boundary is unknown: the undo entry is simply transparent.
         return context_records(records, b) + list(records[b + 1 : stop])
+    # Records are compared by identity. A released record read back from a ``History`` keeps
+    # one identity only while someone holds it, so ``before`` and ``group`` stay referenced
+    # until the comparison is done.
     before = context_records(records, t)
     group = _group_of(records, t)
-    seen = {id(r) for r in before} | group
+    seen = {id(r) for r in before} | {id(r) for r in group}
     since = [r for r in context_records(records, b) if id(r) not in seen]
     return before + since + list(records[b + 1 : stop])
 
 
-def _group_of(records: Sequence[Record], t: int) -> set[int]:
-    """Identities of the boundary at ``t`` and the summary and attachments written with it."""
-    chain = {records[t].entry.uuid}
-    group = {id(records[t])}
-    for record in records[t + 1 :]:
+def _group_of(records: Sequence[Record], t: int) -> list[Record]:
+    """The boundary at ``t`` and the summary and attachments written with it."""
+    group = [records[t]]
+    chain = {group[0].entry.uuid}
+    for i in range(t + 1, len(records)):
+        record = records[i]
         entry = record.entry
         part = entry.is_compact_summary is True or entry.type == "attachment"
         if not part or entry.parent_uuid not in chain:
             break
         chain.add(entry.uuid)
-        group.add(id(record))
+        group.append(record)
     return group
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from compactd.history import History
 from compactd.model import ParseReport, Record, forget_file, parse_buffer
 
 # Session ids become directory names: keep them to a conservative alphabet.
@@ -52,7 +53,7 @@ class SessionMeta(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
 
 @dataclass(slots=True)
 class LoadedTranscript:
-    records: list[Record]
+    records: History
     report: ParseReport = field(default_factory=ParseReport)
     truncated_bytes: int = 0
 
@@ -146,7 +147,7 @@ class Store:
     def load(self, session_id: str) -> LoadedTranscript:
         path = self.transcript_path(session_id)
         if not path.exists():
-            return LoadedTranscript(records=[])
+            return LoadedTranscript(records=History())
         data = path.read_bytes()
         truncated = 0
         # A torn tail was never acknowledged: drop it so later appends start on a clean line.
@@ -159,20 +160,31 @@ class Store:
                 fh.flush()
                 os.fsync(fh.fileno())
         report = ParseReport()
-        located = list(parse_buffer(data, report))
-        records = [r for _, r in located]
+        records = _history_of(data, str(path), report)
         cut_at = _incomplete_group_start(records)
         if cut_at is not None:
-            keep = records[:cut_at]
-            new_data = b"".join(r.raw + b"\n" for r in keep)
+            new_data = b"".join(records.raw_line(i) + b"\n" for i in range(cut_at))
             truncated += len(data) - len(new_data)
             atomic_write(path, new_data)
-            records = keep
-            _locate(records, path, 0)
-        else:
-            for offset, record in located:
-                record.locate(str(path), offset)
+            # Offsets changed with the rewrite (skipped lines are gone too): read it again.
+            records = _history_of(new_data, str(path), ParseReport())
         return LoadedTranscript(records=records, report=report, truncated_bytes=truncated)
+
+
+def _history_of(data: bytes, path: str, report: ParseReport) -> History:
+    """The records of a transcript's bytes, located in ``path``.
+
+    Lines before a compaction boundary are released as soon as the boundary is read, so a
+    long session is never held decoded whole; ``Session.rebuild`` brings back what its
+    context needs (entries a partial compaction kept, the view an undo restores).
+    """
+    records = History()
+    for offset, record in parse_buffer(data, report):
+        record.locate(path, offset)
+        records.append(record)
+        if record.kind == "system" and record.subtype == "compact_boundary":
+            records.retain([record])
+    return records
 
 
 def _locate(records: Sequence[Record], path: Path, offset: int) -> None:
@@ -182,11 +194,10 @@ def _locate(records: Sequence[Record], path: Path, offset: int) -> None:
         offset += len(record.raw) + 1
 
 
-def _incomplete_group_start(records: list[Record]) -> int | None:
+def _incomplete_group_start(records: Sequence[Record]) -> int | None:
     """Index of a trailing compaction group that a crash cut short, if any."""
     for i in range(len(records) - 1, -1, -1):
-        entry = records[i].entry
-        if entry.type != "system":
+        if records[i].kind != "system":
             continue
         size = _group_size(records[i])
         if size is None:

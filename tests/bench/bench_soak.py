@@ -214,6 +214,14 @@ async def run(seconds: int, sessions: int) -> int:
                 elapsed = time.monotonic() - t0
                 rss_end = rss_kib(pid)
                 size = _disk(tmp)
+            # A restart: a fresh daemon loads every session from its transcript again.
+            async with Client.spawn(args, initialization_options=options) as client:
+                assert client.process is not None
+                started = time.perf_counter()
+                for sid in sids:
+                    await client.tokens_status(sid)
+                reload_s = time.perf_counter() - started
+                rss_reloaded = rss_kib(client.process.pid)
     finally:
         emu.stop()
 
@@ -240,6 +248,10 @@ async def run(seconds: int, sessions: int) -> int:
     print(
         f"daemon RSS: {rss_start / 1024:.1f} MiB after warm-up -> {rss_end / 1024:.1f} MiB at "
         f"the end ({growth:+.1f}%); transcripts on disk: {size / 1e6:.1f} MB"
+    )
+    print(
+        f"after a restart, loading all {sessions} sessions ({size / 1e6:.1f} MB) took "
+        f"{reload_s:.2f} s; daemon RSS then {rss_reloaded / 1024:.1f} MiB"
     )
     for at, rss, disk in samples:
         print(f"  at {at:5.1f} s: RSS {rss / 1024:6.1f} MiB, transcripts {disk / 1e6:6.1f} MB")

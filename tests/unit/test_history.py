@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from compactd.core.recall import fetch
+from compactd.core.view import context_records, last_undoable
 from compactd.history import History, UuidIndex, boundary_indices
 from compactd.model import Record, record_from_dict
 from compactd.services.store import Store
@@ -135,3 +136,69 @@ def test_recall_fetch_uses_the_uuid_index_and_agrees_with_a_scan(tmp_path: Path)
     by_index = [h.record.entry.uuid for h in fetch(history, wanted)]
     by_scan = [h.record.entry.uuid for h in fetch(list(history), wanted)]
     assert by_index == by_scan == ["u-5", "u-295", "u-150"]
+
+
+def _linked(uid: str, kind: str, parent: str | None = None, **extra: Any) -> dict[str, Any]:
+    role = "user" if kind == "user" else "assistant"
+    return {
+        "type": kind,
+        "uuid": uid,
+        "parentUuid": parent,
+        "message": {"role": role, "content": f"{uid} says hello"},
+        **extra,
+    }
+
+
+def _group(b: str, cid: str, **meta: Any) -> list[dict[str, Any]]:
+    return [
+        {**_boundary(b), "compactMetadata": {"compactionId": cid, **meta}},
+        {**_linked(f"s-{b}", "user", b), "isCompactSummary": True},
+        {"type": "attachment", "uuid": f"at-{b}", "parentUuid": f"s-{b}", "attachment": {}},
+    ]
+
+
+_SCENARIOS = {
+    "undo of the only compaction": [
+        _linked("u1", "user"),
+        _linked("a1", "assistant", "u1"),
+        *_group("b1", "C1"),
+        _linked("u2", "user", "at-b1"),
+        {**_boundary("x1"), "compactMetadata": {"compactionId": "X1", "undoes": "C1"}},
+        _linked("a2", "assistant", "u2"),
+    ],
+    "undo of the second of two": [
+        _linked("u1", "user"),
+        _linked("a1", "assistant", "u1"),
+        *_group("b1", "C1"),
+        _linked("u2", "user", "at-b1"),
+        _linked("a2", "assistant", "u2"),
+        *_group("b2", "C2"),
+        {**_boundary("x2"), "compactMetadata": {"compactionId": "X2", "undoes": "C2"}},
+    ],
+    "partial compaction keeping entries before its boundary": [
+        _linked("u1", "user"),
+        _linked("a1", "assistant", "u1"),
+        _linked("u2", "user", "a1"),
+        _linked("a2", "assistant", "u2"),
+        *_group(
+            "b1",
+            "C1",
+            preservedSegment={"headUuid": "u2", "anchorUuid": "s-b1", "tailUuid": "a2"},
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SCENARIOS))
+def test_views_over_a_loaded_history_match_the_plain_list(tmp_path: Path, name: str) -> None:
+    """Loading releases lines at each boundary; the views built over it must not change."""
+    objs = _SCENARIOS[name]
+    plain = [record_from_dict(o) for o in objs]
+    store = Store(tmp_path)
+    store.session_dir("s").mkdir()
+    store.create_transcript("s", [record_from_dict(o) for o in objs])
+    loaded = store.load("s").records
+    assert isinstance(loaded, History) and loaded.live_count() < len(objs)
+    expected = [r.uuid for r in context_records(plain)]
+    assert [r.uuid for r in context_records(loaded)] == expected
+    assert last_undoable(loaded) == last_undoable(plain)

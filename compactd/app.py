@@ -21,11 +21,10 @@ import platformdirs
 
 from compactd import protocol as p
 from compactd.core import constants, tokens
-from compactd.history import History
-from compactd.model import ParseReport, Record, parse_lines, record_from_dict
+from compactd.model import Record, record_from_dict
 from compactd.services import files as files_service
 from compactd.services import session_memory as session_memory_service
-from compactd.services.store import SessionMeta, Store, valid_session_id
+from compactd.services.store import LoadedTranscript, SessionMeta, Store, valid_session_id
 from compactd.session import Session
 
 log = logging.getLogger(__name__)
@@ -193,11 +192,10 @@ class App:
                     session.rebuild()  # read-file state is relative to the cwd
             return self._open_result(session)
 
-        records: list[Record] = []
-        report = ParseReport()
+        data = b""
         imported_from: str | None = None
         if source is not None:
-            records, report = await anyio.to_thread.run_sync(_read_transcript, source)
+            data = await anyio.to_thread.run_sync(_read_transcript, source)
             imported_from = str(source.resolve())
         meta = SessionMeta(
             session_id=sid,
@@ -212,16 +210,25 @@ class App:
             created_at=time.time(),
         )
 
-        def create() -> None:
+        def create() -> LoadedTranscript:
+            loaded = self.store.create_transcript(sid, data)
+            if not loaded.records and loaded.report.skipped:
+                self.store.discard(sid)
+                raise p.CompactdError(
+                    p.ErrorCode.TRANSCRIPT_UNREADABLE,
+                    f"{source} is not a Claude Code transcript: none of its "
+                    f"{loaded.report.lines} lines is a JSON object ({loaded.report.first_error})",
+                )
+            # The meta file comes last: until it exists the session does not either.
             self.store.write_meta(meta)
-            self.store.create_transcript(sid, records)
+            return loaded
 
-        await anyio.to_thread.run_sync(create)
+        loaded = await anyio.to_thread.run_sync(create)
         session = Session(
             meta=meta,
             transcript_path=str(self.store.transcript_path(sid)),
-            records=History(records),
-            skipped_lines=report.skipped,
+            records=loaded.records,
+            skipped_lines=loaded.report.skipped,
         )
         session.rebuild()
         self.sessions[sid] = session
@@ -330,7 +337,7 @@ def parse_entries(entries: list[dict[str, Any]]) -> list[Record]:
     return records
 
 
-def _read_transcript(path: Path) -> tuple[list[Record], ParseReport]:
+def _read_transcript(path: Path) -> bytes:
     try:
         st = path.stat()
     except OSError as exc:
@@ -347,20 +354,11 @@ def _read_transcript(path: Path) -> tuple[list[Record], ParseReport]:
             f"transcript {path} is {st.st_size} bytes, above the {MAX_IMPORT_BYTES} limit",
         )
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise p.CompactdError(
             p.ErrorCode.TRANSCRIPT_UNREADABLE, f"cannot read transcript {path}: {exc.strerror}"
         ) from exc
-    report = ParseReport()
-    records = list(parse_lines(data.split(b"\n"), report))
-    if not records and report.skipped:
-        raise p.CompactdError(
-            p.ErrorCode.TRANSCRIPT_UNREADABLE,
-            f"{path} is not a Claude Code transcript: none of its {report.lines} lines is a JSON "
-            f"object ({report.first_error})",
-        )
-    return records, report
 
 
 def _builtins(value: msgspec.Struct | None) -> dict[str, Any] | None:

@@ -48,12 +48,11 @@ class UuidIndex:
     are exact.
     """
 
-    __slots__ = ("_recent", "_sorted", "_uuid_at")
+    __slots__ = ("_recent", "_sorted")
 
-    def __init__(self, uuid_at: Callable[[int], str | None]) -> None:
+    def __init__(self) -> None:
         self._recent: dict[str, int] = {}
         self._sorted: tuple[array[int], array[int]] = (array("q"), array("I"))
-        self._uuid_at = uuid_at
 
     def __len__(self) -> int:
         return len(self._recent) + len(self._sorted[0])
@@ -63,7 +62,7 @@ class UuidIndex:
         if len(self._recent) >= _UUID_FOLD_AT:
             self.fold()
 
-    def get(self, uuid: str) -> int | None:
+    def get(self, uuid: str, uuid_at: Callable[[int], str | None]) -> int | None:
         line = self._recent.get(uuid)
         if line is not None:
             return line
@@ -73,7 +72,7 @@ class UuidIndex:
         found: int | None = None
         while at < len(hashes) and hashes[at] == key:
             candidate = lines[at]
-            if (found is None or candidate > found) and self._uuid_at(candidate) == uuid:
+            if (found is None or candidate > found) and uuid_at(candidate) == uuid:
                 found = candidate
             at += 1
         return found
@@ -119,7 +118,9 @@ class History(Sequence[Record]):
         # dead ones are swept out once they outnumber the live ones.
         self._handed: dict[int, weakref.ref[Record]] = {}
         self._handed_sweep_at = _HANDED_SWEEP_MIN
-        self._uuids = UuidIndex(self._uuid_at)
+        # Not handed ``_uuid_at`` to keep: a History must not be part of a reference cycle,
+        # so that dropping it frees its records at once.
+        self._uuids = UuidIndex()
         self.extend(records)
 
     # -- Sequence --------------------------------------------------------------------------------
@@ -180,7 +181,7 @@ class History(Sequence[Record]):
 
     def index_of(self, uuid: str) -> int | None:
         """The last line whose entry has ``uuid``, or None."""
-        return self._uuids.get(uuid)
+        return self._uuids.get(uuid, self._uuid_at)
 
     def raw_line(self, line: int) -> bytes:
         """The bytes of one line, without making a record of it (for scans over history)."""

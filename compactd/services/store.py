@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,12 +113,21 @@ class Store:
     # -- meta ---------------------------------------------------------------------------------
 
     def write_meta(self, meta: SessionMeta) -> None:
-        d = self.session_dir(meta.session_id)
+        self._make_dir(meta.session_id)
+        atomic_write(self.session_dir(meta.session_id) / "meta.json", msgspec.json.encode(meta))
+
+    def discard(self, session_id: str) -> None:
+        """Remove a session directory that never got its meta file (a failed import)."""
+        d = self.session_dir(session_id)
+        if not (d / "meta.json").exists():
+            shutil.rmtree(d, ignore_errors=True)
+
+    def _make_dir(self, session_id: str) -> None:
+        d = self.session_dir(session_id)
         fresh = not d.exists()
         d.mkdir(parents=True, exist_ok=True)
         if fresh:
             _fsync_dir(self.sessions_dir)
-        atomic_write(d / "meta.json", msgspec.json.encode(meta))
 
     def read_meta(self, session_id: str) -> SessionMeta:
         data = (self.session_dir(session_id) / "meta.json").read_bytes()
@@ -125,11 +135,19 @@ class Store:
 
     # -- transcript ---------------------------------------------------------------------------
 
-    def create_transcript(self, session_id: str, records: Sequence[Record] = ()) -> None:
-        """Create the transcript (optionally with imported records) durably."""
+    def create_transcript(self, session_id: str, data: bytes = b"") -> LoadedTranscript:
+        """Create the transcript durably, from another transcript's bytes when importing one.
+
+        Only the lines that parse are written, back to back; the report counts the others.
+        The records come back located in the new file, read the way ``load`` reads them.
+        """
+        self._make_dir(session_id)
         path = self.transcript_path(session_id)
-        atomic_write(path, b"".join(r.raw + b"\n" for r in records))
-        _locate(records, path, 0)
+        report = ParseReport()
+        lines: list[bytes] = []
+        records = _history_of(data, str(path), report, written=lines)
+        atomic_write(path, b"".join(line + b"\n" for line in lines))
+        return LoadedTranscript(records=records, report=report)
 
     def append(self, session_id: str, records: Sequence[Record]) -> None:
         """Append records' lines with one write and fsync before returning."""
@@ -171,16 +189,26 @@ class Store:
         return LoadedTranscript(records=records, report=report, truncated_bytes=truncated)
 
 
-def _history_of(data: bytes, path: str, report: ParseReport) -> History:
+def _history_of(
+    data: bytes, path: str, report: ParseReport, *, written: list[bytes] | None = None
+) -> History:
     """The records of a transcript's bytes, located in ``path``.
 
-    Lines before a compaction boundary are released as soon as the boundary is read, so a
-    long session is never held decoded whole; ``Session.rebuild`` brings back what its
-    context needs (entries a partial compaction kept, the view an undo restores).
+    With ``written``, the lines that parse are collected there and located as if written
+    back to back (an import); otherwise where they are in ``data``. Lines before a compaction
+    boundary are released as soon as the boundary is read, so a long session is never held
+    decoded whole; ``Session.rebuild`` brings back what its context needs (entries a partial
+    compaction kept, the view an undo restores).
     """
     records = History()
+    end = 0
     for offset, record in parse_buffer(data, report):
-        record.locate(path, offset)
+        if written is None:
+            record.locate(path, offset)
+        else:
+            record.locate(path, end)
+            end += len(record.raw) + 1
+            written.append(record.raw)
         records.append(record)
         if record.kind == "system" and record.subtype == "compact_boundary":
             records.retain([record])

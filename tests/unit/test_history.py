@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,8 @@ def _boundary(uuid: str, subtype: str = "compact_boundary") -> dict[str, Any]:
 
 def _written(tmp_path: Path, objs: list[dict[str, Any]]) -> list[Record]:
     """Records written to a real transcript file, located the way the store locates them."""
-    store = Store(tmp_path)
-    store.session_dir("s").mkdir()
-    records = [record_from_dict(o) for o in objs]
-    store.create_transcript("s", records)
-    return records
+    data = b"".join(record_from_dict(o).raw + b"\n" for o in objs)
+    return list(Store(tmp_path).create_transcript("s", data).records)
 
 
 def test_sequence_behaviour_and_lookups_survive_release(tmp_path: Path) -> None:
@@ -81,28 +79,28 @@ def test_lines_never_written_stay_in_memory() -> None:
 
 def test_uuid_index_is_exact_past_folding_and_keeps_the_last_line() -> None:
     names = {i: f"id-{i}" for i in range(10_000)}
-    index = UuidIndex(lambda line: names.get(line))
+    index = UuidIndex()
     for i in range(10_000):
         index.add(names[i], i)
     # A repeated uuid (an imported transcript may hold one) resolves to its last line.
     names[10_000] = "id-7"
     index.add("id-7", 10_000)
     assert len(index) == 10_001
-    assert all(index.get(f"id-{i}") == i for i in range(0, 10_000, 7) if i != 7)
-    assert index.get("id-7") == 10_000
-    assert index.get("id-10001") is None
+    assert all(index.get(f"id-{i}", names.get) == i for i in range(0, 10_000, 7) if i != 7)
+    assert index.get("id-7", names.get) == 10_000
+    assert index.get("id-10001", names.get) is None
 
 
 def test_uuid_index_confirms_hash_matches_against_the_line() -> None:
     # Two uuids forced onto one line slot: the wrong one must not be reported present.
     names = {0: "alpha"}
-    index = UuidIndex(lambda line: names.get(line))
+    index = UuidIndex()
     index.add("alpha", 0)
     for i in range(1, 1024):
         names[i] = f"n{i}"
         index.add(f"n{i}", i)
     names[0] = "rewritten"  # the line no longer holds "alpha"
-    assert index.get("alpha") is None
+    assert index.get("alpha", names.get) is None
 
 
 def test_released_history_costs_a_few_bytes_a_line(tmp_path: Path) -> None:
@@ -195,10 +193,23 @@ def test_views_over_a_loaded_history_match_the_plain_list(tmp_path: Path, name: 
     objs = _SCENARIOS[name]
     plain = [record_from_dict(o) for o in objs]
     store = Store(tmp_path)
-    store.session_dir("s").mkdir()
-    store.create_transcript("s", [record_from_dict(o) for o in objs])
+    created = store.create_transcript("s", b"".join(r.raw + b"\n" for r in plain)).records
     loaded = store.load("s").records
+    assert [r.uuid for r in context_records(created)] == [r.uuid for r in context_records(plain)]
     assert isinstance(loaded, History) and loaded.live_count() < len(objs)
     expected = [r.uuid for r in context_records(plain)]
     assert [r.uuid for r in context_records(loaded)] == expected
     assert last_undoable(loaded) == last_undoable(plain)
+
+
+def test_dropping_a_history_frees_its_records_without_the_cycle_collector() -> None:
+    records = [record_from_dict(_entry(i)) for i in range(3)]
+    history = History(records)
+    assert history.index_of("u-1") == 1
+    probe = weakref.ref(records[1])
+    gc.disable()
+    try:
+        del records, history
+        assert probe() is None  # freed by reference counting alone: no reference cycle
+    finally:
+        gc.enable()

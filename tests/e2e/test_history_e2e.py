@@ -3,11 +3,14 @@ read back from the transcript for appends, recall, undo and stats, before and af
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from compactd_client import Client
+import pytest
+from compactd_client import Client, RpcError
 
+from compactd import protocol as p
 from tests.conftest import SpawnDaemon
 
 OFFLINE = {"summarizer": {"offline": True}}
@@ -84,3 +87,26 @@ async def test_released_history_after_a_restart(spawn_daemon: SpawnDaemon, tmp_p
         assert (await client.messages(sid)).messages == view
         await _check_history(client, sid, turns)
         assert (await client.list_sessions()).sessions[0].entry_count == count
+
+
+async def test_an_import_with_no_entries_fails_and_leaves_nothing(
+    spawn_daemon: SpawnDaemon, tmp_path: Path
+) -> None:
+    src = tmp_path / "notes.jsonl"
+    src.write_text("just some notes\n[1, 2, 3]\n")
+    data = tmp_path / "import-data"
+    async with spawn_daemon(options=OFFLINE, data_dir=data) as client:
+        with pytest.raises(RpcError) as err:
+            await client.open_session(
+                cwd="/w", model="claude-sonnet-4-5", transcript_path=str(src), session_id="imp"
+            )
+        assert err.value.code == p.ErrorCode.TRANSCRIPT_UNREADABLE
+        assert "none of its 2 lines" in err.value.message
+        assert (await client.list_sessions()).sessions == []
+        assert not (data / "sessions" / "imp").exists()
+        # The id is free: a real transcript imports under it.
+        src.write_text("".join(json.dumps(e) + "\n" for e in _turn(0, None)))
+        opened = await client.open_session(
+            cwd="/w", model="claude-sonnet-4-5", transcript_path=str(src), session_id="imp"
+        )
+        assert (opened.session_id, opened.entry_count) == ("imp", 2)

@@ -118,8 +118,9 @@ class History(Sequence[Record]):
         # dead ones are swept out once they outnumber the live ones.
         self._handed: dict[int, weakref.ref[Record]] = {}
         self._handed_sweep_at = _HANDED_SWEEP_MIN
-        # Not handed ``_uuid_at`` to keep: a History must not be part of a reference cycle,
-        # so that dropping it frees its records at once.
+        # The index gets ``_uuid_at`` with each lookup instead of keeping it: a kept bound
+        # method would be a reference cycle, and a dropped History would then hold its
+        # records until the cycle collector ran.
         self._uuids = UuidIndex()
         self.extend(records)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from compactd.history import History
+from compactd.history import History, boundary_indices
 from compactd.model import ParseReport, Record, forget_file, parse_buffer
 
 # Session ids become directory names: keep them to a conservative alphabet.
@@ -222,11 +222,13 @@ def _locate(records: Sequence[Record], path: Path, offset: int) -> None:
         offset += len(record.raw) + 1
 
 
-def _incomplete_group_start(records: Sequence[Record]) -> int | None:
-    """Index of a trailing compaction group that a crash cut short, if any."""
-    for i in range(len(records) - 1, -1, -1):
-        if records[i].kind != "system":
-            continue
+def _incomplete_group_start(records: History) -> int | None:
+    """Index of a trailing compaction group that a crash cut short, if any.
+
+    Only compaction boundaries carry a group size, so only they are looked at: walking every
+    line back would read each released system line of a long history from the file again.
+    """
+    for i in reversed(boundary_indices(records)):
         size = _group_size(records[i])
         if size is None:
             continue

@@ -40,7 +40,6 @@ __all__ = [
     "parse_buffer",
     "parse_lines",
     "record_from_dict",
-    "record_from_entry",
     "read_line",
     "record_from_line",
     "transcript_timestamp",
@@ -462,11 +461,6 @@ def record_from_dict(obj: dict[str, Any]) -> Record:
     raw = _encoder.encode(obj)
     record, _ = record_from_line(raw)
     return record
-
-
-def record_from_entry(entry: Entry) -> Record:
-    """Build a record for an entry compactd creates itself (boundaries, summaries, ...)."""
-    return Record(entry, encode_entry(entry))
 
 
 def transcript_timestamp(at: float | None = None) -> str:

@@ -358,7 +358,9 @@ class Record:
 # undo) do not open the file once per line. ``os.pread`` keeps no file position, so one
 # descriptor is safe to share between the event loop and worker threads.
 _READ_FDS: dict[str, int] = {}
-_READ_FDS_MAX = 64
+# At most this many descriptors stay open (compactd's own bound: one per transcript a daemon
+# reads from at once, far below the usual limit of 1,024 open files).
+_READ_FDS_MAX: Final = 64
 
 
 def forget_file(path: str) -> None:

@@ -375,8 +375,8 @@ def read_line(path: str, offset: int, length: int) -> bytes:
     fd = _READ_FDS.get(path)
     if fd is None:
         if len(_READ_FDS) >= _READ_FDS_MAX:
-            _, oldest = _READ_FDS.popitem()
-            os.close(oldest)
+            # Dicts keep insertion order: the first key is the descriptor opened longest ago.
+            os.close(_READ_FDS.pop(next(iter(_READ_FDS))))
         fd = os.open(path, os.O_RDONLY)
         _READ_FDS[path] = fd
     data = os.pread(fd, length, offset)

@@ -17,6 +17,7 @@ from compactd.model import (
     UnknownBlock,
     block_to_builtins,
     parse_lines,
+    read_line,
     record_from_dict,
     transcript_timestamp,
 )
@@ -52,7 +53,8 @@ def test_corrupt_and_truncated_lines_are_skipped_and_counted() -> None:
     records = list(parse_lines(lines, report))
     assert [r.entry.uuid for r in records] == ["a"]
     assert (report.lines, report.skipped) == (4, 3)
-    assert report.first_error is not None
+    # The first bad line is named (the decoder words the reason).
+    assert report.first_error is not None and report.first_error.startswith("line 2: ")
 
 
 def test_unknown_block_kinds_survive_in_views() -> None:
@@ -230,3 +232,21 @@ def test_transcript_timestamps_have_milliseconds_and_a_z() -> None:
     assert transcript_timestamp(1_700_000_000.1234) == "2023-11-14T22:13:20.123Z"
     now = transcript_timestamp()
     assert len(now) == len("2026-11-22T00:00:00.000Z") and now.endswith("Z")
+
+
+def test_read_line_closes_the_oldest_descriptor_when_full(tmp_path: Any) -> None:
+    from compactd import model
+
+    paths = []
+    for i in range(model._READ_FDS_MAX + 1):
+        path = tmp_path / f"t{i}.jsonl"
+        path.write_bytes(b"line %d\n" % i)
+        paths.append(str(path))
+    try:
+        for path in paths:
+            read_line(path, 0, 4)
+        assert paths[0] not in model._READ_FDS  # the oldest went, not the newest
+        assert paths[-1] in model._READ_FDS and paths[-2] in model._READ_FDS
+    finally:
+        for path in paths:
+            model.forget_file(path)

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from compactd.core import constants as c
+from compactd.core.normalize import DOCUMENT_MARKER, IMAGE_MARKER
 from compactd.core.prompts import strip_continuation
 from compactd.core.view import main_thread
 from compactd.model import (
@@ -57,11 +59,10 @@ OFFLINE_REQUEST_PREVIEW_CHARS: Final = 500
 # How much of an error's text is quoted.
 OFFLINE_ERROR_MAX_CHARS: Final = 300
 
-# Tool names whose input names a file that was read or changed (Claude Code's built-in tools).
-_READ_TOOLS: Final = frozenset({"Read", "NotebookRead"})
-_EDIT_TOOLS: Final = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
+# Claude Code's tools whose input names a file that was read (the shared list plus the older
+# NotebookRead; changes are ``constants.FILE_WRITE_TOOLS``), and its shell tools.
+_READ_TOOLS: Final = c.FILE_READ_TOOLS | {"NotebookRead"}
 _SHELL_TOOLS: Final = frozenset({"Bash", "BashOutput", "PowerShell"})
-_TODO_TOOL: Final = "TodoWrite"
 _PATH_KEYS: Final = ("file_path", "notebook_path", "path")
 
 
@@ -114,9 +115,9 @@ def _block_text(blocks: Iterable[Block]) -> str:
             if block.text.strip():
                 parts.append(block.text)
         elif isinstance(block, ImageBlock):
-            parts.append("[image]")
+            parts.append(IMAGE_MARKER)
         elif isinstance(block, DocumentBlock):
-            parts.append("[document]")
+            parts.append(DOCUMENT_MARKER)
     return "\n".join(parts)
 
 
@@ -183,7 +184,7 @@ def _note_use(
     path = _path_of(tool_input)
     if block.name in _READ_TOOLS and path:
         ledger.files_read[path] += 1
-    elif block.name in _EDIT_TOOLS and path:
+    elif block.name in c.FILE_WRITE_TOOLS and path:
         ledger.files_edited[path] += 1
     elif block.name in _SHELL_TOOLS and isinstance(tool_input, dict):
         command = tool_input.get("command")
@@ -191,7 +192,7 @@ def _note_use(
             cmd = Command(command=command.strip(), ok=None, output_tail="")
             commands[block.id] = cmd
             ledger.commands.append(cmd)
-    elif block.name == _TODO_TOOL and isinstance(tool_input, dict):
+    elif block.name == c.TODO_TOOL and isinstance(tool_input, dict):
         todos = tool_input.get("todos")
         if isinstance(todos, list):
             ledger.todos = [t for t in todos if isinstance(t, dict)]

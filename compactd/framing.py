@@ -8,7 +8,7 @@ reader answers every bad frame instead (a JSON-RPC error with ``id: null`` and a
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,7 +35,6 @@ class AsyncByteReader(Protocol):
 class FrameError:
     """A frame that could not be turned into a message, and what to tell the client."""
 
-    jsonrpc_code: int
     code: str
     message: str
     msg_id: Any = None
@@ -63,7 +62,7 @@ async def read_frames(
             if not line:
                 return
             if len(line) > MAX_HEADER_LINE:
-                reject(FrameError(-32700, p.ErrorCode.PARSE_ERROR, "header line too long"))
+                reject(FrameError(p.ErrorCode.PARSE_ERROR, "header line too long"))
                 saw_header = False
                 continue
             stripped = line.strip()
@@ -86,7 +85,6 @@ async def read_frames(
             # Not a header: a body without headers, or garbage. Say so and resync.
             reject(
                 FrameError(
-                    -32700,
                     p.ErrorCode.PARSE_ERROR,
                     "expected a 'Content-Length: N' header before the message body",
                 )
@@ -96,7 +94,6 @@ async def read_frames(
             text = bad_length.decode("utf-8", "replace")[:40] if bad_length is not None else ""
             reject(
                 FrameError(
-                    -32700,
                     p.ErrorCode.PARSE_ERROR,
                     f"invalid Content-Length {text!r}"
                     if bad_length is not None
@@ -110,7 +107,6 @@ async def read_frames(
             await _discard(reader, length)
             reject(
                 FrameError(
-                    -32600,
                     p.ErrorCode.FRAME_TOO_LARGE,
                     f"message of {length} bytes exceeds the {limit}-byte limit (maxFrameBytes)",
                 )
@@ -135,32 +131,31 @@ def _dispatch(body: bytes, deliver: Deliver, reject: Reject) -> None:
     try:
         msg = _decoder.decode(body)
     except msgspec.DecodeError as exc:
-        reject(FrameError(-32700, p.ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}"))
+        reject(FrameError(p.ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}"))
         return
     except RecursionError:
-        reject(FrameError(-32700, p.ErrorCode.PARSE_ERROR, "JSON nested too deeply"))
+        reject(FrameError(p.ErrorCode.PARSE_ERROR, "JSON nested too deeply"))
         return
     if isinstance(msg, list):
-        reject(FrameError(-32600, p.ErrorCode.INVALID_REQUEST, "batch requests are not supported"))
+        reject(FrameError(p.ErrorCode.INVALID_REQUEST, "batch requests are not supported"))
         return
     if not isinstance(msg, dict):
-        reject(FrameError(-32600, p.ErrorCode.INVALID_REQUEST, "a message must be a JSON object"))
+        reject(FrameError(p.ErrorCode.INVALID_REQUEST, "a message must be a JSON object"))
         return
     msg_id = msg.get("id")
     if msg_id is not None and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str))):
-        reject(FrameError(-32600, p.ErrorCode.INVALID_REQUEST, "'id' must be a string or number"))
+        reject(FrameError(p.ErrorCode.INVALID_REQUEST, "'id' must be a string or number"))
         return
     if msg.get("jsonrpc") != "2.0":
-        reject(FrameError(-32600, p.ErrorCode.INVALID_REQUEST, "'jsonrpc' must be \"2.0\"", msg_id))
+        reject(FrameError(p.ErrorCode.INVALID_REQUEST, "'jsonrpc' must be \"2.0\"", msg_id))
         return
     method = msg.get("method")
     if "method" in msg and not isinstance(method, str):
-        reject(FrameError(-32600, p.ErrorCode.INVALID_REQUEST, "'method' must be a string", msg_id))
+        reject(FrameError(p.ErrorCode.INVALID_REQUEST, "'method' must be a string", msg_id))
         return
     if method is None and "result" not in msg and "error" not in msg:
         reject(
             FrameError(
-                -32600,
                 p.ErrorCode.INVALID_REQUEST,
                 "a message needs 'method' (request/notification) or 'result'/'error' (response)",
                 msg_id,
@@ -170,27 +165,7 @@ def _dispatch(body: bytes, deliver: Deliver, reject: Reject) -> None:
     params = msg.get("params")
     if params is not None and not isinstance(params, (dict, list)):
         reject(
-            FrameError(
-                -32602, p.ErrorCode.INVALID_PARAMS, "'params' must be an object or array", msg_id
-            )
+            FrameError(p.ErrorCode.INVALID_PARAMS, "'params' must be an object or array", msg_id)
         )
         return
     deliver(msg)
-
-
-class StreamReaderAdapter:
-    """Adapts an ``asyncio.StreamReader`` (or anything with the same coroutines)."""
-
-    def __init__(
-        self,
-        readline: Callable[[], Awaitable[bytes]],
-        readexactly: Callable[[int], Awaitable[bytes]],
-    ) -> None:
-        self._readline = readline
-        self._readexactly = readexactly
-
-    async def readline(self) -> bytes:
-        return await self._readline()
-
-    async def readexactly(self, n: int) -> bytes:
-        return await self._readexactly(n)

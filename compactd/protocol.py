@@ -75,6 +75,27 @@ class ErrorCode:
     SERVER_NOT_INITIALIZED = "serverNotInitialized"
 
 
+# JSON-RPC ``error.code`` numbers of the codes JSON-RPC 2.0 (and LSP, for
+# ServerNotInitialized) define; every other code is sent as ``APPLICATION_ERROR``. Clients should
+# switch on ``data.code`` instead.
+JSONRPC_NUMBERS: dict[str, int] = {
+    ErrorCode.INVALID_PARAMS: -32602,
+    ErrorCode.PARSE_ERROR: -32700,
+    ErrorCode.INVALID_REQUEST: -32600,
+    ErrorCode.FRAME_TOO_LARGE: -32600,  # an over-long frame is an invalid request
+    ErrorCode.METHOD_NOT_FOUND: -32601,
+    ErrorCode.CANCELLED: -32800,
+    ErrorCode.INTERNAL: -32603,
+    ErrorCode.SERVER_NOT_INITIALIZED: -32002,
+}
+APPLICATION_ERROR = -32000
+
+
+def jsonrpc_number(code: str) -> int:
+    """The JSON-RPC ``error.code`` sent with a compactd error code."""
+    return JSONRPC_NUMBERS.get(code, APPLICATION_ERROR)
+
+
 class CompactdError(Exception):
     """An error a handler reports to the client with a stable ``data.code``."""
 

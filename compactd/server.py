@@ -47,18 +47,6 @@ PARENT_POLL_INTERVAL = 1.0
 # How long to wait for the client to accept a progress token before going on without one.
 PROGRESS_CREATE_TIMEOUT = 5.0
 
-# JSON-RPC error numbers; clients should switch on ``data.code`` instead.
-_JSONRPC_NUMBERS = {
-    p.ErrorCode.INVALID_PARAMS: -32602,
-    p.ErrorCode.PARSE_ERROR: -32700,
-    p.ErrorCode.INVALID_REQUEST: -32600,
-    p.ErrorCode.METHOD_NOT_FOUND: -32601,
-    p.ErrorCode.CANCELLED: -32800,
-    p.ErrorCode.INTERNAL: -32603,
-    p.ErrorCode.SERVER_NOT_INITIALIZED: -32002,  # LSP's ServerNotInitialized
-}
-APPLICATION_ERROR = -32000
-
 
 def _converter() -> Any:
     """pygls' converter, except that params of our methods stay plain JSON."""
@@ -73,8 +61,9 @@ def _converter() -> Any:
 
 
 def to_jsonrpc_error(err: p.CompactdError) -> JsonRpcException:
-    number = _JSONRPC_NUMBERS.get(err.code, APPLICATION_ERROR)
-    return JsonRpcException(message=err.message, code=number, data={"code": err.code, **err.data})
+    return JsonRpcException(
+        message=err.message, code=p.jsonrpc_number(err.code), data={"code": err.code, **err.data}
+    )
 
 
 def _error(code: str, message: str) -> JsonRpcException:
@@ -226,7 +215,7 @@ class CompactdServer(LanguageServer):
                 "jsonrpc": "2.0",
                 "id": err.msg_id,
                 "error": {
-                    "code": err.jsonrpc_code,
+                    "code": p.jsonrpc_number(err.code),
                     "message": err.message,
                     "data": {"code": err.code},
                 },

@@ -45,6 +45,10 @@ LEDGER_VERBATIM_PREFIX_CHARS: Final = 200
 # does not fit is counted and stays searchable with recall/search. compactd's own choice.
 LEDGER_RESTORE_MAX_CHARS: Final = 40_000
 
+# How much of a restored user message or constraint names it in the list of what was restored
+# (a one-line label, not the content). compactd's own choice.
+_RESTORED_LABEL_CHARS: Final = 120
+
 # Marker words of an explicit constraint in a user sentence. compactd's own list.
 _CONSTRAINT: Final = re.compile(
     r"\b(must|mustn't|must not|never|always|don't|do not|shouldn't|should not|"
@@ -179,13 +183,13 @@ def render_missing(missing: Missing) -> tuple[str, list[str]]:
             if i:
                 lines.append("")
             lines.extend(_quoted(message))
-            restored.append("user message: " + " ".join(message.split())[:120])
+            restored.append("user message: " + " ".join(message.split())[:_RESTORED_LABEL_CHARS])
     if missing.constraints:
         lines.append("")
         lines.append("Constraints the user stated:")
         for constraint in missing.constraints:
             lines.append(f"   - {constraint}")
-            restored.append("constraint: " + constraint[:120])
+            restored.append("constraint: " + constraint[:_RESTORED_LABEL_CHARS])
     if missing.file_paths:
         lines.append("")
         lines.append("Files read or changed:")

@@ -93,6 +93,22 @@ DEFAULT_MIN_TOOL_CALLS: Final = 3
 # The reply of an extraction carries the whole updated file between these tags.
 NOTES_REPLY_TAG: Final = "session_notes"
 
+# -- notes without a model (``offline_notes``; compactd's own sizes, no reference figure: they
+# keep the deterministic notes short and well under TOTAL_MAX_TOKENS) -------------------------
+
+# Longest one-line quote of the first request (used as the title), the latest request, the
+# assistant's last reply, an earlier request, a carried-over summary and a command.
+_OFFLINE_TITLE_CHARS: Final = 80
+_OFFLINE_LATEST_REQUEST_CHARS: Final = 500
+_OFFLINE_LAST_REPLY_CHARS: Final = 800
+_OFFLINE_REQUEST_CHARS: Final = 400
+_OFFLINE_CARRIED_SUMMARY_CHARS: Final = 1_500
+_OFFLINE_COMMAND_CHARS: Final = 120
+# How many recent user requests, workflow lines and worklog commands are listed.
+_OFFLINE_RECENT_REQUESTS: Final = 10
+_OFFLINE_WORKFLOW_LINES: Final = 15
+_OFFLINE_WORKLOG_COMMANDS: Final = 10
+
 
 @dataclass(frozen=True, slots=True)
 class Section:
@@ -412,28 +428,33 @@ def offline_notes(ledger: Ledger, previous: str | None = None) -> str:
             if heading == SECTIONS[0].heading and kept:
                 title = kept[0].strip()
     bodies: dict[str, list[str]] = {s.heading: [] for s in SECTIONS}
-    bodies["Session Title"].append(title or (line(first, 80) if first else "(untitled)"))
+    bodies["Session Title"].append(
+        title or (line(first, _OFFLINE_TITLE_CHARS) if first else "(untitled)")
+    )
     state = bodies["Current State"]
     if latest is not None:
-        state.append(f"- Latest request: {line(latest, 500)}")
+        state.append(f"- Latest request: {line(latest, _OFFLINE_LATEST_REQUEST_CHARS)}")
     if ledger.last_assistant_text:
-        state.append(f"- Last reply: {line(ledger.last_assistant_text, 800)}")
+        state.append(f"- Last reply: {line(ledger.last_assistant_text, _OFFLINE_LAST_REPLY_CHARS)}")
     if ledger.todos:
         state.extend(_todo_lines(ledger.todos, open_only=True))
     spec = bodies["Task Specification"]
-    for msg in ledger.user_messages[-10:]:
-        spec.append(f"- {line(msg, 400)}")
+    for msg in ledger.user_messages[-_OFFLINE_RECENT_REQUESTS:]:
+        spec.append(f"- {line(msg, _OFFLINE_REQUEST_CHARS)}")
     bodies["Files and Functions"].extend(_files_section(ledger))
-    bodies["Workflow"].extend(_commands_section(ledger)[-15:])
+    bodies["Workflow"].extend(_commands_section(ledger)[-_OFFLINE_WORKFLOW_LINES:])
     bodies["Errors and Corrections"].extend(_errors_section(ledger))
     if ledger.tool_counts:
         used = ", ".join(f"{name} x{n}" for name, n in ledger.tool_counts.most_common())
         bodies["Codebase Documentation"].append(f"- Tools used so far: {used}")
     for summary in ledger.previous_summaries[-1:]:
         bodies["Learnings"].append(
-            f"- Carried over from an earlier compaction: {line(summary, 1500)}"
+            f"- Carried over from an earlier compaction: {line(summary, _OFFLINE_CARRIED_SUMMARY_CHARS)}"
         )
-    bodies["Worklog"].extend(f"- {line(cmd.command, 120)}" for cmd in ledger.commands[-10:])
+    bodies["Worklog"].extend(
+        f"- {line(cmd.command, _OFFLINE_COMMAND_CHARS)}"
+        for cmd in ledger.commands[-_OFFLINE_WORKLOG_COMMANDS:]
+    )
     out = []
     for s in SECTIONS:
         body = "\n".join(bodies[s.heading])

@@ -9,16 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from compactd_client import RpcError
 
 from compactd import protocol as p
 from compactd.core import split
 from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     Harness,
+    compact_full_fails,
     harness_fixture,
     open_session,
-    snapshot,
 )
 from tests.emulator import (
     ApiError,
@@ -97,24 +96,15 @@ async def test_too_long_until_the_end_fails_clearly_and_changes_nothing(
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
-    before = await snapshot(client, sid)
     emulator.set_default(prompt_too_long(over_by=10))
-    with pytest.raises(RpcError) as info:
-        await client.compact_full(sid)
-    assert info.value.code == p.ErrorCode.CONTEXT_TOO_LARGE
-    assert "too large to compact" in info.value.message
+    await compact_full_fails(client, sid, p.ErrorCode.CONTEXT_TOO_LARGE, "too large to compact")
     assert len(emulator.message_requests) == 4  # the first try and three retries
-    assert await snapshot(client, sid) == before
 
     # A gap larger than the whole conversation: nothing would be left after dropping.
     emulator.reset()
     emulator.set_default(prompt_too_long(tokens=10_000_000, maximum=1_000))
-    with pytest.raises(RpcError) as info:
-        await client.compact_full(sid)
-    assert info.value.code == p.ErrorCode.CONTEXT_TOO_LARGE
-    assert "nothing would be left" in info.value.message
+    await compact_full_fails(client, sid, p.ErrorCode.CONTEXT_TOO_LARGE, "nothing would be left")
     assert len(emulator.message_requests) == 1
-    assert await snapshot(client, sid) == before
     status = await client.tokens_status(sid)
     assert status.consecutive_failures == 0  # manual failures do not trip the breaker
 
@@ -149,19 +139,14 @@ async def test_empty_summary_falls_back_to_plain_then_fails(
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
-    before = await snapshot(client, sid)
     # A tool call instead of text counts as an empty summary too.
     emulator.script(Reply(text=None, tool_uses=[]), empty_reply())
     emulator.set_default(empty_reply())
-    with pytest.raises(RpcError) as info:
-        await client.compact_full(sid)
-    assert info.value.code == p.ErrorCode.SUMMARY_FAILED
-    assert "no summary text" in info.value.message
+    await compact_full_fails(client, sid, p.ErrorCode.SUMMARY_FAILED, "no summary text")
     bodies = [r.body for r in emulator.message_requests]
     assert len(bodies) == 2
     assert "tools" in bodies[0] and "tools" not in bodies[1]
     assert bodies[1]["thinking"] == {"type": "disabled"}
-    assert await snapshot(client, sid) == before
 
     emulator.reset()
     emulator.script(empty_reply())
@@ -190,17 +175,12 @@ async def test_without_offline_fallback_api_errors_and_timeouts_fail(
     summarizer = {"maxRetries": 0, "offlineFallback": False, "timeoutMs": 700}
     async with spawn_emulated(summarizer=summarizer) as client:
         sid = await open_session(client)
-        before = await snapshot(client, sid)
         emulator.set_default(overloaded())
-        with pytest.raises(RpcError) as info:
-            await client.compact_full(sid)
-        assert info.value.code == p.ErrorCode.SUMMARY_FAILED
-        assert "529" in info.value.message and "Overloaded" in info.value.message
+        err = await compact_full_fails(client, sid, p.ErrorCode.SUMMARY_FAILED, "529")
+        assert "Overloaded" in err.message
 
         emulator.reset()
         emulator.set_default(Reply(delay=3.0))
-        with pytest.raises(RpcError) as info:
-            await client.compact_full(sid)
-        assert info.value.code == p.ErrorCode.SUMMARY_FAILED
-        assert "did not finish within 0.7 s" in info.value.message
-        assert await snapshot(client, sid) == before
+        await compact_full_fails(
+            client, sid, p.ErrorCode.SUMMARY_FAILED, "did not finish within 0.7 s"
+        )

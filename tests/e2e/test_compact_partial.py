@@ -28,12 +28,13 @@ from tests.e2e.test_compact_support import (
     harness_fixture,
     last_request_body,
     open_session,
+    phases,
     session_entries,
     transcript_bytes,
     transcript_path,
 )
 from tests.emulator import Emulator
-from tests.helpers import transcript_lines
+from tests.helpers import drain, transcript_lines
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -107,7 +108,19 @@ async def test_both_directions_on_a_fixture_transcript_survive_a_restart(
         before = await client.messages(up_sid)
         # A tool result as pivot: the cut cannot go between it and its call, so it moves back.
         asked = _tool_result_uuid(lines, middle)
-        up = await client.compact_partial(up_sid, asked, "upTo")
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            up = await client.compact_partial(up_sid, asked, "upTo")
+            notes = drain(queue)
+        assert [ph for ph in phases(notes) if ph != "keepAlive"] == [
+            "started",
+            "preCompactHooks",
+            "summarizing",
+            "rehydrating",
+            "sessionStartHooks",
+            "completed",
+        ]
+        assert {n["compactionId"] for n in notes} == {up.compaction_id}
+        assert all(n["trigger"] == "manual" and n["sessionId"] == up_sid for n in notes)
         info = up.partial
         assert info is not None and info.direction == "upTo"
         assert info.requested_pivot_uuid == asked and info.moved == "back"

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from compactd_client import Client
+from compactd_client import Client, RpcError
 
 from compactd import protocol as p
 from compactd.synthetic import make_session
 from tests.conftest import daemon_log, spawn
 from tests.emulator import Emulator
-from tests.helpers import MODEL, emulator_options
+from tests.helpers import MODEL, drain, emulator_options
 
 # The main loop's cache key inputs, as a client would pass them in ``session/open``.
 SYSTEM: list[dict[str, Any]] = [
@@ -98,6 +98,26 @@ async def snapshot(client: Client, sid: str, *, tokens: bool = False) -> tuple[A
 
 def phases(notes: list[dict[str, Any]]) -> list[str]:
     return [n["phase"] for n in notes]
+
+
+async def compact_full_fails(client: Client, sid: str, code: str, fragment: str) -> RpcError:
+    """Run ``compact/full`` on ``sid``, which must fail with ``code`` and a message holding
+    ``fragment``, leave the session as it was, and end its ``compact/status`` notifications
+    with ``failed`` and the same message."""
+    before = await snapshot(client, sid)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        with pytest.raises(RpcError) as info:
+            await client.compact_full(sid)
+        notes = drain(queue)
+    err = info.value
+    assert err.code == code, err
+    assert fragment in err.message, err.message
+    assert await snapshot(client, sid) == before
+    assert phases(notes)[0] == "started" and phases(notes)[-1] == "failed", phases(notes)
+    assert notes[-1]["message"] == err.message
+    assert len({n["compactionId"] for n in notes}) == 1
+    assert all(n["trigger"] == "manual" and n["sessionId"] == sid for n in notes)
+    return err
 
 
 def last_request_body(emu: Emulator) -> dict[str, Any]:

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from compactd_client import Client, RpcError
+from compactd_client import Client
 
 from compactd import protocol as p
 from tests.conftest import daemon_log, spawn
-from tests.e2e.test_compact_support import open_session, snapshot
+from tests.e2e.test_compact_support import compact_full_fails, open_session, phases, snapshot
 from tests.emulator import (
     Emulator,
     Reply,
@@ -43,7 +43,7 @@ from tests.emulator import (
     rate_limited,
     truncated_stream,
 )
-from tests.helpers import emulator_options
+from tests.helpers import drain, emulator_options
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -243,16 +243,11 @@ async def test_compact_full(daemons: Daemons, row: Row, strict: bool) -> None:
     _install(daemons, row)
     client = daemons.client(strict=strict, down=row.down)
     sid = await open_session(client)
-    before = await snapshot(client, sid)
     fails = row.strict is not None and (strict or not row.rescued)
     if fails:
         assert row.strict is not None
         code, fragment = row.strict
-        with pytest.raises(RpcError) as info:
-            await client.compact_full(sid)
-        assert info.value.code == code
-        assert fragment in info.value.message, info.value.message
-        assert await snapshot(client, sid) == before
+        await compact_full_fails(client, sid, code, fragment)
         status = await client.tokens_status(sid)
         assert status.consecutive_failures == 0  # a manual failure never trips the breaker
     else:
@@ -273,8 +268,13 @@ async def test_compact_auto(daemons: Daemons, row: Row, strict: bool) -> None:
     sid = await open_session(client)
     before = await snapshot(client, sid)
     fails = row.strict is not None and (strict or not row.rescued)
-    auto = await client.compact_auto(sid, force=True)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        auto = await client.compact_auto(sid, force=True)
+        notes = drain(queue)
     status = await client.tokens_status(sid)
+    assert phases(notes)[0] == "started", phases(notes)
+    assert all(n["trigger"] == "auto" and n["sessionId"] == sid for n in notes)
+    assert phases(notes)[-1] == ("failed" if fails else "completed"), phases(notes)
     if fails:
         assert row.strict is not None
         code, fragment = row.strict

@@ -180,7 +180,11 @@ async def test_compaction_family_and_status_updates(spawn_daemon: SpawnDaemon) -
         again = await client.session_memory(sid)
         assert (again.path, again.content) == (notes.path, notes.content)
         forced = await client.compact_auto(sid, force=True)
-        assert forced.was_compacted or forced.reason
+        # Below the threshold, force still compacts: a full compaction triggered as "auto".
+        assert forced.was_compacted and forced.mechanism == "full", forced.reason
+        assert forced.result is not None and forced.status is not None
+        assert forced.result.boundary["compactMetadata"]["trigger"] == "auto"
+        assert forced.status.tokens == (await client.tokens_status(sid)).tokens
 
 
 async def test_files_family_and_memory_changes(spawn_daemon: SpawnDaemon, tmp_path: Path) -> None:

@@ -359,7 +359,8 @@ def test_compaction_resets_the_baseline_once(subtype: str) -> None:
     det.before("main", inputs(), T0 + 12)
     det.after("main", 40_000, T0 + 13)
     det.before("main", inputs(), T0 + 14)
-    assert det.after("main", 2_000, T0 + 15).finding is not None
+    found = finding_of(det.after("main", 2_000, T0 + 15))
+    assert (found.previous_cache_read, found.cache_read) == (40_000, 2_000)
 
 
 def test_reset_applies_to_every_source_with_a_baseline() -> None:

@@ -563,7 +563,9 @@ def test_fixture_normalizes_to_a_valid_request(name: str, strip: bool) -> None:
 def test_fixture_whole_transcript_without_slicing(name: str) -> None:
     # Normalizing every entry, boundaries and all, must still give a valid request.
     records = [r for r in load_fixture(name) if not r.entry.is_compact_boundary]
-    check_api_invariants(to_api_messages(records))
+    msgs = to_api_messages(records)
+    assert msgs, "every fixture has some conversation"
+    check_api_invariants(msgs)
 
 
 def test_fixture_auto_compaction_view() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
 from compactd.core.partial import (
@@ -290,7 +290,8 @@ def test_property_cuts_keep_pairs_and_responses_whole(
         plan = plan_partial(ctx, str(pivot), direction)
     except PartialError as err:
         assert err.code == NOTHING_TO_SUMMARIZE
-        return
+        # Rejected, not passed: Hypothesis fails the test if too few examples get a plan.
+        reject()
     earlier, later = _sides(plan)
     # Every entry is on exactly one side, in order, and the summarized side has conversation.
     assert uuids(earlier) + uuids(later) == uuids(ctx)

@@ -14,7 +14,7 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from compactd.synthetic import make_session
 from tests.conftest import FIXTURES, SpawnDaemon
-from tests.helpers import assistant, drain, text_block, user
+from tests.helpers import assistant, drain, text_block, tool_call, tool_result, user
 
 T0 = 1_800_000_000.0
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
@@ -271,17 +271,13 @@ async def test_stats_after_two_compactions_survive_a_restart(
     appended = [
         user("now add a test for the echo step", uuid="p1"),
         user("and document it", uuid="p2"),
-        {
-            "type": "assistant",
-            "uuid": "a1",
-            "message": {
-                "role": "assistant",
-                "id": "msg_a1",
-                "model": "claude-opus-5-5",
-                "content": [{"type": "text", "text": "Done."}],
-                "usage": {"input_tokens": 4_000, "cache_read_input_tokens": 21_000},
-            },
-        },
+        assistant(
+            [text_block("Done.")],
+            uuid="a1",
+            msg_id="msg_a1",
+            model="claude-opus-5-5",
+            usage={"input_tokens": 4_000, "cache_read_input_tokens": 21_000},
+        ),
         *compaction_entries(
             2,
             trigger="manual",
@@ -337,31 +333,9 @@ async def test_stats_flag_thrash_with_contributors(daemon: Client) -> None:
         user("start", uuid="p0"),
         *compaction_entries(1, trigger="auto", preTokens=170_000, postTokens=15_000),
         user("read the logs", uuid="p1"),
-        {
-            "type": "assistant",
-            "uuid": "a1",
-            "message": {
-                "role": "assistant",
-                "id": "m1",
-                "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}],
-            },
-        },
-        {
-            "type": "user",
-            "uuid": "r1",
-            "message": {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": big}],
-            },
-        },
-        {
-            "type": "user",
-            "uuid": "r2",
-            "message": {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": big}],
-            },
-        },
+        tool_call("t1", "Bash", uuid="a1", msg_id="m1"),
+        tool_result("t1", big, uuid="r1"),
+        tool_result("t1", big, uuid="r2"),
         *compaction_entries(2, trigger="auto", preTokens=176_000, postTokens=16_000),
     ]
     await daemon.append(sid, entries)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from compactd.history import BOUNDARY_SUBTYPES, boundary_indices
 from compactd.model import PreservedSegment, Record
 
 __all__ = [
@@ -249,12 +250,9 @@ def _parent_chain(
 # the session then ignores the undone one (``undone_ids``).
 
 
-_BOUNDARY_SUBTYPES = frozenset({"compact_boundary", "microcompact_boundary"})
-
-
 def _is_boundary(record: Record) -> bool:
     # From the fields a released record keeps: scans over history must not decode every line.
-    return record.kind == "system" and record.subtype in _BOUNDARY_SUBTYPES
+    return record.kind == "system" and record.subtype in BOUNDARY_SUBTYPES
 
 
 def undone_target(record: Record) -> str | None:
@@ -334,10 +332,9 @@ def last_undoable(records: Sequence[Record]) -> int | None:
     Undo entries themselves are skipped: undoing twice undoes the compaction before.
     """
     undone: set[str] = set()
-    for i in range(len(records) - 1, -1, -1):
+    # Only boundaries matter: a ``History`` lists them without a record made for every line.
+    for i in reversed(boundary_indices(records)):
         record = records[i]
-        if not _is_boundary(record):
-            continue
         target = undone_target(record)
         if target is not None:
             undone.add(target)

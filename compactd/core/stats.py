@@ -110,7 +110,7 @@ def _prompts(records: Sequence[Record], start: int, stop: int) -> int:
 def _entries_summarized(records: Sequence[Record], b: int, meta: CompactMetadata) -> int:
     if meta.messages_summarized is not None:
         return meta.messages_summarized
-    before = [r for r in context_records(records[:b]) if _countable(r.entry)]
+    before = [r for r in context_records(records, b) if _countable(r.entry)]
     kept = {r.entry.uuid for r in preserved_records(records, b) if r.entry.uuid}
     return sum(1 for r in before if r.entry.uuid is None or r.entry.uuid not in kept)
 
@@ -123,7 +123,7 @@ def _post_estimate(records: Sequence[Record], b: int, stop: int) -> int:
         if entry.type == "assistant" or is_user_prompt(entry):
             break
         end += 1
-    view = context_records(records[:end])
+    view = context_records(records, end)
     return tokens.estimate_entries(r.entry for r in view if _countable(r.entry))
 
 

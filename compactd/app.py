@@ -22,9 +22,11 @@ import platformdirs
 from compactd import protocol as p
 from compactd.core import constants, tokens
 from compactd.model import Record, record_from_dict
-from compactd.services import files as files_service
-from compactd.services import session_memory as session_memory_service
+from compactd.services.files import FilesService
+from compactd.services.micro import micro_config
+from compactd.services.session_memory import SessionMemoryService
 from compactd.services.store import LoadedTranscript, SessionMeta, Store, valid_session_id
+from compactd.services.summarizer import Summarizer
 from compactd.session import Session
 
 log = logging.getLogger(__name__)
@@ -59,11 +61,17 @@ class App:
         self._loading = anyio.Lock()
         self.notifier: Notifier = lambda method, params: None
         self.started_at = time.time()
-        self.services: dict[str, Any] = {}
         self.task_group: anyio.abc.TaskGroup | None = None
-        self.append_observers: list[AppendObserver] = []
-        files_service.install(self)  # read-file state, nested memory, watching
-        session_memory_service.install(self)  # background note extraction
+        # The summarizer: one SDK client for the life of the process.
+        self.summarizer = Summarizer(options.summarizer, self.env)
+        # ``initializationOptions.microcompact`` over the defaults.
+        self.micro_config = micro_config(options.microcompact)
+        self.files = FilesService(self)  # read-file state, nested memory, watching
+        self.session_memory = SessionMemoryService(self)  # background note extraction
+        self.append_observers: list[AppendObserver] = [
+            self.files.observe,
+            self.session_memory.observe,
+        ]
 
     # -- notifications -----------------------------------------------------------------------
 

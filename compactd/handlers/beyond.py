@@ -19,7 +19,6 @@ from compactd.core.constants import COMPACT_MAX_OUTPUT_TOKENS
 from compactd.core.view import main_thread
 from compactd.handlers.base import Context, Handler
 from compactd.model import Record, record_from_dict
-from compactd.services.micro import micro_config
 from compactd.services.rehydration import rehydration_attachments
 from compactd.services.undo import undo_last
 
@@ -80,7 +79,7 @@ async def _preview_summary(
 
 
 def _micro_plan(app: App, session: Session) -> mc.MicroPlan:
-    config = micro_config(app)
+    config = app.micro_config
     entries = [r.entry for r in main_thread(session.context())]
     cleared = frozenset(session.cleared_tool_ids)
     now = time.time()

@@ -18,7 +18,6 @@ from compactd.core import tokens
 from compactd.core.constants import ENV_DISABLE_AUTO_COMPACT, ENV_DISABLE_COMPACT
 from compactd.core.prompts import PromptKind
 from compactd.handlers.base import Context, Handler
-from compactd.services import session_memory
 from compactd.services.compaction import CompactionSpec, run_compaction
 from compactd.services.micro import microcompact_session
 
@@ -58,7 +57,7 @@ async def _session_memory(
 ) -> p.AutoResult | None:
     """Session-memory compaction: compacts from the notes file without a model call, or
     returns None to fall through to a full compaction (REFERENCE.md §5)."""
-    return await session_memory.service(app).compact(session, _kind(session), micro)
+    return await app.session_memory.compact(session, _kind(session), micro)
 
 
 async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.handlers.base import Context, Handler
-from compactd.services import files, rehydration
+from compactd.services import rehydration
 
 if TYPE_CHECKING:
     from compactd.app import App
@@ -14,12 +14,12 @@ if TYPE_CHECKING:
 
 async def record(app: App, params: p.FileRecordParams, ctx: Context) -> p.FileStateResult:
     session = await app.get_session(params.session_id)
-    return await files.service(app).record(session, params)
+    return await app.files.record(session, params)
 
 
 async def list_files(app: App, params: p.SessionParams, ctx: Context) -> p.FileStateResult:
     session = await app.get_session(params.session_id)
-    return await files.service(app).listing(session)
+    return await app.files.listing(session)
 
 
 async def rehydrate(app: App, params: p.RehydrateParams, ctx: Context) -> p.AttachmentsResult:
@@ -31,7 +31,7 @@ async def rehydrate(app: App, params: p.RehydrateParams, ctx: Context) -> p.Atta
 
 async def pending(app: App, params: p.SessionParams, ctx: Context) -> p.AttachmentsResult:
     session = await app.get_session(params.session_id)
-    return p.AttachmentsResult(attachments=await files.service(app).pending(session))
+    return p.AttachmentsResult(attachments=await app.files.pending(session))
 
 
 HANDLERS: dict[str, Handler] = {

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.handlers.base import Context, Handler
-from compactd.services.session_memory import service
 
 if TYPE_CHECKING:
     from compactd.app import App
@@ -20,12 +19,12 @@ if TYPE_CHECKING:
 
 async def get(app: App, params: p.SessionParams, ctx: Context) -> p.SessionMemoryResult:
     session = await app.get_session(params.session_id)
-    return await service(app).result(session)
+    return await app.session_memory.result(session)
 
 
 async def extract(app: App, params: p.SessionParams, ctx: Context) -> p.SessionMemoryResult:
     session = await app.get_session(params.session_id)
-    svc = service(app)
+    svc = app.session_memory
     try:
         await svc.extract(session)
     except p.CompactdError:

@@ -47,7 +47,7 @@ from compactd.model import Record, ToolUseBlock, record_from_dict, transcript_ti
 from compactd.services import hooks
 from compactd.services.rehydration import rehydration_attachments
 from compactd.services.store import GROUP_SIZE_FIELD
-from compactd.services.summarizer import SummarizerError, SummaryRequest, get_summarizer
+from compactd.services.summarizer import SummarizerError, SummaryRequest
 
 if TYPE_CHECKING:
     from compactd.app import App
@@ -279,7 +279,7 @@ async def _prepare(run: _Run) -> _Prepared:
         )
     )
     warnings: list[str] = []
-    summarizer = get_summarizer(app)
+    summarizer = app.summarizer
     usage: dict[str, Any] | None = None
     if spec.summary_override is not None:
         # Session-memory compaction: the notes already are the summary (no model call).

@@ -8,7 +8,7 @@ cleared by a compaction (the state is rebuilt from the new context) and by micro
 (cleared Read results leave it). Deriving it is pure; everything that touches the disk
 (resolving symlinks, confinement, reading, hashing) runs in worker threads.
 
-``FilesService`` (one per daemon, installed by ``install``) keeps per-session runtime state:
+``FilesService`` (one per daemon, ``App.files``) keeps per-session runtime state:
 nested-memory attachments queued for ``attachments/pending``, the set of watched files, and
 the extras a client supplied for rehydration. When the agent reads a file, the memory files
 (``CLAUDE.md`` and the like) in the directories from the session's working directory down to
@@ -814,17 +814,3 @@ class FilesService:
         await self.process(rt)
         out, rt.queue = rt.queue, []
         return out
-
-
-def service(app: App) -> FilesService:
-    svc = app.services.get("files")
-    if not isinstance(svc, FilesService):
-        svc = FilesService(app)
-        app.services["files"] = svc
-    return svc
-
-
-def install(app: App) -> None:
-    """Create the files service and register its append observer (``App.__init__``)."""
-    svc = service(app)
-    app.append_observers.append(svc.observe)

@@ -56,21 +56,18 @@ STATE_FILE = "microcompact.json"
 # Text of the boundary entry a person sees in a transcript viewer.
 _BOUNDARY_CONTENT = "Old tool results cleared by microcompact"
 
-_CONFIG_KEY = "microcompact.config"
 _STRATEGY_API = "api"
 
 
 # -- configuration ------------------------------------------------------------------------------
 
 
-def micro_config(app: App) -> mc.MicroConfig:
-    """The daemon's microcompact settings: ``initializationOptions.microcompact`` over defaults."""
-    cached = app.services.get(_CONFIG_KEY)
-    if isinstance(cached, mc.MicroConfig):
-        return cached
-    opts = app.options.microcompact or p.MicrocompactOptions()
+def micro_config(options: p.MicrocompactOptions | None) -> mc.MicroConfig:
+    """The daemon's microcompact settings: ``initializationOptions.microcompact`` over defaults
+    (built once, by ``App``)."""
+    opts = options or p.MicrocompactOptions()
     base = mc.MicroConfig()
-    config = mc.MicroConfig(
+    return mc.MicroConfig(
         clearable_tools=(
             frozenset(opts.clearable_tools)
             if opts.clearable_tools is not None
@@ -87,8 +84,6 @@ def micro_config(app: App) -> mc.MicroConfig:
         api_trigger_tokens=opts.api_trigger_tokens,
         api_clear_tool_inputs=_pick(opts.api_clear_tool_inputs, base.api_clear_tool_inputs),
     )
-    app.services[_CONFIG_KEY] = config
-    return config
 
 
 _T = TypeVar("_T")
@@ -124,7 +119,7 @@ async def microcompact_session(
             "this session lets the API clear tool results (context_management); "
             "nothing is cleared locally",
         )
-    config = micro_config(app)
+    config = app.micro_config
     now = time.time()
     records = main_thread(session.context())
     entries = [r.entry for r in records]
@@ -420,7 +415,7 @@ async def messages_extras(app: App, session: Session) -> MessagesExtras:
 
 
 def _context_management(app: App, session: Session) -> dict[str, Any]:
-    config = micro_config(app)
+    config = app.micro_config
     entries = [r.entry for r in main_thread(session.context())]
     params = session.meta.cache_safe_params or {}
     thinking = params.get("thinking")

@@ -51,7 +51,7 @@ async def rehydration_attachments(
     Call it before the boundary is committed: it reads the read-file state and the context
     the compaction is about to replace.
     """
-    rt = files.service(app).runtime(session)
+    rt = app.files.runtime(session)
     return await _build(app, session, kept, rt.extras)
 
 
@@ -62,7 +62,7 @@ async def rehydrate_now(
 
     ``extras`` (validated here) are remembered for the session's later compactions.
     """
-    rt = files.service(app).runtime(session)
+    rt = app.files.runtime(session)
     if extras is not None:
         for i, item in enumerate(extras.announcements or []):
             kind = item.get("type")
@@ -95,7 +95,7 @@ async def _build(
     kept: Sequence[Record],
     extras: p.RehydrationExtras | None,
 ) -> list[dict[str, Any]]:
-    svc = files.service(app)
+    svc = app.files
     cwd = session.meta.cwd
     config = claude_config_dir(app)
     plan_dir = str(config / "plans")

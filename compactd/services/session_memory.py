@@ -35,13 +35,13 @@ from compactd.core.prompts import PromptKind
 from compactd.model import Record, transcript_timestamp
 from compactd.services.compaction import CompactionSpec, Selection, run_compaction
 from compactd.services.store import atomic_write
-from compactd.services.summarizer import SummarizerError, SummaryRequest, get_summarizer
+from compactd.services.summarizer import SummarizerError, SummaryRequest
 
 if TYPE_CHECKING:
     from compactd.app import App
     from compactd.session import Session
 
-__all__ = ["SessionMemoryService", "install", "service"]
+__all__ = ["SessionMemoryService"]
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class SessionMemoryService:
             )
         path = self.notes_path(session)
         current = await anyio.to_thread.run_sync(self._read_notes, session) or sm.template()
-        summarizer = get_summarizer(self.app)
+        summarizer = self.app.summarizer
         if summarizer.offline:
             notes = sm.offline_notes(collect_ledger(context, cleared_tool_ids=cleared), current)
         else:
@@ -342,16 +342,3 @@ def _floor(session: Session, context: list[Record]) -> int:
 
 def _or(value: int | None, default: int) -> int:
     return default if value is None else value
-
-
-def service(app: App) -> SessionMemoryService:
-    svc = app.services.get("sessionMemory")
-    if not isinstance(svc, SessionMemoryService):
-        svc = SessionMemoryService(app)
-        app.services["sessionMemory"] = svc
-    return svc
-
-
-def install(app: App) -> None:
-    """Create the service and register its append observer (``App.__init__``)."""
-    app.append_observers.append(service(app).observe)

@@ -42,7 +42,6 @@ from compactd.core.tokens import pad
 if TYPE_CHECKING:
     import anthropic
 
-    from compactd.app import App
 
 __all__ = [
     "Mode",
@@ -50,7 +49,6 @@ __all__ = [
     "Summarizer",
     "SummaryOutcome",
     "SummaryRequest",
-    "get_summarizer",
     "plain_messages",
     "with_instruction",
 ]
@@ -159,16 +157,6 @@ def _settings(options: p.SummarizerOptions | None, env: Mapping[str, str]) -> _S
         offline=bool(opts.offline) or not (api_key or auth_token),
         offline_fallback=opts.offline_fallback is not False,
     )
-
-
-def get_summarizer(app: App) -> Summarizer:
-    """The daemon's summarizer (one SDK client for the life of the process)."""
-    found = app.services.get("summarizer")
-    if isinstance(found, Summarizer):
-        return found
-    summarizer = Summarizer(app.options.summarizer, app.env)
-    app.services["summarizer"] = summarizer
-    return summarizer
 
 
 def _estimate_message(message: dict[str, Any]) -> int:

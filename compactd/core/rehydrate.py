@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any, Final
 
 from compactd.core import constants as c
+from compactd.core.microcompact import parse_timestamp as _parse_stamp
 from compactd.core.tokens import estimate_text_tokens
 from compactd.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -119,13 +119,10 @@ def display_path(path: str, cwd: str) -> str:
 
 
 def parse_timestamp(value: str | None, default: float) -> float:
-    """Epoch seconds of a transcript timestamp (ISO 8601, ``Z`` suffix allowed)."""
-    if not value:
-        return default
-    try:
-        return datetime.fromisoformat(value).timestamp()
-    except ValueError:
-        return default
+    """Epoch seconds of a transcript timestamp, or ``default`` when it is missing or unreadable
+    (``microcompact.parse_timestamp`` reads it: ISO 8601, a naive stamp taken as UTC)."""
+    stamp = _parse_stamp(value)
+    return default if stamp is None else stamp
 
 
 # -- file selection -----------------------------------------------------------------------------

@@ -258,8 +258,7 @@ def count_tokens(entries: Sequence[Entry]) -> TokenCount:
         if same_response:
             if has_usable_usage(entry):
                 exact = max(exact, _usage_total(entry))
-            if not seen_first:
-                seen_first = True
+            seen_first = True
             continue
         if seen_first:
             raw_after += estimate_entry_raw(entry)
@@ -617,8 +616,8 @@ _LOCAL_OUTPUT_TAGS: Final = (
     "<bash-stderr>",
 )
 
-# The file-reading tool and its path argument, for duplicate-read detection.
-_READ_TOOL: Final = "Read"
+# The path argument of the file-reading tools (``constants.FILE_READ_TOOLS``), for
+# duplicate-read detection.
 _READ_PATH_ARG: Final = "file_path"
 _UNKNOWN: Final = "unknown"
 
@@ -700,7 +699,7 @@ def breakdown(entries: Sequence[Entry]) -> BreakdownResult:
                 requests.add(block.name or _UNKNOWN, raw)
                 top.add(CATEGORY_TOOL_REQUESTS, raw)
                 path = block.input.get(_READ_PATH_ARG) if isinstance(block.input, dict) else None
-                if block.name == _READ_TOOL and isinstance(path, str) and block.id:
+                if block.name in c.FILE_READ_TOOLS and isinstance(path, str) and block.id:
                     reads.setdefault(path, []).append(block.id)
             elif isinstance(block, ToolResultBlock):
                 results.add(tool_names.get(block.tool_use_id, _UNKNOWN), raw)

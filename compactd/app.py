@@ -55,6 +55,9 @@ class App:
         env = dict(os.environ if base_env is None else base_env)
         env.update(options.env or {})
         self.env: dict[str, str] = env
+        # Which compaction mechanisms the environment leaves on; the environment is fixed for
+        # the life of the daemon, so this is read once, not on every tokens/status.
+        self.flags = tokens.flags(env)
         root = Path(options.data_dir) if options.data_dir else (data_dir or default_data_dir())
         self.store = Store(root.expanduser())
         self.sessions: dict[str, Session] = {}
@@ -88,7 +91,7 @@ class App:
         return constants.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
 
     def status(self, session: Session) -> p.TokenStatus:
-        return session.status(self.env, self.breaker_limit)
+        return session.status(self.env, self.flags, self.breaker_limit)
 
     def check_thresholds(self, session: Session, status: p.TokenStatus) -> None:
         """Send ``tokens/threshold`` once per upward crossing of each level."""

@@ -169,8 +169,9 @@ class Session:
             env=env,
         )
 
-    def status(self, env: Mapping[str, str], breaker_limit: int) -> p.TokenStatus:
-        flags = tokens.flags(env)
+    def status(
+        self, env: Mapping[str, str], flags: tokens.CompactFlags, breaker_limit: int
+    ) -> p.TokenStatus:
         limits = self.limits(env)
         th = tokens.thresholds(limits, env, flags.auto_compact_enabled)
         return tokens.token_status(

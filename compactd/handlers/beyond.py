@@ -104,7 +104,7 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
     session = await app.get_session(params.session_id)
     status = app.status(session)
     pre = status.tokens
-    flags = tokens.flags(app.env)
+    flags = app.flags
     requested = params.mechanism or "auto"
     if requested in ("full", "partial"):
         return await _preview_summary(

@@ -14,7 +14,6 @@ import logging
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core import tokens
 from compactd.core.constants import ENV_DISABLE_AUTO_COMPACT, ENV_DISABLE_COMPACT
 from compactd.core.prompts import PromptKind
 from compactd.handlers.base import Context, Handler
@@ -63,7 +62,7 @@ async def _session_memory(
 async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
     session = await app.get_session(params.session_id)
     force = bool(params.force)
-    flags = tokens.flags(app.env)
+    flags = app.flags
 
     def no(reason: str, micro: p.MicroResult | None = None) -> p.AutoResult:
         return p.AutoResult(

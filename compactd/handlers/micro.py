@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core import tokens
 from compactd.core.constants import ENV_DISABLE_COMPACT, ENV_DISABLE_MICROCOMPACT
 from compactd.handlers.base import Context, Handler
 from compactd.services.micro import microcompact_session
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 
 async def micro(app: App, params: p.MicroParams, ctx: Context) -> p.MicroResult:
     session = await app.get_session(params.session_id)
-    if not tokens.flags(app.env).microcompact_enabled:
+    if not app.flags.microcompact_enabled:
         raise p.CompactdError(
             p.ErrorCode.COMPACTION_DISABLED,
             f"microcompact is disabled ({ENV_DISABLE_MICROCOMPACT} or {ENV_DISABLE_COMPACT} "

@@ -177,7 +177,7 @@ async def run_compaction(
     the auto-compaction circuit breaker; counting failures is the caller's business (only
     automatic ones count).
     """
-    if not tokens.flags(app.env).compaction_enabled:
+    if not app.flags.compaction_enabled:
         raise p.CompactdError(
             p.ErrorCode.COMPACTION_DISABLED,
             f"compaction is disabled ({c.ENV_DISABLE_COMPACT} is set)",

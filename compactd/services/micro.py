@@ -27,7 +27,6 @@ import msgspec
 
 from compactd import protocol as p
 from compactd.core import microcompact as mc
-from compactd.core import tokens
 from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
 from compactd.model import Entry, Record, ToolUseBlock, record_from_dict, transcript_timestamp
@@ -93,10 +92,6 @@ def _pick(value: _T | None, default: _T) -> _T:
     return default if value is None else value
 
 
-def _enabled(app: App) -> bool:
-    return tokens.flags(app.env).microcompact_enabled
-
-
 # -- the engine ---------------------------------------------------------------------------------
 
 
@@ -110,7 +105,7 @@ async def microcompact_session(
     not an error: the result then says why in ``reason``.
     """
     pre = app.status(session).tokens
-    if not _enabled(app):
+    if not app.flags.microcompact_enabled:
         return _nothing(strategy or "count", pre, "microcompact is disabled by the environment")
     if session.meta.api_context_management:
         return _nothing(
@@ -402,7 +397,7 @@ class MessagesExtras:
 
 async def messages_extras(app: App, session: Session) -> MessagesExtras:
     """Pinned cache edits, or the API-native ``context_management`` edits and beta."""
-    if not _enabled(app):
+    if not app.flags.microcompact_enabled:
         return MessagesExtras()
     if session.meta.api_context_management:
         return MessagesExtras(

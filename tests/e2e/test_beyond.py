@@ -88,6 +88,70 @@ async def test_preview_estimates_and_changes_nothing(h: Harness) -> None:
     assert preview.estimated_post_tokens < preview.pre_tokens
 
 
+def _middle_uuid(entries: list[dict[str, Any]], *, prompt: bool) -> str:
+    """The first user entry past the middle: a typed prompt, or else a tool result."""
+    return next(
+        str(e["uuid"])
+        for e in entries[len(entries) // 2 :]
+        if e["type"] == "user" and isinstance(e["message"]["content"], str) == prompt
+    )
+
+
+@pytest.mark.parametrize("direction", ["upTo", "from"])
+async def test_partial_preview_counts_what_compact_partial_then_does(
+    h: Harness, direction: str
+) -> None:
+    entries = session_entries()
+    sid = await open_session(h.client, entries)
+    before_bytes = await transcript_bytes(h.client, sid)
+    before_status = await h.client.tokens_status(sid)
+    # A typed prompt is a safe cut: compact/partial keeps the pivot where it was asked.
+    pivot = _middle_uuid(entries, prompt=True)
+    preview = await h.client.compact_preview(
+        sid, mechanism="partial", pivot_uuid=pivot, direction=direction
+    )
+    assert await transcript_bytes(h.client, sid) == before_bytes
+    assert await h.client.tokens_status(sid) == before_status
+    assert h.emu.message_requests == []
+    assert preview.mechanism == "partial" and preview.would_compact
+    assert preview.pre_tokens == before_status.tokens
+    assert preview.entries_summarized + preview.entries_kept == len(entries)
+
+    result = await h.client.compact_partial(sid, pivot, direction)
+    assert result.partial is not None and result.partial.moved == "none"
+    assert (preview.entries_summarized, preview.entries_kept) == (
+        result.partial.summarized_entries,
+        result.partial.kept_entries,
+    )
+    real = result.post_compact_tokens
+    assert real / 4 <= preview.estimated_post_tokens <= real * 4
+    assert preview.estimated_post_tokens < preview.pre_tokens
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="compactd/handlers/beyond.py _split cuts at the asked pivot; compact/partial moves "
+    "a pivot that would split a tool call from its result (compactd/core/partial.py)",
+)
+@pytest.mark.parametrize("direction", ["upTo", "from"])
+async def test_partial_preview_moves_an_unsafe_pivot_as_compact_partial_does(
+    h: Harness, direction: str
+) -> None:
+    entries = session_entries()
+    sid = await open_session(h.client, entries)
+    pivot = _middle_uuid(entries, prompt=False)  # a tool result: the cut must move
+    preview = await h.client.compact_preview(
+        sid, mechanism="partial", pivot_uuid=pivot, direction=direction
+    )
+    result = await h.client.compact_partial(sid, pivot, direction)
+    assert result.partial is not None and result.partial.moved != "none"
+    assert (preview.entries_summarized, preview.entries_kept) == (
+        result.partial.summarized_entries,
+        result.partial.kept_entries,
+    )
+
+
 async def test_undo_restores_the_view_survives_restart_then_nothing_to_undo(
     h: Harness,
 ) -> None:

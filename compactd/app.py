@@ -139,13 +139,7 @@ class App:
     def _load(self, session_id: str) -> Session:
         meta = self.store.read_meta(session_id)
         loaded = self.store.load(session_id)
-        session = Session(
-            meta=meta,
-            transcript_path=str(self.store.transcript_path(session_id)),
-            records=loaded.records,
-            skipped_lines=loaded.report.skipped,
-        )
-        session.rebuild()
+        session = self._session(session_id, meta, loaded)
         if loaded.report.skipped or loaded.truncated_bytes:
             log.warning(
                 "session %s: skipped %d corrupt lines, dropped %d unacknowledged bytes",
@@ -235,15 +229,20 @@ class App:
             return loaded
 
         loaded = await anyio.to_thread.run_sync(create)
+        session = self._session(sid, meta, loaded)
+        self.sessions[sid] = session
+        return self._open_result(session)
+
+    def _session(self, session_id: str, meta: SessionMeta, loaded: LoadedTranscript) -> Session:
+        """A session over a transcript just loaded or created, its derived state built."""
         session = Session(
             meta=meta,
-            transcript_path=str(self.store.transcript_path(sid)),
+            transcript_path=str(self.store.transcript_path(session_id)),
             records=loaded.records,
             skipped_lines=loaded.report.skipped,
         )
         session.rebuild()
-        self.sessions[sid] = session
-        return self._open_result(session)
+        return session
 
     def _open_result(self, session: Session) -> p.OpenResult:
         status = self.status(session)

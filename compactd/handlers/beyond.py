@@ -18,6 +18,7 @@ from compactd.core import recall, tokens
 from compactd.core.constants import COMPACT_MAX_OUTPUT_TOKENS
 from compactd.core.view import main_thread
 from compactd.handlers.base import Context, Handler
+from compactd.handlers.partial import plan_cut
 from compactd.model import Record, record_from_dict
 from compactd.services.rehydration import rehydration_attachments
 from compactd.services.undo import undo_last
@@ -44,15 +45,10 @@ def _split(context: list[Record], params: p.PreviewParams) -> tuple[list[Record]
         return context, []
     if not params.pivot_uuid:
         raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "a partial preview needs pivotUuid")
-    at = next((i for i, r in enumerate(context) if r.entry.uuid == params.pivot_uuid), None)
-    if at is None:
-        raise p.CompactdError(
-            p.ErrorCode.PIVOT_NOT_FOUND,
-            f"pivot {params.pivot_uuid!r} is not in the current context of the session",
-        )
-    if params.direction == "from":
-        return context[at:], context[:at]
-    return context[:at], context[at:]
+    # The cut compact/partial would make: a pivot that would split a tool call from its result
+    # moves to the nearest safe place, the same way.
+    plan = plan_cut(context, params.pivot_uuid, params.direction or "upTo")
+    return plan.summarize, [*plan.kept_before, *plan.kept]
 
 
 async def _preview_summary(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from compactd import protocol as p
-from compactd.core.partial import PartialError, PartialPlan, plan_partial
+from compactd.core.partial import Direction, PartialError, PartialPlan, plan_partial
 from compactd.core.prompts import PromptKind
 from compactd.handlers.base import Context, Handler
 from compactd.services.compaction import CompactionSpec, Selection, run_compaction
@@ -38,12 +38,13 @@ def _kind(session: Session, params: p.PartialParams) -> PromptKind:
     return "partialUpTo" if params.direction == "upTo" else "partialFrom"
 
 
-def _plan(context: list[Record], params: p.PartialParams) -> PartialPlan:
+def plan_cut(context: list[Record], pivot_uuid: str, direction: Direction) -> PartialPlan:
+    """``plan_partial`` with its refusals as protocol errors (also used by the preview)."""
     try:
-        return plan_partial(context, params.pivot_uuid, params.direction)
+        return plan_partial(context, pivot_uuid, direction)
     except PartialError as err:
         raise p.CompactdError(
-            err.code, err.message, pivotUuid=params.pivot_uuid, direction=params.direction
+            err.code, err.message, pivotUuid=pivot_uuid, direction=direction
         ) from err
 
 
@@ -60,12 +61,14 @@ async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactR
     session = await app.get_session(params.session_id)
     # A compaction already running is refused by run_compaction (sessionBusy).
     async with session.lock:
-        _plan(session.context(), params)  # refuse a bad pivot before anything starts
+        plan_cut(
+            session.context(), params.pivot_uuid, params.direction
+        )  # refuse a bad pivot before anything starts
 
     chosen: list[PartialPlan] = []
 
     def select(context: list[Record]) -> Selection:
-        plan = _plan(context, params)
+        plan = plan_cut(context, params.pivot_uuid, params.direction)
         chosen.append(plan)
         if plan.moved != "none":
             log.info("session %s: %s", session.session_id, _moved_note(plan, params.pivot_uuid))

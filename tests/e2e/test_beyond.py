@@ -128,12 +128,6 @@ async def test_partial_preview_counts_what_compact_partial_then_does(
     assert preview.estimated_post_tokens < preview.pre_tokens
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="compactd/handlers/beyond.py _split cuts at the asked pivot; compact/partial moves "
-    "a pivot that would split a tool call from its result (compactd/core/partial.py)",
-)
 @pytest.mark.parametrize("direction", ["upTo", "from"])
 async def test_partial_preview_moves_an_unsafe_pivot_as_compact_partial_does(
     h: Harness, direction: str

@@ -298,6 +298,10 @@ class CompactdServer(LanguageServer):
                 await self.app.close_session(sid)
             except Exception:
                 log.exception("error closing session %s", sid)
+        try:
+            await self.app.summarizer.aclose()  # the SDK's HTTP connections
+        except Exception:
+            log.exception("error closing the summarizer's HTTP client")
 
 
 class RequestContext:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from compactd.core import constants as c
-from compactd.core.microcompact import parse_timestamp as _parse_stamp
 from compactd.core.tokens import estimate_text_tokens
 from compactd.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -39,7 +38,6 @@ __all__ = [
     "display_path",
     "estimate_text_tokens",
     "normalize_path",
-    "parse_timestamp",
     "plan_attachments",
     "read_paths",
     "render",
@@ -116,13 +114,6 @@ def display_path(path: str, cwd: str) -> str:
     if base and (path == base or path.startswith(base.rstrip(os.sep) + os.sep)):
         return os.path.relpath(path, base)
     return path
-
-
-def parse_timestamp(value: str | None, default: float) -> float:
-    """Epoch seconds of a transcript timestamp, or ``default`` when it is missing or unreadable
-    (``microcompact.parse_timestamp`` reads it: ISO 8601, a naive stamp taken as UTC)."""
-    stamp = _parse_stamp(value)
-    return default if stamp is None else stamp
 
 
 # -- file selection -----------------------------------------------------------------------------

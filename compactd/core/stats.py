@@ -104,7 +104,12 @@ class _Refill:
 
 
 def _prompts(records: Sequence[Record], start: int, stop: int) -> int:
-    return sum(1 for i in range(start, stop) if is_user_prompt(records[i].entry))
+    # Only user lines can be prompts: the kind is known without reading a released line.
+    return sum(
+        1
+        for i in range(start, stop)
+        if records[i].kind == "user" and is_user_prompt(records[i].entry)
+    )
 
 
 def _entries_summarized(records: Sequence[Record], b: int, meta: CompactMetadata) -> int:

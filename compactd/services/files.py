@@ -39,6 +39,7 @@ import anyio
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import rehydrate as rh
+from compactd.core.microcompact import parse_timestamp
 from compactd.model import (
     Record,
     ToolResultBlock,
@@ -158,7 +159,8 @@ class FileState:
         now = time.time()
         for record in records:
             entry = record.entry
-            ts = rh.parse_timestamp(entry.timestamp, now)
+            stamp = parse_timestamp(entry.timestamp)
+            ts = now if stamp is None else stamp
             if entry.type == "assistant":
                 for block in entry.blocks:
                     if isinstance(block, ToolUseBlock):

@@ -11,7 +11,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ import msgspec
 import platformdirs
 
 from compactd import protocol as p
+from compactd.cancellation import point_of_no_return
 from compactd.core import constants, tokens
-from compactd.model import Record, record_from_dict
+from compactd.model import Record, record_from_dict, without_bookkeeping
 from compactd.services.files import FilesService
 from compactd.services.micro import micro_config
 from compactd.services.session_memory import SessionMemoryService
@@ -62,6 +64,8 @@ class App:
         self.store = Store(root.expanduser())
         self.sessions: dict[str, Session] = {}
         self._loading = anyio.Lock()
+        # One lock (and its number of holders and waiters) per session id being opened.
+        self._id_locks: dict[str, list[Any]] = {}
         self.notifier: Notifier = lambda method, params: None
         self.started_at = time.time()
         self.task_group: anyio.abc.TaskGroup | None = None
@@ -150,14 +154,22 @@ class App:
         return session
 
     async def open_session(self, params: p.OpenParams) -> p.OpenResult:
-        sid = params.session_id or str(uuid.uuid4())
-        if not valid_session_id(sid):
+        if params.session_id is not None and not valid_session_id(params.session_id):
             raise p.CompactdError(
                 p.ErrorCode.INVALID_PARAMS,
-                f"invalid sessionId {sid!r}: use letters, digits, '.', '_' and '-' only",
+                f"invalid sessionId {params.session_id!r}: use letters, digits, '.', '_' and "
+                "'-' only (omit it to get a new session)",
             )
+        sid = params.session_id or str(uuid.uuid4())
         if not params.cwd.strip() or "\x00" in params.cwd:
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "cwd must be a non-empty path")
+        cwd = Path(params.cwd).expanduser()
+        if not cwd.is_absolute() or not cwd.is_dir():
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS,
+                f"cwd {params.cwd!r} is not an existing directory (give the absolute path of "
+                "the project the agent works in)",
+            )
         if not params.model.strip():
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "model must be a non-empty string")
         if params.transcript_path is not None and (
@@ -180,23 +192,39 @@ class App:
                 f"{limits.max_output_tokens} output tokens and the compaction buffer are reserved;"
                 " pass a smaller maxOutputTokens",
             )
-        source = Path(params.transcript_path).expanduser() if params.transcript_path else None
-        if self.store.exists(sid):
-            session = await self.get_session(sid)
-            if source is not None and session.meta.imported_from != str(source.resolve()):
-                raise p.CompactdError(
-                    p.ErrorCode.SESSION_EXISTS,
-                    f"session {sid!r} already exists; open it without transcriptPath "
-                    "or choose another sessionId",
-                )
-            async with session.lock:
-                old_cwd = session.meta.cwd
-                session.meta = _updated_meta(session.meta, params)
-                await anyio.to_thread.run_sync(self.store.write_meta, session.meta)
-                if session.meta.cwd != old_cwd:
-                    session.rebuild()  # read-file state is relative to the cwd
-            return self._open_result(session)
+        # A relative transcript path means what it means to the agent: relative to its cwd.
+        source = (
+            (cwd / Path(params.transcript_path).expanduser()).absolute()
+            if params.transcript_path
+            else None
+        )
+        # Opens and imports of one id run one at a time: an import must never replace a
+        # transcript that a concurrent open created and appends were acknowledged on.
+        async with self._id_lock(sid):
+            if self.store.exists(sid):
+                return await self._reopen(sid, params, source)
+            return await self._create(sid, params, source)
 
+    async def _reopen(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
+        session = await self.get_session(sid)
+        if source is not None and session.meta.imported_from != str(source.resolve()):
+            raise p.CompactdError(
+                p.ErrorCode.SESSION_EXISTS,
+                f"session {sid!r} already exists; open it without transcriptPath "
+                "or choose another sessionId",
+            )
+        async with session.lock:
+            old_cwd = session.meta.cwd
+            meta = _updated_meta(session.meta, params)
+            if meta != session.meta:
+                await point_of_no_return()
+                await anyio.to_thread.run_sync(self.store.write_meta, meta)
+                session.meta = meta
+            if session.meta.cwd != old_cwd:
+                session.rebuild()  # read-file state is relative to the cwd
+        return self._open_result(session)
+
+    async def _create(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
         data = b""
         imported_from: str | None = None
         if source is not None:
@@ -217,21 +245,35 @@ class App:
 
         def create() -> LoadedTranscript:
             loaded = self.store.create_transcript(sid, data)
-            if not loaded.records and loaded.report.skipped:
+            if source is not None and loaded.report.entries == 0:
                 self.store.discard(sid)
                 raise p.CompactdError(
                     p.ErrorCode.TRANSCRIPT_UNREADABLE,
-                    f"{source} is not a Claude Code transcript: none of its "
-                    f"{loaded.report.lines} lines is a JSON object ({loaded.report.first_error})",
+                    f"{source} is not a Claude Code transcript: {loaded.report.describe()}",
                 )
             # The meta file comes last: until it exists the session does not either.
             self.store.write_meta(meta)
             return loaded
 
+        await point_of_no_return()
         loaded = await anyio.to_thread.run_sync(create)
         session = self._session(sid, meta, loaded)
         self.sessions[sid] = session
         return self._open_result(session)
+
+    @asynccontextmanager
+    async def _id_lock(self, session_id: str) -> AsyncIterator[None]:
+        entry = self._id_locks.get(session_id)
+        if entry is None:
+            entry = self._id_locks[session_id] = [anyio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._id_locks[session_id]
 
     def _session(self, session_id: str, meta: SessionMeta, loaded: LoadedTranscript) -> Session:
         """A session over a transcript just loaded or created, its derived state built."""
@@ -281,6 +323,7 @@ class App:
         """Write records durably, then add them to the session. Caller holds the lock."""
         if not records:
             return
+        await point_of_no_return()
         await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
         session.extend(records)
         for observer in self.append_observers:
@@ -343,7 +386,12 @@ def parse_entries(entries: list[dict[str, Any]]) -> list[Record]:
         uid = obj.get("uuid")
         if uid is not None and not isinstance(uid, str):
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, f"entries[{i}].uuid must be a string")
-        records.append(record_from_dict(obj))
+        # compactd's own bookkeeping is never taken from a client (a client that appends the
+        # boundary a compaction returned must not make the store drop acknowledged lines).
+        clean, dropped = without_bookkeeping(obj)
+        if dropped:
+            log.info("entries[%d]: ignored compactd's own fields %s", i, ", ".join(dropped))
+        records.append(record_from_dict(clean))
     return records
 
 

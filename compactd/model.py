@@ -393,6 +393,51 @@ class ParseReport:
     skipped: int = 0
     degraded: int = 0
     first_error: str | None = None
+    # Lines that are transcript entries: JSON objects with a ``type``.
+    entries: int = 0
+    # Keys of the first JSON object read that has no ``type``, to say what the file holds.
+    untyped_keys: list[str] | None = None
+
+    def describe(self) -> str:
+        """What the lines were, for a person, when none of them was a transcript entry."""
+        if self.lines == 0:
+            return "the file has no lines"
+        parts = [
+            f"none of its {self.lines} lines is a transcript entry (a JSON object with a 'type')"
+        ]
+        if self.skipped:
+            parts.append(f"{self.skipped} are not JSON objects ({self.first_error})")
+        untyped = self.lines - self.skipped - self.entries
+        if untyped:
+            keys = ", ".join(self.untyped_keys or []) or "none"
+            parts.append(f"{untyped} are objects without 'type' (the first has keys: {keys})")
+        return "; ".join(parts)
+
+
+# Fields of transcript lines that only compactd writes, for its own bookkeeping. Taken from a
+# client they could change what compactd does with acknowledged lines, so they are removed
+# from appended entries.
+GROUP_SIZE_FIELD = "compactdGroupSize"  # lines written in one write, counted at the boundary
+_BOOKKEEPING_METADATA = {
+    # An undo entry names what it undoes; microcompact undo lists the results it restores.
+    "compactMetadata": ("undoes",),
+    "microcompactMetadata": ("undoes", "restoredToolIds"),
+}
+
+
+def without_bookkeeping(obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``obj`` without compactd's bookkeeping fields, and the names of those it had."""
+    dropped: list[str] = []
+    out = obj
+    if GROUP_SIZE_FIELD in obj:
+        out = {k: v for k, v in obj.items() if k != GROUP_SIZE_FIELD}
+        dropped.append(GROUP_SIZE_FIELD)
+    for field, keys in _BOOKKEEPING_METADATA.items():
+        meta = out.get(field)
+        if isinstance(meta, dict) and any(k in meta for k in keys):
+            out = {**out, field: {k: v for k, v in meta.items() if k not in keys}}
+            dropped.extend(f"{field}.{k}" for k in keys if k in meta)
+    return out, dropped
 
 
 class _Unread:
@@ -519,6 +564,11 @@ def _parse_one(stripped: bytes, rep: ParseReport) -> Record | None:
         return None
     if degraded:
         rep.degraded += 1
+    if record.entry.type:
+        rep.entries += 1
+    elif rep.untyped_keys is None:
+        obj = _generic_decoder.decode(stripped)
+        rep.untyped_keys = [str(k)[:40] for k in list(obj)[:8]] if isinstance(obj, dict) else []
     return record
 
 

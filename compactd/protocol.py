@@ -73,6 +73,7 @@ class ErrorCode:
     NOT_IMPLEMENTED = "notImplemented"
     INTERNAL = "internalError"
     SERVER_NOT_INITIALIZED = "serverNotInitialized"
+    SHUTTING_DOWN = "shuttingDown"
 
 
 # JSON-RPC ``error.code`` numbers of the codes JSON-RPC 2.0 (and LSP, for
@@ -87,6 +88,7 @@ JSONRPC_NUMBERS: dict[str, int] = {
     ErrorCode.CANCELLED: -32800,
     ErrorCode.INTERNAL: -32603,
     ErrorCode.SERVER_NOT_INITIALIZED: -32002,
+    ErrorCode.SHUTTING_DOWN: -32600,  # LSP: a request after shutdown is an invalid request
 }
 APPLICATION_ERROR = -32000
 
@@ -94,6 +96,27 @@ APPLICATION_ERROR = -32000
 def jsonrpc_number(code: str) -> int:
     """The JSON-RPC ``error.code`` sent with a compactd error code."""
     return JSONRPC_NUMBERS.get(code, APPLICATION_ERROR)
+
+
+# Deepest nesting of arrays and objects accepted in a request's params. Real transcript
+# entries nest about ten levels; what is deeper is refused (invalidParams) before anything
+# walks it recursively (conversion, token estimates, re-encoding). compactd's own bound.
+MAX_PARAMS_DEPTH = 128
+
+_CODES_BY_NUMBER: dict[int, str] = {
+    -32700: ErrorCode.PARSE_ERROR,
+    -32600: ErrorCode.INVALID_REQUEST,
+    -32601: ErrorCode.METHOD_NOT_FOUND,
+    -32602: ErrorCode.INVALID_PARAMS,
+    -32603: ErrorCode.INTERNAL,
+    -32800: ErrorCode.CANCELLED,
+    -32002: ErrorCode.SERVER_NOT_INITIALIZED,
+}
+
+
+def code_of_number(number: int) -> str:
+    """The ``data.code`` of an error that only has a JSON-RPC number (pygls' own errors)."""
+    return _CODES_BY_NUMBER.get(number, ErrorCode.INTERNAL)
 
 
 class CompactdError(Exception):
@@ -107,6 +130,15 @@ class CompactdError(Exception):
 
 
 # -- shared pieces ------------------------------------------------------------------------------
+
+# Bounds of the numbers a client sends (compactd's own): wider than any real value, narrow
+# enough that nothing computed from them overflows (a date, a file offset, a token sum).
+MAX_TIMESTAMP = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last second a date can hold
+MAX_TOKENS = 1 << 31
+MAX_COUNT = 1 << 40
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_TIMESTAMP)]
+TokenCount = Annotated[int, msgspec.Meta(le=MAX_TOKENS)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 
 
 class _Params(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
@@ -155,8 +187,8 @@ class SummarizerOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unk
     api_key: str | None = None
     base_url: str | None = None
     model: str | None = None
-    timeout_ms: int | None = None
-    max_retries: int | None = None
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] | None = None
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] | None = None
     offline: bool | None = None
     # When the API keeps failing (errors, timeouts), summarize offline instead of failing.
     # Default true; a summary the model returned empty or a context too large still fails.
@@ -207,11 +239,11 @@ class InitializationOptions(
 ):
     data_dir: str | None = None
     workspace_roots: list[str] | None = None
-    keep_alive_interval_ms: int | None = None
+    keep_alive_interval_ms: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] | None = None
     summarizer: SummarizerOptions | None = None
     hooks_settings_path: str | None = None
     env: dict[str, str] | None = None
-    max_frame_bytes: int | None = None
+    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] | None = None
     memory_file_names: list[str] | None = None
     microcompact: MicrocompactOptions | None = None
     session_memory: SessionMemoryOptions | None = None
@@ -246,8 +278,8 @@ class OpenParams(_Params, kw_only=True):
     session_id: str | None = None
     cwd: str
     model: str
-    context_window: int | None = None
-    max_output_tokens: int | None = None
+    context_window: TokenCount | None = None
+    max_output_tokens: TokenCount | None = None
     agent_kind: AgentKind | None = None
     transcript_path: str | None = None
     cache_safe_params: CacheSafeParams | None = None
@@ -473,7 +505,7 @@ class RecallParams(_Params, kw_only=True):
     session_id: str
     query: str | None = None
     uuids: list[str] | None = None
-    limit: int | None = None
+    limit: Count | None = None
 
 
 class RecallHit(_Wire, kw_only=True):
@@ -520,9 +552,9 @@ class RehydrateParams(_Params, kw_only=True):
 class FileRecordParams(_Params, kw_only=True):
     session_id: str
     path: str
-    offset: int | None = None
-    limit: int | None = None
-    timestamp: float | None = None
+    offset: Count | None = None
+    limit: Count | None = None
+    timestamp: Seconds | None = None
     content: str | None = None
 
 
@@ -563,14 +595,14 @@ class CacheBeforeParams(_Params, kw_only=True):
     # The cache_edits deletions sent with this request (pinned ones included); a deletion not
     # seen before explains the drop in cache reads that follows, so it is not flagged.
     cache_edits: list[dict[str, Any]] | None = None
-    timestamp: float | None = None
+    timestamp: Seconds | None = None
 
 
 class CacheAfterParams(_Params, kw_only=True):
     session_id: str
     query_source: str | None = None
     usage: dict[str, Any]
-    timestamp: float | None = None
+    timestamp: Seconds | None = None
 
 
 class CacheBreak(_Wire, kw_only=True):

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
@@ -31,10 +31,11 @@ from pygls.protocol import (
     lsp_method,
 )
 
-from compactd import __version__
+from compactd import __version__, cancellation
 from compactd import protocol as p
 from compactd.app import App
-from compactd.framing import DEFAULT_MAX_FRAME_BYTES, FrameError, read_frames
+from compactd.cancellation import Guard
+from compactd.framing import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameReader
 from compactd.handlers import HANDLERS, Handler
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,17 @@ class CompactdProtocol(LanguageServerProtocol):
         self, params: lsp.InitializeParams
     ) -> Generator[Any, Any, lsp.InitializeResult]:
         result: lsp.InitializeResult = yield from super().lsp_initialize(params)
-        result.capabilities.experimental = {
-            "compactd": {
-                "protocolVersion": p.PROTOCOL_VERSION,
-                "methods": sorted(HANDLERS),
-                "notifications": sorted(p.NOTIFICATIONS),
+        # Only what compactd serves: pygls' defaults (textDocumentSync, executeCommand,
+        # workspaceFolders) would make editors send it every buffer they open.
+        result.capabilities = lsp.ServerCapabilities(
+            experimental={
+                "compactd": {
+                    "protocolVersion": p.PROTOCOL_VERSION,
+                    "methods": sorted(HANDLERS),
+                    "notifications": sorted(p.NOTIFICATIONS),
+                }
             }
-        }
+        )
         return result
 
     def _send_response(
@@ -93,18 +98,13 @@ class CompactdProtocol(LanguageServerProtocol):
         result: Any | None = None,
         error: lsp.ResponseError | None = None,
     ) -> None:
-        # Results of compactd's methods are plain JSON already (msgspec.to_builtins): encode
-        # them with msgspec instead of pygls' cattrs + json path, which costs hundreds of ms on
-        # a large session/messages answer. LSP's own results (attrs objects) go the usual way.
-        if (
-            error is None
-            and self.writer is not None
-            and isinstance(result, (dict, list, type(None)))
-        ):
-            self._result_types.pop(msg_id, None)
-            body = _json_encoder.encode({"jsonrpc": "2.0", "id": msg_id, "result": result})
-            self.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-            return
+        # pygls answers initialize and shutdown; its errors get a data.code like every other.
+        if error is not None and not (isinstance(error.data, dict) and "code" in error.data):
+            error = lsp.ResponseError(
+                code=error.code,
+                message=error.message,
+                data={"code": p.code_of_number(error.code)},
+            )
         super()._send_response(msg_id, result, error)
 
     @lsp_method(lsp.EXIT)
@@ -114,7 +114,31 @@ class CompactdProtocol(LanguageServerProtocol):
         yield from ()
 
 
+# Messages pygls handles itself: the lifecycle and the replies to compactd's own requests.
+_PYGLS_REQUESTS = frozenset({lsp.INITIALIZE, lsp.SHUTDOWN})
+_PYGLS_NOTIFICATIONS = frozenset(
+    {lsp.INITIALIZED, lsp.EXIT, lsp.SET_TRACE, lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL}
+)
+# Every method LSP defines as a notification: sent with an id, it is an invalid request.
+_LSP_NOTIFICATIONS = frozenset(
+    method for method, types in lsp.METHOD_TO_TYPES.items() if types[1] is None
+) | frozenset(p.NOTIFICATIONS)
+
+
+def _key(msg_id: Any) -> tuple[str, Any]:
+    # 1 and "1" are different ids.
+    return (type(msg_id).__name__, msg_id)
+
+
 class CompactdServer(LanguageServer):
+    """The daemon: pygls for the LSP lifecycle and progress, compactd's own request dispatch.
+
+    Every request is answered exactly once with its own id. compactd's methods run as tasks of
+    the server's task group under a cancellation ``Guard``; the lifecycle rules are LSP's:
+    ``-32002`` before ``initialize`` (``shutdown`` included), ``-32600`` for a second
+    ``initialize`` and for any request after ``shutdown``.
+    """
+
     def __init__(self, data_dir: Path | None = None) -> None:
         super().__init__(
             "compactd",
@@ -126,13 +150,17 @@ class CompactdServer(LanguageServer):
         self.app: App | None = None
         self.exit_code: int | None = None
         self.task_group: anyio.abc.TaskGroup | None = None
-        self._register_handlers()
+        self._running: dict[tuple[str, Any], Guard] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
         self._register_lifecycle()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def request_exit(self, code: int) -> None:
         self.exit_code = code
+        if self.task_group is not None:
+            self.task_group.cancel_scope.cancel()
 
     def _register_lifecycle(self) -> None:
         @self.feature(lsp.INITIALIZE)
@@ -140,7 +168,7 @@ class CompactdServer(LanguageServer):
             raw = params.initialization_options or {}
             try:
                 options = msgspec.convert(raw, p.InitializationOptions)
-            except msgspec.ValidationError as exc:
+            except (msgspec.ValidationError, RecursionError) as exc:
                 raise _error(
                     p.ErrorCode.INVALID_PARAMS, f"invalid initializationOptions: {exc}"
                 ) from exc
@@ -153,108 +181,215 @@ class CompactdServer(LanguageServer):
     def _send_notification(self, method: str, params: msgspec.Struct) -> None:
         self.protocol.notify(method, msgspec.to_builtins(params))
 
-    # -- requests -----------------------------------------------------------------------------
+    @property
+    def _shut_down(self) -> bool:
+        return bool(self.protocol._shutdown)
 
-    def _register_handlers(self) -> None:
-        for method, handler in HANDLERS.items():
-            params_type = p.REQUESTS[method][0]
-            self.feature(method)(self._wrap(method, params_type, handler))
-
-    def _wrap(
-        self, method: str, params_type: type[msgspec.Struct], handler: Handler
-    ) -> Callable[[CompactdServer, Any], Awaitable[Any]]:
-        async def run(ls: CompactdServer, params: Any) -> Any:
-            app = ls.app
-            if app is None:
-                raise _error(
-                    p.ErrorCode.SERVER_NOT_INITIALIZED,
-                    "the server is not initialized: send 'initialize' first",
-                )
-            if params is None:
-                params = {}
-            if not isinstance(params, dict):
-                raise _error(p.ErrorCode.INVALID_PARAMS, f"{method} takes its params as an object")
-            try:
-                decoded = msgspec.convert(params, params_type)
-            except RecursionError as exc:
-                raise _error(
-                    p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: nested too deeply"
-                ) from exc
-            except msgspec.ValidationError as exc:
-                raise _error(
-                    p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
-                ) from exc
-            try:
-                result = await handler(app, decoded, ls.request_context())
-            except p.CompactdError as err:
-                raise to_jsonrpc_error(err) from err
-            except (JsonRpcException, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                # A bug must cost one request, not the daemon; the log keeps the traceback.
-                log.exception("%s failed", method)
-                raise _error(
-                    p.ErrorCode.INTERNAL, f"{method} failed: {type(exc).__name__}: {exc}"
-                ) from exc
-            return msgspec.to_builtins(result)
-
-        run.__name__ = f"handle_{method.replace('/', '_')}"
-        return run
-
-    def request_context(self) -> RequestContext:
-        return RequestContext(self)
-
-    # -- main loop ----------------------------------------------------------------------------
-
-    def _reject(self, err: FrameError) -> None:
-        log.warning("rejected a frame: %s", err.message)
-        # Written as a plain dict: JSON-RPC wants ``"id": null`` when the id could not be
-        # read, and pygls' converter would drop a None id altogether.
-        self.protocol._send_data(
-            {
-                "jsonrpc": "2.0",
-                "id": err.msg_id,
-                "error": {
-                    "code": p.jsonrpc_number(err.code),
-                    "message": err.message,
-                    "data": {"code": err.code},
-                },
-            }
-        )
+    # -- incoming messages --------------------------------------------------------------------
 
     def _deliver(self, msg: dict[str, Any]) -> None:
-        # One message must never take the daemon down, whatever it contains.
+        """Route one well-formed message; nothing in it can take the daemon down."""
         try:
-            self._deliver_one(msg)
-        except RecursionError:
-            self._answer_error(msg, p.ErrorCode.INVALID_REQUEST, "message nested too deeply")
+            method = msg.get("method")
+            if method is None:
+                self._to_pygls(msg)  # a reply to one of compactd's requests (progress)
+            elif "id" in msg:
+                self._request(msg["id"], method, msg.get("params"))
+            else:
+                self._notification(method, msg.get("params"))
         except Exception:
             log.exception("failed to handle a message")
-            self._answer_error(msg, p.ErrorCode.INTERNAL, "internal error handling message")
+            if "id" in msg and "method" in msg:
+                self._send_error(msg["id"], p.ErrorCode.INTERNAL, "internal error handling message")
 
-    def _answer_error(self, msg: dict[str, Any], code: str, text: str) -> None:
-        if "id" not in msg or "method" not in msg:
+    def _request(self, msg_id: Any, method: str, params: Any) -> None:
+        if method == lsp.INITIALIZE:
+            if self.app is not None:
+                self._send_error(
+                    msg_id, p.ErrorCode.INVALID_REQUEST, "the server is already initialized"
+                )
+            else:
+                self._to_pygls({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
             return
-        try:
-            self.protocol._send_response(msg["id"], error=_error(code, text).to_response_error())
-        except Exception:
-            log.exception("failed to send an error response")
+        if self.app is None:
+            self._send_error(
+                msg_id,
+                p.ErrorCode.SERVER_NOT_INITIALIZED,
+                "the server is not initialized: send 'initialize' first",
+            )
+            return
+        if self._shut_down:
+            self._send_error(
+                msg_id,
+                p.ErrorCode.SHUTTING_DOWN,
+                f"{method}: the server is shutting down; only 'exit' is accepted now",
+            )
+            return
+        if method == lsp.SHUTDOWN:
+            self._to_pygls({"jsonrpc": "2.0", "id": msg_id, "method": method})
+            return
+        handler = HANDLERS.get(method)
+        if handler is None:
+            if method in _LSP_NOTIFICATIONS:
+                self._send_error(
+                    msg_id,
+                    p.ErrorCode.INVALID_REQUEST,
+                    f"{method} is a notification: send it without an 'id'",
+                )
+            else:
+                self._send_error(msg_id, p.ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}")
+            return
+        key = _key(msg_id)
+        if key in self._running:
+            self._send_error(
+                msg_id,
+                p.ErrorCode.INVALID_REQUEST,
+                f"a request with id {msg_id!r} is still running; ids must be unique",
+            )
+            return
+        if self.task_group is None:
+            self._send_error(msg_id, p.ErrorCode.INTERNAL, "the server is not serving")
+            return
+        guard = Guard()
+        self._running[key] = guard
+        self._idle = anyio.Event()
+        self.task_group.start_soon(self._run, msg_id, method, handler, params, guard)
 
-    def _deliver_one(self, msg: dict[str, Any]) -> None:
+    def _notification(self, method: str, params: Any) -> None:
+        if method == lsp.CANCEL_REQUEST:
+            msg_id = params.get("id") if isinstance(params, dict) else None
+            guard = self._running.get(_key(msg_id))
+            if guard is None:
+                log.debug("cancel of a request that is not running: %r", msg_id)
+            elif not guard.cancel():
+                log.info("request %r has written already; it completes", msg_id)
+            return
+        if method == lsp.EXIT:
+            self.request_exit(0 if self._shut_down else 1)
+            return
+        if self.app is None and method != lsp.INITIALIZED:
+            log.info("ignored %s before initialize", method)
+            return
+        if method in _PYGLS_NOTIFICATIONS:
+            self._to_pygls({"jsonrpc": "2.0", "method": method, "params": params})
+        elif method in HANDLERS:
+            log.warning(
+                "%s was sent as a notification (no id); ignored: nothing would answer", method
+            )
+        else:
+            log.debug("ignored notification %s", method)
+
+    def _to_pygls(self, msg: dict[str, Any]) -> None:
         try:
             structured = self.protocol.structure_message(msg)
         except JsonRpcException as exc:
             if "id" in msg and "method" in msg:
-                self.protocol._send_response(
+                self._send_error(
                     msg["id"],
-                    error=lsp.ResponseError(
-                        code=exc.code,
-                        message=f"invalid params for {msg.get('method')}: {exc.message}",
-                        data={"code": p.ErrorCode.INVALID_PARAMS},
-                    ),
+                    p.ErrorCode.INVALID_PARAMS,
+                    f"invalid params for {msg['method']}: {exc.message}",
                 )
+            else:
+                log.warning("dropped a malformed %s", msg.get("method") or "reply")
             return
         self.protocol.handle_message(structured)
+
+    # -- compactd's requests ------------------------------------------------------------------
+
+    async def _run(
+        self, msg_id: Any, method: str, handler: Handler, params: Any, guard: Guard
+    ) -> None:
+        token = cancellation.activate(guard)
+        try:
+            with guard.scope:
+                result = await self._call(method, handler, params)
+                self._send_result(msg_id, result)
+                return
+            self._send_error(
+                msg_id, p.ErrorCode.CANCELLED, f"{method} was cancelled before it changed anything"
+            )
+        except p.CompactdError as err:
+            self._send_error(msg_id, err.code, err.message, err.data)
+        except Exception as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise  # the daemon is stopping
+            # A bug must cost one request, not the daemon; the log keeps the traceback.
+            log.exception("%s failed", method)
+            self._send_error(
+                msg_id, p.ErrorCode.INTERNAL, f"{method} failed: {type(exc).__name__}: {exc}"
+            )
+        finally:
+            cancellation.deactivate(token)
+            self._running.pop(_key(msg_id), None)
+            if not self._running:
+                self._idle.set()
+
+    async def _call(self, method: str, handler: Handler, params: Any) -> Any:
+        app = self.app
+        assert app is not None
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS, f"{method} takes its params as an object"
+            )
+        if _nested_deeper(params, p.MAX_PARAMS_DEPTH):
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS,
+                f"invalid params for {method}: nested deeper than {p.MAX_PARAMS_DEPTH} levels",
+            )
+        try:
+            decoded = msgspec.convert(params, p.REQUESTS[method][0])
+        except RecursionError as exc:
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: nested too deeply"
+            ) from exc
+        except msgspec.ValidationError as exc:
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
+            ) from exc
+        result = await handler(app, decoded, self.request_context())
+        return msgspec.to_builtins(result)
+
+    def request_context(self) -> RequestContext:
+        return RequestContext(self)
+
+    # -- outgoing messages --------------------------------------------------------------------
+
+    def _write(self, message: dict[str, Any]) -> None:
+        writer = self.protocol.writer
+        if writer is None:
+            return
+        body = _json_encoder.encode(message)
+        try:
+            writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        except (BrokenPipeError, ConnectionResetError, ValueError):
+            log.warning("the client closed its end of the connection")
+
+    def _send_result(self, msg_id: Any, result: Any) -> None:
+        self._write({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    def _send_error(
+        self, msg_id: Any, code: str, message: str, data: dict[str, Any] | None = None
+    ) -> None:
+        # Written as a plain dict: JSON-RPC wants ``"id": null`` when the id could not be
+        # read, and pygls' converter would drop a None id altogether.
+        error = {
+            "code": p.jsonrpc_number(code),
+            "message": message,
+            "data": {**(data or {}), "code": code},
+        }
+        try:
+            self._write({"jsonrpc": "2.0", "id": msg_id, "error": error})
+        except (TypeError, msgspec.EncodeError):
+            error["data"] = {"code": code}
+            self._write({"jsonrpc": "2.0", "id": msg_id, "error": error})
+
+    def _reject(self, err: FrameError) -> None:
+        log.warning("rejected a frame: %s", err.message)
+        self._send_error(err.msg_id, err.code, err.message)
+
+    # -- main loop ----------------------------------------------------------------------------
 
     def _max_frame(self) -> int:
         if self.app is not None and self.app.options.max_frame_bytes:
@@ -264,20 +399,19 @@ class CompactdServer(LanguageServer):
     async def serve(self, stdin: IO[bytes], stdout: IO[bytes]) -> int:
         """Serve until stdin closes, ``exit`` arrives, or the parent process dies."""
         self.protocol.set_writer(StdoutWriter(cast(BinaryIO, stdout)))
-        reader = await _stdin_reader(stdin)
+        source = await _stdin_source(stdin)
+        reader = FrameReader(source, self._deliver, self._reject, self._max_frame)
         parent = os.getppid()
         async with anyio.create_task_group() as tg:
             self.task_group = tg
             tg.start_soon(self._watch_parent, parent)
-            await read_frames(
-                reader,
-                self._deliver,
-                self._reject,
-                self._max_frame,
-                stopped=lambda: self.exit_code is not None,
-            )
+            await reader.run(stopped=lambda: self.exit_code is not None)
+            # End of input: answer what is still running, then stop.
+            await self._idle.wait()
             tg.cancel_scope.cancel()
-        await self._close_all()
+        log.info("frames: %d delivered, %d rejected", reader.delivered, reader.rejected)
+        with anyio.CancelScope(shield=True):
+            await self._close_all()
         return self.exit_code if self.exit_code is not None else 0
 
     async def _watch_parent(self, parent: int) -> None:
@@ -286,8 +420,7 @@ class CompactdServer(LanguageServer):
             pid = self.process_id
             if os.getppid() != parent or (pid is not None and not _alive(pid)):
                 log.warning("the editor process went away; exiting")
-                self.exit_code = 0
-                _close_stdin()
+                self.request_exit(0)
                 return
 
     async def _close_all(self) -> None:
@@ -370,6 +503,22 @@ class WorkDone:
         future.add_done_callback(done)
 
 
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests deeper than ``limit``, found without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    return False
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -380,52 +529,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _close_stdin() -> None:
-    try:
-        os.close(0)
-    except OSError:
-        pass
-
-
-class _PipeReader:
+class _PipeSource:
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self._r = reader
 
-    async def readline(self) -> bytes:
-        try:
-            return await self._r.readline()
-        except ValueError:
-            # Line longer than the buffer limit: report it as over-long to the framer.
-            return b"x" * (1 << 14) + b"\n"
-
-    async def readexactly(self, n: int) -> bytes:
-        try:
-            return await self._r.readexactly(n)
-        except asyncio.IncompleteReadError as exc:
-            return exc.partial
+    async def read(self, n: int) -> bytes:
+        return await self._r.read(n)
 
 
-class _ThreadReader:
+class _ThreadSource:
     """Fallback for stdin that is not a pipe (a regular file): blocking reads in a thread."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._s = stream
 
-    async def readline(self) -> bytes:
-        return await anyio.to_thread.run_sync(self._s.readline, abandon_on_cancel=True)
-
-    async def readexactly(self, n: int) -> bytes:
+    async def read(self, n: int) -> bytes:
         return await anyio.to_thread.run_sync(self._s.read, n, abandon_on_cancel=True)
 
 
-async def _stdin_reader(stdin: IO[bytes]) -> _PipeReader | _ThreadReader:
+async def _stdin_source(stdin: IO[bytes]) -> _PipeSource | _ThreadSource:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 16)
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
     except (ValueError, OSError):
-        return _ThreadReader(stdin)
-    return _PipeReader(reader)
+        return _ThreadSource(stdin)
+    return _PipeSource(reader)
 
 
 def run_stdio(data_dir: Path | None = None) -> int:
@@ -436,9 +565,18 @@ def run_stdio(data_dir: Path | None = None) -> int:
     sys.stdout = sys.stderr
     server = CompactdServer(data_dir=data_dir)
     try:
-        return asyncio.run(server.serve(stdin, stdout))
+        code = asyncio.run(server.serve(stdin, stdout))
     except KeyboardInterrupt:
-        return 130
+        code = 130
     except BrokenPipeError:
         log.warning("the client closed the connection")
-        return 0
+        code = 0
+    # Sessions are closed and their files flushed by now. A worker thread may still sit in a
+    # blocking read of a pipe the editor left open: do not wait for it.
+    logging.shutdown()
+    for stream in (stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

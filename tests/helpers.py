@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -246,3 +247,9 @@ def emulator_options(emu: Emulator, **extra: Any) -> dict[str, Any]:
     """initializationOptions with the summarizer on ``emu``; ``summarizer`` adds to its options."""
     summarizer = {"baseUrl": emu.base_url, "apiKey": "test", **extra.pop("summarizer", {})}
     return {"summarizer": summarizer, "keepAliveIntervalMs": 200, **extra}
+
+
+# A real directory to use as a session's cwd: the daemon refuses a cwd that does not exist.
+WORKDIR = Path(tempfile.gettempdir()) / "compactd-tests" / "project"
+WORKDIR.mkdir(parents=True, exist_ok=True)
+CWD = str(WORKDIR)

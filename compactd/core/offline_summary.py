@@ -349,8 +349,27 @@ def render_ledger(ledger: Ledger) -> str:
     return "\n".join(out)
 
 
+OFFLINE_INSTRUCTIONS_WARNING = (
+    "custom instructions could not be followed: the offline summarizer builds the summary "
+    "from the transcript without a model; they are quoted at the end of the summary"
+)
+
+
 def offline_summary(
-    records: Sequence[Record], *, cleared_tool_ids: frozenset[str] = frozenset()
+    records: Sequence[Record],
+    *,
+    cleared_tool_ids: frozenset[str] = frozenset(),
+    instructions: Sequence[str] = (),
 ) -> str:
-    """The offline summary of ``records`` (raw, with ``<summary>`` tags; see ``render_ledger``)."""
-    return render_ledger(collect_ledger(records, cleared_tool_ids=cleared_tool_ids))
+    """The offline summary of ``records`` (raw, with ``<summary>`` tags; see ``render_ledger``).
+
+    The offline summary has no model to follow ``instructions``; they are quoted at its end,
+    so that the model reading it sees what the user asked the summary to keep.
+    """
+    text = render_ledger(collect_ledger(records, cleared_tool_ids=cleared_tool_ids))
+    if not instructions:
+        return text
+    note = ["", "Instructions given for this summary, which an offline summary cannot follow:"]
+    note.extend(_quote(x.strip()) for x in instructions)
+    body, tag, rest = text.rpartition("</summary>")
+    return body + "\n".join(note) + "\n" + tag + rest if tag else text + "\n".join(note)

@@ -35,7 +35,7 @@ from compactd.core import constants as c
 from compactd.core import tokens
 from compactd.core.ledger import build_ledger, complete_summary
 from compactd.core.normalize import to_api_messages
-from compactd.core.offline_summary import offline_summary
+from compactd.core.offline_summary import OFFLINE_INSTRUCTIONS_WARNING, offline_summary
 from compactd.core.prompts import (
     PromptKind,
     compact_prompt,
@@ -43,10 +43,15 @@ from compactd.core.prompts import (
     format_summary,
     join_instructions,
 )
-from compactd.model import Record, ToolUseBlock, record_from_dict, transcript_timestamp
+from compactd.model import (
+    GROUP_SIZE_FIELD,
+    Record,
+    ToolUseBlock,
+    record_from_dict,
+    transcript_timestamp,
+)
 from compactd.services import hooks
 from compactd.services.rehydration import rehydration_attachments
-from compactd.services.store import GROUP_SIZE_FIELD
 from compactd.services.summarizer import SummarizerError, SummaryRequest
 
 if TYPE_CHECKING:
@@ -286,8 +291,10 @@ async def _prepare(run: _Run) -> _Prepared:
         raw = spec.summary_override
         mode: str = spec.mechanism
     elif summarizer.offline:
-        raw = offline_summary(summarized, cleared_tool_ids=cleared)
+        raw = offline_summary(summarized, cleared_tool_ids=cleared, instructions=instructions)
         mode = "offline"
+        if instructions:
+            warnings.append(OFFLINE_INSTRUCTIONS_WARNING)
     else:
         request = SummaryRequest(
             messages=messages,
@@ -314,8 +321,10 @@ async def _prepare(run: _Run) -> _Prepared:
                 "from the transcript instead"
             )
             run.status("summarizing", "the API failed; building the summary offline")
-            raw = offline_summary(summarized, cleared_tool_ids=cleared)
+            raw = offline_summary(summarized, cleared_tool_ids=cleared, instructions=instructions)
             mode = "offlineFallback"
+            if instructions:
+                warnings.append(OFFLINE_INSTRUCTIONS_WARNING)
         else:
             raw = outcome.text
             mode = outcome.mode
@@ -640,7 +649,8 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
     run.status("completed", f"{prep.pre_tokens} -> {status.tokens} tokens")
     return p.CompactResult(
         compaction_id=run.compaction_id,
-        boundary=boundary,
+        # The group size is the store's business, not the client's.
+        boundary={k: v for k, v in boundary.items() if k != GROUP_SIZE_FIELD},
         summary=summary,
         kept_entries=[r.to_builtins() for r in (*prep.kept_before, *preserved) if r.entry.uuid],
         attachments=extra,

@@ -26,6 +26,7 @@ import anyio
 import msgspec
 
 from compactd import protocol as p
+from compactd.cancellation import point_of_no_return
 from compactd.core import microcompact as mc
 from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
@@ -365,6 +366,7 @@ async def load_cached_state(app: App, session: Session) -> mc.CachedState:
 
 async def _save_state(app: App, session: Session, state: mc.CachedState) -> None:
     data = msgspec.json.encode(state)
+    await point_of_no_return()
     await anyio.to_thread.run_sync(atomic_write, _state_path(app, session), data)
     session.cached_micro = state
 

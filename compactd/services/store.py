@@ -26,12 +26,17 @@ from typing import Any
 import msgspec
 
 from compactd.history import History, boundary_indices
-from compactd.model import ParseReport, Record, forget_file, parse_buffer
+from compactd.model import (
+    GROUP_SIZE_FIELD,
+    ParseReport,
+    Record,
+    forget_file,
+    parse_buffer,
+    record_from_dict,
+)
 
 # Session ids become directory names: keep them to a conservative alphabet.
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-GROUP_SIZE_FIELD = "compactdGroupSize"
 
 
 def valid_session_id(session_id: str) -> bool:
@@ -206,6 +211,12 @@ def _history_of(
         if written is None:
             record.locate(path, offset)
         else:
+            if GROUP_SIZE_FIELD.encode() in record.raw:
+                # The imported file was written whole: a group size from the file it came
+                # from would let a later load cut acknowledged lines.
+                obj = record.to_builtins()
+                obj.pop(GROUP_SIZE_FIELD, None)
+                record = record_from_dict(obj)
             record.locate(path, end)
             end += len(record.raw) + 1
             written.append(record.raw)

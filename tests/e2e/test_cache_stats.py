@@ -14,7 +14,7 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from compactd.synthetic import make_session
 from tests.conftest import FIXTURES, SpawnDaemon
-from tests.helpers import assistant, drain, text_block, tool_call, tool_result, user
+from tests.helpers import CWD, assistant, drain, text_block, tool_call, tool_result, user
 
 T0 = 1_800_000_000.0
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
@@ -30,7 +30,7 @@ SYSTEM = [
 
 async def open_session(client: Client, **fields: Any) -> str:
     fields.setdefault("model", "claude-sonnet-4-5")
-    opened = await client.open_session(cwd="/tmp/project", **fields)
+    opened = await client.open_session(cwd=CWD, **fields)
     return opened.session_id
 
 

@@ -18,7 +18,7 @@ from tests.e2e.test_compact_support import (
     open_session,
     transcript_path,
 )
-from tests.helpers import transcript_lines
+from tests.helpers import CWD, transcript_lines
 
 pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
 
@@ -97,7 +97,7 @@ async def test_hooks_run_feed_the_prompt_and_context_and_failures_are_reported(
     assert pre == {
         "session_id": sid,
         "transcript_path": path,
-        "cwd": "/home/dev/project",
+        "cwd": CWD,
         "trigger": "manual",
         "custom_instructions": "Focus on the parser.",
         "hook_event_name": "PreCompact",

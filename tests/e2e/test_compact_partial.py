@@ -34,7 +34,7 @@ from tests.e2e.test_compact_support import (
     transcript_path,
 )
 from tests.emulator import Emulator
-from tests.helpers import drain, transcript_lines
+from tests.helpers import CWD, drain, transcript_lines
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -81,7 +81,7 @@ def _prompt_uuid(entries: list[dict[str, Any]], start: int) -> str:
 async def _open_fixture(client: Client, **fields: Any) -> str:
     opened = await client.request(
         p.SESSION_OPEN,
-        {"cwd": "/home/dev/project", "model": MODEL, "transcriptPath": str(FIXTURE), **fields},
+        {"cwd": CWD, "model": MODEL, "transcriptPath": str(FIXTURE), **fields},
     )
     return str(opened["sessionId"])
 

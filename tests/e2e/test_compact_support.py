@@ -21,7 +21,7 @@ from compactd import protocol as p
 from compactd.synthetic import make_session
 from tests.conftest import daemon_log, spawn
 from tests.emulator import Emulator
-from tests.helpers import MODEL, drain, emulator_options
+from tests.helpers import CWD, MODEL, drain, emulator_options
 
 # The main loop's cache key inputs, as a client would pass them in ``session/open``.
 SYSTEM: list[dict[str, Any]] = [
@@ -68,9 +68,9 @@ async def open_session(
 ) -> str:
     opened = await client.request(
         p.SESSION_OPEN,
-        {"cwd": "/home/dev/project", "model": MODEL, "cacheSafeParams": cache_safe, **fields}
+        {"cwd": CWD, "model": MODEL, "cacheSafeParams": cache_safe, **fields}
         if cache_safe is not None
-        else {"cwd": "/home/dev/project", "model": MODEL, **fields},
+        else {"cwd": CWD, "model": MODEL, **fields},
     )
     sid = str(opened["sessionId"])
     await client.append(sid, entries if entries is not None else session_entries())

@@ -19,7 +19,7 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from compactd.model import parse_lines
 from tests.conftest import SpawnDaemon, daemon_args, fixture_transcripts
-from tests.helpers import assistant, text_block, user
+from tests.helpers import CWD, assistant, text_block, user
 
 
 def _user(uid: str, content: str, parent: str | None = None) -> dict[str, Any]:
@@ -122,7 +122,7 @@ async def test_requests_before_initialize_are_refused(tmp_path: Path) -> None:
 
 
 async def test_open_append_messages_list_close(daemon: Client) -> None:
-    opened = await daemon.open_session(cwd="/tmp/proj", model="claude-sonnet-4-5")
+    opened = await daemon.open_session(cwd=CWD, model="claude-sonnet-4-5")
     sid = opened.session_id
     assert opened.entry_count == 0
     assert opened.status.tokens == 0
@@ -164,17 +164,17 @@ async def test_open_append_messages_list_close(daemon: Client) -> None:
 
 
 async def test_open_with_explicit_id_and_reopen(daemon: Client) -> None:
-    opened = await daemon.open_session(session_id="my-session.1", cwd="/w", model="claude-opus-4-6")
+    opened = await daemon.open_session(session_id="my-session.1", cwd=CWD, model="claude-opus-4-6")
     assert opened.session_id == "my-session.1"
     assert opened.status.context_window == 1_000_000
     await daemon.append("my-session.1", [_user("u1", "x")])
-    again = await daemon.open_session(session_id="my-session.1", cwd="/w", model="claude-opus-4-6")
+    again = await daemon.open_session(session_id="my-session.1", cwd=CWD, model="claude-opus-4-6")
     assert again.entry_count == 1
 
 
 async def test_client_overrides_window(daemon: Client) -> None:
     opened = await daemon.open_session(
-        cwd="/w", model="some-local-model", context_window=100_000, max_output_tokens=8_000
+        cwd=CWD, model="some-local-model", context_window=100_000, max_output_tokens=8_000
     )
     st = opened.status
     assert (st.context_window, st.effective_window) == (100_000, 92_000)
@@ -185,7 +185,7 @@ async def test_client_overrides_window(daemon: Client) -> None:
 async def test_restart_restores_sessions(spawn_daemon: SpawnDaemon, tmp_path: Path) -> None:
     data = tmp_path / "shared-data"
     async with spawn_daemon(data_dir=data) as first:
-        opened = await first.open_session(cwd="/w", model="claude-sonnet-4-5")
+        opened = await first.open_session(cwd=CWD, model="claude-sonnet-4-5")
         await first.append(
             opened.session_id,
             [_user("u1", "remember me"), _assistant("a1", "ok", "u1", "msg_1", 1234)],
@@ -205,7 +205,7 @@ async def test_restart_restores_sessions(spawn_daemon: SpawnDaemon, tmp_path: Pa
 async def test_import_every_fixture_transcript(daemon: Client, path: Path) -> None:
     records = list(parse_lines(path.read_bytes().splitlines()))
     opened = await daemon.open_session(
-        cwd="/w", model="claude-sonnet-4-5", transcript_path=str(path)
+        cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(path)
     )
     assert opened.entry_count == len(records)
     assert opened.skipped_lines == 0
@@ -226,7 +226,7 @@ async def test_import_with_corrupt_lines_skips_and_counts(daemon: Client, tmp_pa
     good = json.dumps(_user("u1", "fine"))
     src.write_text(f'{good}\n{{"type": "user", "trunc\nnot json at all\n[1,2]\n')
     opened = await daemon.open_session(
-        cwd="/w", model="claude-sonnet-4-5", transcript_path=str(src)
+        cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(src)
     )
     assert (opened.entry_count, opened.skipped_lines) == (1, 3)
 
@@ -235,7 +235,7 @@ async def test_import_of_missing_transcript_is_a_clear_error(
     daemon: Client, tmp_path: Path
 ) -> None:
     with pytest.raises(RpcError) as err:
-        await daemon.open_session(cwd="/w", model="m", transcript_path=str(tmp_path / "nope.jsonl"))
+        await daemon.open_session(cwd=CWD, model="m", transcript_path=str(tmp_path / "nope.jsonl"))
     assert err.value.code == p.ErrorCode.TRANSCRIPT_UNREADABLE
     assert "nope.jsonl" in err.value.message
     assert (await daemon.list_sessions()).sessions == []
@@ -247,12 +247,12 @@ async def test_import_of_missing_transcript_is_a_clear_error(
 @pytest.mark.parametrize(
     ("method", "params", "code"),
     [
-        (p.SESSION_OPEN, {"cwd": "/w"}, "invalidParams"),  # model missing
-        (p.SESSION_OPEN, {"cwd": "/w", "model": 5}, "invalidParams"),
-        (p.SESSION_OPEN, {"cwd": "/w", "model": "m", "bogus": 1}, "invalidParams"),
-        (p.SESSION_OPEN, {"cwd": "/w", "model": "m", "sessionId": "../../etc"}, "invalidParams"),
-        (p.SESSION_OPEN, {"cwd": "/w", "model": "m", "sessionId": "a/b"}, "invalidParams"),
-        (p.SESSION_OPEN, {"cwd": "/w", "model": "m", "contextWindow": -5}, "invalidParams"),
+        (p.SESSION_OPEN, {"cwd": CWD}, "invalidParams"),  # model missing
+        (p.SESSION_OPEN, {"cwd": CWD, "model": 5}, "invalidParams"),
+        (p.SESSION_OPEN, {"cwd": CWD, "model": "m", "bogus": 1}, "invalidParams"),
+        (p.SESSION_OPEN, {"cwd": CWD, "model": "m", "sessionId": "../../etc"}, "invalidParams"),
+        (p.SESSION_OPEN, {"cwd": CWD, "model": "m", "sessionId": "a/b"}, "invalidParams"),
+        (p.SESSION_OPEN, {"cwd": CWD, "model": "m", "contextWindow": -5}, "invalidParams"),
         (p.SESSION_APPEND, {"sessionId": "nope", "entries": []}, "sessionNotFound"),
         (p.SESSION_APPEND, {"sessionId": "..", "entries": []}, "invalidParams"),
         (p.TOKENS_STATUS, {"sessionId": "missing"}, "sessionNotFound"),
@@ -272,7 +272,7 @@ async def test_invalid_params_get_clear_errors(
 
 
 async def test_bad_entries_reject_the_whole_append(daemon: Client) -> None:
-    sid = (await daemon.open_session(cwd="/w", model="m")).session_id
+    sid = (await daemon.open_session(cwd=CWD, model="m")).session_id
     for entries in (
         [_user("u1", "ok"), "not an object"],
         [_user("u1", "ok"), {"no": "type"}],
@@ -349,7 +349,7 @@ async def wire(tmp_path: Path) -> Any:
     )
     assert "result" in init
     w.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
-    opened = await w.call(1, p.SESSION_OPEN, {"cwd": "/w", "model": "m", "sessionId": "s1"})
+    opened = await w.call(1, p.SESSION_OPEN, {"cwd": CWD, "model": "m", "sessionId": "s1"})
     assert opened["result"]["sessionId"] == "s1"
     yield w
     w.stdin.close()
@@ -450,17 +450,17 @@ def test_generated_protocol_files_are_current() -> None:
 
 async def test_window_too_small_for_the_reserves_is_refused(daemon: Client) -> None:
     with pytest.raises(RpcError) as err:
-        await daemon.open_session(cwd="/w", model="m", context_window=30_000)
+        await daemon.open_session(cwd=CWD, model="m", context_window=30_000)
     assert err.value.code == "invalidParams"
     assert "maxOutputTokens" in err.value.message
     ok = await daemon.open_session(
-        cwd="/w", model="m", context_window=30_000, max_output_tokens=4_000
+        cwd=CWD, model="m", context_window=30_000, max_output_tokens=4_000
     )
     assert ok.status.auto_compact_threshold == 13_000
 
 
 async def test_append_is_idempotent_by_uuid(daemon: Client) -> None:
-    sid = (await daemon.open_session(cwd="/w", model="m")).session_id
+    sid = (await daemon.open_session(cwd=CWD, model="m")).session_id
     first = await daemon.append(sid, [_user("u1", "hello"), _user("u2", "again", "u1")])
     assert (first.appended, first.skipped_duplicates) == (2, 0)
     retry = await daemon.append(

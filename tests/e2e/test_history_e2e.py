@@ -12,6 +12,7 @@ from compactd_client import Client, RpcError
 
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon
+from tests.helpers import CWD
 
 OFFLINE = {"summarizer": {"offline": True}}
 
@@ -38,7 +39,7 @@ def _turn(i: int, parent: str | None) -> list[dict[str, Any]]:
 
 
 async def _session_with_history(client: Client, turns: int) -> str:
-    sid = (await client.open_session(cwd="/w", model="claude-sonnet-4-5")).session_id
+    sid = (await client.open_session(cwd=CWD, model="claude-sonnet-4-5")).session_id
     parent = None
     for i in range(turns):
         await client.append(sid, _turn(i, parent))
@@ -98,7 +99,7 @@ async def test_an_import_with_no_entries_fails_and_leaves_nothing(
     async with spawn_daemon(options=OFFLINE, data_dir=data) as client:
         with pytest.raises(RpcError) as err:
             await client.open_session(
-                cwd="/w", model="claude-sonnet-4-5", transcript_path=str(src), session_id="imp"
+                cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(src), session_id="imp"
             )
         assert err.value.code == p.ErrorCode.TRANSCRIPT_UNREADABLE
         assert "none of its 2 lines" in err.value.message
@@ -107,6 +108,6 @@ async def test_an_import_with_no_entries_fails_and_leaves_nothing(
         # The id is free: a real transcript imports under it.
         src.write_text("".join(json.dumps(e) + "\n" for e in _turn(0, None)))
         opened = await client.open_session(
-            cwd="/w", model="claude-sonnet-4-5", transcript_path=str(src), session_id="imp"
+            cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(src), session_id="imp"
         )
         assert (opened.session_id, opened.entry_count) == ("imp", 2)

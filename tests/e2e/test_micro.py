@@ -16,7 +16,7 @@ from compactd import protocol as p
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from compactd.core.tokens import pad
 from tests.conftest import SpawnDaemon, daemon_args
-from tests.helpers import MODEL, SessionBuilder, stored_transcript
+from tests.helpers import CWD, MODEL, SessionBuilder, stored_transcript
 
 
 def _coding_session(rounds: int = 12, ago_minutes: float = 0.5) -> tuple[SessionBuilder, list[str]]:
@@ -46,7 +46,7 @@ def _raw(content: Any) -> int:
 
 
 async def _open(client: Client, entries: list[dict[str, Any]], **fields: Any) -> str:
-    opened = await client.open_session(cwd="/work", model=MODEL, **fields)
+    opened = await client.open_session(cwd=CWD, model=MODEL, **fields)
     await client.append(opened.session_id, entries)
     return opened.session_id
 

@@ -16,7 +16,7 @@ from compactd_client import TYPED_METHODS, TYPED_NOTIFICATIONS, Client, RpcError
 from compactd import protocol as p
 from compactd.synthetic import make_session
 from tests.conftest import SpawnDaemon, daemon_args
-from tests.helpers import numbered_read, user
+from tests.helpers import CWD, numbered_read, user
 
 OFFLINE = p.InitializationOptions(summarizer=p.SummarizerOptions(offline=True))
 TOOLS = [
@@ -121,7 +121,7 @@ async def test_session_family(daemon: Client, tmp_path: Path) -> None:
 async def test_tokens_family_and_threshold_crossings(daemon: Client) -> None:
     # 50K window, 8K output: effective 42,000, auto-compact 29,000, warning = error = 9,000.
     opened = await daemon.open_session(
-        cwd="/w", model="m", context_window=50_000, max_output_tokens=8_000
+        cwd=CWD, model="m", context_window=50_000, max_output_tokens=8_000
     )
     sid = opened.session_id
     async with daemon.threshold_crossings(sid) as crossings:
@@ -142,7 +142,7 @@ async def test_tokens_family_and_threshold_crossings(daemon: Client) -> None:
 async def test_compaction_family_and_status_updates(spawn_daemon: SpawnDaemon) -> None:
     entries = make_session(entries=120, target_tokens=40_000)
     async with spawn_daemon(options=msgspec.to_builtins(OFFLINE)) as client:
-        opened = await client.open_session(cwd="/home/dev/project", model="claude-sonnet-4-5")
+        opened = await client.open_session(cwd=CWD, model="claude-sonnet-4-5")
         sid = opened.session_id
         await client.append(sid, entries)
         below = await client.compact_auto(sid)
@@ -219,7 +219,7 @@ async def test_files_family_and_memory_changes(spawn_daemon: SpawnDaemon, tmp_pa
 
 
 async def test_cache_family_and_cache_breaks(daemon: Client) -> None:
-    sid = (await daemon.open_session(cwd="/w", model="claude-sonnet-4-5")).session_id
+    sid = (await daemon.open_session(cwd=CWD, model="claude-sonnet-4-5")).session_id
     t0 = 1_800_000_000.0
 
     async def turn(at: float, cache_read: int, tools: list[dict[str, Any]]) -> p.CacheAck:

@@ -8,7 +8,7 @@ from compactd_client import Client
 
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon
-from tests.helpers import collect, user
+from tests.helpers import CWD, collect, user
 
 # A wait for notifications ends after this many seconds without one.
 QUIET_S = 0.3
@@ -21,7 +21,7 @@ def _user(i: int, chars: int) -> dict[str, Any]:
 async def test_threshold_notification_once_per_crossing(daemon: Client) -> None:
     # 50K window, 8K output -> effective 42,000; auto-compact 29,000; warning = error = 9,000.
     opened = await daemon.open_session(
-        cwd="/w", model="m", context_window=50_000, max_output_tokens=8_000
+        cwd=CWD, model="m", context_window=50_000, max_output_tokens=8_000
     )
     sid = opened.session_id
     assert opened.status.warning_threshold == 9_000
@@ -44,18 +44,18 @@ async def test_threshold_notification_once_per_crossing(daemon: Client) -> None:
 async def test_status_honours_env_overrides(spawn_daemon: SpawnDaemon) -> None:
     options = {"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "50", "DISABLE_AUTO_COMPACT": "1"}}
     async with spawn_daemon(options=options) as client:
-        opened = await client.open_session(cwd="/w", model="claude-opus-4-6")
+        opened = await client.open_session(cwd=CWD, model="claude-opus-4-6")
         st = opened.status
         assert st.effective_window == 980_000
         assert st.auto_compact_enabled is False
         assert st.compaction_enabled is True
     async with spawn_daemon(options={"env": {"CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": "50"}}) as client:
-        st = (await client.open_session(cwd="/w", model="claude-opus-4-6")).status
+        st = (await client.open_session(cwd=CWD, model="claude-opus-4-6")).status
         assert st.auto_compact_threshold == 490_000
 
 
 async def test_inline_subagent_turns_do_not_count_toward_the_main_context(daemon: Client) -> None:
-    sid = (await daemon.open_session(cwd="/w", model="claude-sonnet-4-5")).session_id
+    sid = (await daemon.open_session(cwd=CWD, model="claude-sonnet-4-5")).session_id
     main = [_user(1, 400)]
     side = {**_user(2, 80_000), "isSidechain": True}
     r1 = await daemon.append(sid, main)
@@ -65,7 +65,7 @@ async def test_inline_subagent_turns_do_not_count_toward_the_main_context(daemon
     assert bd.total_tokens == r1.status.tokens
     # A sub-agent's own transcript (sidechain entries only) does count.
     sub = (
-        await daemon.open_session(cwd="/w", model="claude-sonnet-4-5", agent_kind="subagent")
+        await daemon.open_session(cwd=CWD, model="claude-sonnet-4-5", agent_kind="subagent")
     ).session_id
     r3 = await daemon.append(sub, [side])
     assert r3.status.tokens > 20_000

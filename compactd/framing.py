@@ -139,11 +139,20 @@ class FrameReader:
                 if not await self._resync(report=False):
                     return
                 continue
+            # A header inside the body means the length was too long: the body ends there.
+            # Looked for while waiting, so a wrong length does not stall the frames behind it.
+            end = length
+            scanned = 0
             while len(self._buf) < length:
+                m = _FRAME_START.search(self._buf, max(0, scanned - 64))
+                if m is not None:
+                    end = m.start()
+                    break
+                scanned = len(self._buf)
                 if not await self._fill():
                     return  # end of input inside a body: the client is gone
-            body = bytes(self._buf[:length])
-            del self._buf[:length]
+            body = bytes(self._buf[:end])
+            del self._buf[:end]
             after_bad_body = not self._dispatch(body)
 
     # -- headers ---------------------------------------------------------------------------------

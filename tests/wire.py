@@ -76,6 +76,16 @@ class Wire:
         assert isinstance(msg, dict)
         return msg
 
+    def drain(self, quiet: float) -> list[dict[str, Any]]:
+        """Every message that arrives until none has for ``quiet`` seconds."""
+        out = []
+        while True:
+            if b"\n" not in self.buf:
+                ready, _, _ = select.select([self.fd], [], [], quiet)
+                if not ready:
+                    return out
+            out.append(self.recv())
+
     def answer(self, wait: float = 20.0) -> dict[str, Any]:
         """The next response, notifications skipped."""
         while True:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sys
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_jsonschema import from_schema
 
 from compactd import protocol as p
 from tests.wire import Wire, digest
@@ -289,3 +291,171 @@ def test_garbage_bytes_then_still_serving(wire: tuple[Wire, Path]) -> None:
         assert err["id"] is None and "error" in err
     assert "result" in w.call(p.SESSION_LIST, {})
     assert sys.platform != "win32"
+
+
+# -- schema-driven params: every method, params shaped as protocol/schema.json says ---------------
+
+_SCHEMA = json.loads((Path(__file__).parents[2] / "protocol" / "schema.json").read_text())
+SCHEMA_EXAMPLES = int(os.environ.get("FUZZ_SCHEMA_EXAMPLES", "80"))
+SCHEMA_BATCH = 25
+
+
+def _params_for(method: str) -> st.SearchStrategy[Any]:
+    ref = _SCHEMA["methods"][method]["params"]
+    generated = from_schema({"$defs": _SCHEMA["$defs"], **ref})
+    # Half of them aimed at the live session, so that they reach its state.
+    aimed = generated.map(lambda v: {**v, "sessionId": "victim"} if isinstance(v, dict) else v)
+    return st.one_of(generated, aimed)
+
+
+_schema_request = st.sampled_from(sorted(_SCHEMA["methods"])).flatmap(
+    lambda m: st.tuples(st.just(m), _params_for(m))
+)
+
+
+def _victim_transcript(data: Path) -> bytes:
+    return (data / "sessions" / "victim" / "transcript.jsonl").read_bytes()
+
+
+def _answer_to(w: Wire, msg_id: Any) -> dict[str, Any]:
+    """The answer to ``msg_id``; any other answer arriving first is a stale or second one."""
+    msg = w.answer()
+    assert msg.get("id") == msg_id, f"expected the answer to {msg_id!r}, got {msg}"
+    return msg
+
+
+@settings(
+    max_examples=SCHEMA_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+@given(st.lists(_schema_request, min_size=SCHEMA_BATCH, max_size=SCHEMA_BATCH))
+def test_schema_shaped_params_are_answered_once_and_errors_change_nothing(
+    wire: tuple[Wire, Path], requests: list[tuple[str, Any]]
+) -> None:
+    w, data = wire
+    for method, params in requests:
+        before = _victim_transcript(data)
+        msg_id = w.next_id
+        w.next_id += 1
+        w.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+        w.flush()
+        msg = _answer_to(w, msg_id)
+        if "error" in msg:
+            assert isinstance(msg["error"]["data"]["code"], str)
+            assert _victim_transcript(data) == before, (method, params, msg)
+
+
+# -- byte-level mutations of valid frames ---------------------------------------------------------
+
+MUTATION_EXAMPLES = int(os.environ.get("FUZZ_MUTATION_EXAMPLES", "120"))
+MUTATION_BATCH = 50
+
+_BAD_BYTES = [b"\xff\xfe", b"\xc0\xaf", b"\xed\xa0\x80", b"\\u12", b"\\", b"\x00", b'"', b"\r\n"]
+
+
+def _mutate(rng: random.Random, body: bytes) -> bytes | list[bytes]:
+    """One mutation of a frame's body, or of the frame itself (a list of raw frames)."""
+    kind = rng.randrange(9)
+    if kind == 0:  # bytes that are not UTF-8 (or break an escape) inside a string
+        quotes = [i for i, c in enumerate(body) if c == ord('"')]
+        at = rng.choice(quotes) + 1 if quotes else rng.randrange(len(body))
+        return body[:at] + rng.choice(_BAD_BYTES) + body[at:]
+    if kind == 1:  # a number nobody can hold
+        return body.replace(b'"id": ', b'"x": 1e999999, "id": ', 1)
+    if kind == 2:  # deep nesting
+        depth = rng.choice([150, 1_000, 50_000])
+        return body.replace(
+            b'"params": ', b'"params": ' + b"[" * depth + b"]" * depth + b', "p": ', 1
+        )
+    if kind == 3:  # a batch
+        return b"[" + body + b", " + body + b"]"
+    if kind == 4:  # the same id twice in a row
+        return [_frame(body), _frame(body)]
+    if kind == 5:  # a Content-Length that lies
+        delta = rng.choice([-7, -1, 1, 9, 400])
+        return [b"Content-Length: %d\r\n\r\n" % max(0, len(body) + delta) + body]
+    if kind == 6:  # random byte flips
+        out = bytearray(body)
+        for _ in range(rng.randint(1, 4)):
+            out[rng.randrange(len(out))] = rng.randrange(256)
+        return bytes(out)
+    if kind == 7:  # cut short
+        return body[: rng.randrange(1, len(body))]
+    return body  # unchanged
+
+
+def _frame(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+@settings(
+    max_examples=MUTATION_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+@given(st.integers(0, 2**32))
+def test_mutated_frames_never_stop_the_daemon_nor_answer_twice(
+    wire: tuple[Wire, Path], seed: int
+) -> None:
+    w, data = wire
+    rng = random.Random(seed)
+    before = _victim_transcript(data)
+    ids: list[int] = []
+    appends: dict[int, list[str]] = {}
+    for _ in range(MUTATION_BATCH):
+        msg_id = w.next_id
+        w.next_id += 1
+        ids.append(msg_id)
+        method = rng.choice([p.TOKENS_STATUS, p.SESSION_MESSAGES, p.SESSION_LIST, p.SESSION_APPEND])
+        params: dict[str, Any] = {"sessionId": "victim"}
+        if method == p.SESSION_LIST:
+            params = {}
+        elif method == p.SESSION_APPEND:
+            uid = uuid.uuid4().hex
+            params["entries"] = [
+                {"type": "user", "uuid": uid, "message": {"role": "user", "content": "fuzz ✓"}}
+            ]
+            appends[msg_id] = [uid]
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params},
+            ensure_ascii=False,
+        ).encode()
+        mutated = _mutate(rng, body)
+        frames = mutated if isinstance(mutated, list) else [_frame(mutated)]
+        w.stdin.write(b"".join(frames))
+    # An empty append queues behind every append before it on the session's lock.
+    sentinel = w.next_id
+    w.next_id += 1
+    w.send(
+        {
+            "jsonrpc": "2.0",
+            "id": sentinel,
+            "method": p.SESSION_APPEND,
+            "params": {"sessionId": "victim", "entries": []},
+        }
+    )
+    w.flush()
+    answered: dict[Any, int] = {}
+    appended = 0
+    while True:
+        msg = w.answer(wait=30)
+        answered[msg.get("id")] = answered.get(msg.get("id"), 0) + 1
+        result = msg.get("result")
+        if msg.get("id") in appends and isinstance(result, dict):
+            appended += result.get("appended", 0)
+        if msg.get("id") == sentinel:
+            break
+    for msg in w.drain(quiet=0.3):  # answers of reads that finished after the sentinel
+        if "id" in msg and "method" not in msg:
+            answered[msg.get("id")] = answered.get(msg.get("id"), 0) + 1
+    # A frame sent twice with one id may be answered twice; any other id at most once.
+    twice = {i for i, n in answered.items() if n > 1 and i is not None}
+    assert twice <= set(ids), twice
+    assert w.proc.poll() is None
+    # The transcript grew by exactly what the answers say was appended, and nothing else.
+    after = _victim_transcript(data)
+    assert after.startswith(before)
+    assert len(after[len(before) :].splitlines()) == appended

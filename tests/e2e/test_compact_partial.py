@@ -98,8 +98,6 @@ async def test_both_directions_on_a_fixture_transcript_survive_a_restart(
     emulator: Emulator,
     tmp_path: Path,
 ) -> None:
-    if not FIXTURE.exists():
-        pytest.skip("fixture transcript not available")
     lines = transcript_lines(FIXTURE)
     middle = len(lines) // 2
     data = tmp_path / "restart-data"

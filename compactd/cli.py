@@ -325,7 +325,8 @@ async def status(transcript: str, model: str | None, as_json: bool) -> int:
 # -- replay -------------------------------------------------------------------------------------
 
 # The window the replay of the synthetic session uses: small enough that its ~180K tokens are
-# compacted more than once, large enough to be a real model's (REFERENCE.md §1 thresholds).
+# compacted more than once, large enough to be a real model's
+# (docs/thresholds.md#auto-compact-threshold).
 REPLAY_SYNTHETIC_WINDOW = 100_000
 # Progress lines printed over a replay when stdout is not a terminal (one per step of 10%).
 _REPLAY_PROGRESS_STEPS = 10

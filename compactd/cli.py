@@ -132,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
 
 # -- people-facing tools ----------------------------------------------------------------------
 
-SHARED_FIXTURES = (
-    Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "transcripts"
-)
+# The demo's default transcript is one of the test fixtures (tests/data/README.md); an
+# installed package without the tests falls back to a synthetic session.
+FIXTURE_TRANSCRIPTS = Path(__file__).resolve().parent.parent / "tests" / "data" / "transcripts"
 DEMO_FIXTURE = "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
 
 
@@ -201,7 +201,7 @@ def _print_stats(st: p.StatsResult) -> None:
 
 async def demo(transcript: str | None, data_dir: str | None) -> int:
     """Import a transcript into a fresh daemon, show its status, compact it offline, show again."""
-    source = Path(transcript) if transcript else SHARED_FIXTURES / DEMO_FIXTURE
+    source = Path(transcript) if transcript else FIXTURE_TRANSCRIPTS / DEMO_FIXTURE
     with tempfile.TemporaryDirectory(prefix="compactd-demo-") as tmp:
         work = Path(data_dir) if data_dir else Path(tmp)
         if not source.is_file():
@@ -325,7 +325,8 @@ async def status(transcript: str, model: str | None, as_json: bool) -> int:
 # -- replay -------------------------------------------------------------------------------------
 
 # The window the replay of the synthetic session uses: small enough that its ~180K tokens are
-# compacted more than once, large enough to be a real model's (REFERENCE.md §1 thresholds).
+# compacted more than once, large enough to be a real model's
+# (docs/thresholds.md#auto-compact-threshold).
 REPLAY_SYNTHETIC_WINDOW = 100_000
 # Progress lines printed over a replay when stdout is not a terminal (one per step of 10%).
 _REPLAY_PROGRESS_STEPS = 10

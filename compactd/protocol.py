@@ -196,7 +196,7 @@ class SummarizerOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unk
 
 
 class MicrocompactOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
-    """Overrides of microcompact's numbers (REFERENCE.md §2); an unset field keeps its default.
+    """Overrides of microcompact's numbers (docs/microcompact.md); an unset field keeps its default.
 
     ``cacheEdits: true`` says the client sends ``cache_edits`` blocks, which makes "cached" the
     default strategy while the prompt cache is warm. ``apiTriggerTokens`` and
@@ -219,7 +219,7 @@ class MicrocompactOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_u
 class SessionMemoryOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
-    """Session memory (REFERENCE.md §5): a notes file per session kept up to date in the
+    """Session memory (docs/session-memory.md): a notes file per session kept up to date in the
     background and used by ``compact/auto`` as a summary that needs no model call.
 
     Off unless ``enabled`` is true (an extraction is a model request the user pays for).

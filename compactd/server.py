@@ -3,7 +3,7 @@
 Each protocol method is routed to a handler in ``compactd.handlers``; this module decodes its
 params with msgspec (a bad value is a -32602 error a person can act on), calls it, and encodes
 the result with ``msgspec.to_builtins``. ``CompactdError`` becomes a JSON-RPC error whose
-``data.code`` is stable. See REFERENCE.md section 9 for the pygls 2 behaviour worked around here.
+``data.code`` is stable. See docs/pygls.md for the pygls 2 behaviour worked around here.
 """
 
 from __future__ import annotations
@@ -471,7 +471,7 @@ class RequestContext:
 
 class WorkDone:
     """One begun work-done progress; ``end`` sends the end and forgets the token (pygls keeps
-    tokens forever otherwise, REFERENCE.md §9)."""
+    tokens forever otherwise, docs/pygls.md#progress-tokens)."""
 
     def __init__(self, progress: Any, token: str) -> None:
         self._progress = progress

@@ -1,5 +1,5 @@
-"""Shared fixtures: a real daemon over stdio, the Messages API emulator, and paths to the
-shared fixtures."""
+"""Shared fixtures: a real daemon over stdio, the Messages API emulator, and the fixture
+transcripts kept in ``tests/data/transcripts`` (see ``tests/data/README.md``)."""
 
 from __future__ import annotations
 
@@ -21,19 +21,20 @@ if TYPE_CHECKING:
     from tests.e2e.test_compact_support import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "transcripts"
+FIXTURES = ROOT / "tests" / "data" / "transcripts"
 
 
 def fixture_transcripts() -> list[Path]:
-    return sorted(FIXTURES.glob("*.jsonl")) if FIXTURES.is_dir() else []
+    """Every fixture transcript, sorted by name. They are part of the repository, so an empty
+    list is a broken checkout: say so instead of letting parametrized tests vanish."""
+    paths = sorted(FIXTURES.glob("*.jsonl"))
+    assert paths, f"no fixture transcripts in {FIXTURES}"
+    return paths
 
 
 def load_fixture(name: str) -> list[Record]:
-    """The records of the shared fixture transcript ``name``; skips the test without it."""
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {name} not available")
-    with path.open("rb") as fh:
+    """The records of the fixture transcript ``name`` (a missing file is an error)."""
+    with (FIXTURES / name).open("rb") as fh:
         return list(parse_lines(fh))
 
 

@@ -5,7 +5,7 @@ blocks, tools, model, betas, thinking / effort, the cache_control layout); ``fin
 reduces that to hashes and a few small descriptors, so no prompt or tool text is kept. After the
 response, the client reports its usage; ``CacheBreakDetector.after`` compares the cache reads
 with the previous response of the same query source (the main thread, each sub-agent) and, when
-they fell by more than 5% and more than 2,000 tokens (REFERENCE.md section 7), explains the drop
+they fell by more than 5% and more than 2,000 tokens (docs/cache.md#break-rule), explains the drop
 by what changed between the two requests, by idle time beyond the cache TTL, or as likely
 server-side. A compaction or a cache deletion in between makes the drop expected: the detector
 starts a new baseline instead of flagging it. The module is pure; the clock is passed in.
@@ -50,16 +50,18 @@ __all__ = [
     "stable_hash",
 ]
 
-# -- numbers (REFERENCE.md section 7 unless said otherwise) -------------------------------------
+# -- numbers (docs/cache.md) ------------------------------------------------------------------
 
 # A drop in cache reads is a break only when it exceeds BOTH 5% of the previous reads and
-# 2,000 tokens (REFERENCE.md §7): small wobbles from the moving message breakpoint are normal.
+# 2,000 tokens (docs/cache.md#break-rule): small wobbles from the moving message breakpoint
+# are normal.
 CACHE_BREAK_MIN_DROP_FRACTION: Final = 0.05
 CACHE_BREAK_MIN_DROP_TOKENS: Final = 2_000
 
 # Idle time after which an unexplained drop is put down to the cache's time-to-live: 5 minutes
-# (REFERENCE.md §7), the default ephemeral TTL. When every breakpoint of the previous request
-# asked for the 1-hour TTL (REFERENCE.md §8, "1-hour writes") that TTL applies instead.
+# (docs/cache.md#explanations), the default ephemeral TTL. When every breakpoint of the
+# previous request asked for the 1-hour TTL (docs/anthropic-api.md#prompt-caching) that TTL
+# applies instead.
 CACHE_DEFAULT_TTL_SECONDS: Final = 5 * 60
 CACHE_LONG_TTL_SECONDS: Final = 60 * 60
 _TTL_SECONDS: Final = {"5m": CACHE_DEFAULT_TTL_SECONDS, "1h": CACHE_LONG_TTL_SECONDS}

@@ -1,7 +1,7 @@
 """Numbers and names compactd takes from the reference facts, each defined exactly once.
 
-Every constant carries a comment saying where it comes from (mostly REFERENCE.md, the facts
-gathered about Claude Code's compaction system). Code imports these names instead of repeating
+Every constant carries a comment citing the section of docs/ that says where it comes from
+(mostly Claude Code's compaction system). Code imports these names instead of repeating
 the numbers; configuration (environment variables, client options) overrides them at run time.
 Nothing in this module does work: it only names values.
 """
@@ -10,59 +10,61 @@ from __future__ import annotations
 
 from typing import Final
 
-# -- token estimation (REFERENCE.md §1, "Estimate") ----------------------------------------------
+# -- token estimation (docs/thresholds.md#estimate) ---------------------------------------------
 
-# Text is estimated at one token per four characters (REFERENCE.md §1).
+# Text is estimated at one token per four characters (docs/thresholds.md#estimate).
 CHARS_PER_TOKEN: Final = 4
 
-# An image or a document block is estimated at a flat 2,000 tokens (REFERENCE.md §1).
+# An image or a document block is estimated at a flat 2,000 tokens
+# (docs/thresholds.md#estimate).
 IMAGE_TOKEN_ESTIMATE: Final = 2_000
 
-# A sum of raw estimates is padded by 4/3 and rounded up (REFERENCE.md §1): the estimator is
+# A sum of raw estimates is padded by 4/3 and rounded up (docs/thresholds.md#estimate): it is
 # rough, so it errs on the side of compacting a little early.
 ESTIMATE_PADDING_NUMERATOR: Final = 4
 ESTIMATE_PADDING_DENOMINATOR: Final = 3
 
 # The model name Claude Code writes on synthetic (locally generated error) assistant entries;
-# their usage is not a real API count and never anchors the token count (REFERENCE.md §1).
+# their usage is not a real API count and never anchors the token count
+# (docs/thresholds.md#missing-usage).
 SYNTHETIC_MODEL: Final = "<synthetic>"
 
-# -- windows and thresholds (REFERENCE.md §1, "Thresholds and token counting") -----------------
+# -- windows and thresholds (docs/thresholds.md) ------------------------------------------------
 
 # effectiveWindow = contextWindow - min(maxOutputTokens, 20_000): room reserved for the
-# summary the compaction call itself writes (REFERENCE.md §1).
+# summary the compaction call itself writes (docs/thresholds.md#effective-window).
 OUTPUT_RESERVE_CAP: Final = 20_000
 
-# autoCompactThreshold = effectiveWindow - 13_000 (REFERENCE.md §1; 200K -> 167_000 and
-# 1M/128K -> 967_000, both observed on Claude Code 2.1.330).
+# autoCompactThreshold = effectiveWindow - 13_000 (docs/thresholds.md#auto-compact-threshold;
+# 200K -> 167_000 and 1M/128K -> 967_000, both observed on Claude Code 2.1.330).
 AUTO_COMPACT_BUFFER: Final = 13_000
 
-# Warning and error levels both sit 20_000 below the threshold (REFERENCE.md §1; older Claude
-# Code versions measured them from the context limit instead).
+# Warning and error levels both sit 20_000 below the threshold
+# (docs/thresholds.md#warning-and-error-levels; older Claude Code versions measured them from
+# the context limit instead).
 WARNING_BUFFER: Final = 20_000
 ERROR_BUFFER: Final = 20_000
 
-# Blocking limit = effectiveWindow - 3_000 (REFERENCE.md §1).
+# Blocking limit = effectiveWindow - 3_000 (docs/thresholds.md#blocking-limit).
 BLOCKING_BUFFER: Final = 3_000
 
-# -- model limits (REFERENCE.md §1, "Models") ---------------------------------------------------
+# -- model limits (docs/thresholds.md#model-limits) ---------------------------------------------
 
-# A model not found in the table gets a 200K window and 32K of output (REFERENCE.md §1 says to
-# never assume 200K for known 1M models, hence the table below; this is only the fallback).
+# A model not found in the table gets a 200K window and 32K of output. 200K must never be
+# assumed for known 1M models (docs/thresholds.md#model-limits), hence the table below; this
+# is only the fallback.
 DEFAULT_CONTEXT_WINDOW: Final = 200_000
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 32_000
 
 # A ``[1m]`` suffix on a model name (e.g. ``claude-sonnet-4-5[1m]``) selects the 1M-token
-# window (REFERENCE.md §1: real sessions exceed 200K on 1M-context models).
+# window (docs/thresholds.md#model-limits: real sessions exceed 200K on 1M-context models).
 ONE_MILLION_SUFFIX: Final = "[1m]"
 ONE_MILLION_CONTEXT_WINDOW: Final = 1_000_000
 
 # (family, lowest (major, minor) version the row applies to, context window, max output).
 # A model uses the row of its family with the highest version not above its own, so a newer
 # point release inherits the limits of the latest row (e.g. Opus 4.7 and Opus 5.x use the
-# Opus 4.6 row). Figures: REFERENCE.md §1 (200K/64K for Haiku 4.5 and Sonnet 4.5; 1M/128K for
-# Sonnet 4.6, Opus 4.6+ and Sonnet 5) and Anthropic's public model overview for the older
-# generations (Opus 4/4.1 32K output; Claude 3.5 models 8,192; Claude 3 models 4,096).
+# Opus 4.6 row). Figures and their sources: docs/thresholds.md#model-limits.
 MODEL_LIMITS: Final[tuple[tuple[str, tuple[int, int], int, int], ...]] = (
     ("haiku", (3, 0), 200_000, 4_096),
     ("haiku", (3, 5), 200_000, 8_192),
@@ -78,107 +80,117 @@ MODEL_LIMITS: Final[tuple[tuple[str, tuple[int, int], int, int], ...]] = (
     ("opus", (4, 6), 1_000_000, 128_000),
 )
 
-# -- environment variables Claude Code honours (REFERENCE.md §1) ---------------------------------
+# -- environment variables Claude Code honours (docs/thresholds.md#environment-variables) -------
 
-# Overrides the model's max output tokens (REFERENCE.md §1).
+# Overrides the model's max output tokens (docs/thresholds.md#environment-variables).
 ENV_MAX_OUTPUT_TOKENS: Final = "CLAUDE_CODE_MAX_OUTPUT_TOKENS"
-# Overrides the context window used for the threshold computation (REFERENCE.md §1); like
-# Claude Code, a value above the model's real window has no effect.
+# Overrides the context window used for the threshold computation
+# (docs/thresholds.md#auto-compact-threshold); like Claude Code, a value above the model's real
+# window has no effect.
 ENV_AUTO_COMPACT_WINDOW: Final = "CLAUDE_CODE_AUTO_COMPACT_WINDOW"
 # Percentage (0, 100] of the effective window at which to auto-compact; it can only lower the
-# threshold (REFERENCE.md §1: 50 -> 490_000 on a 980_000 effective window).
+# threshold (docs/thresholds.md#auto-compact-threshold: 50 -> 490_000 on a 980_000 effective
+# window).
 ENV_AUTOCOMPACT_PCT_OVERRIDE: Final = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"
-# Replaces the blocking limit (REFERENCE.md §1).
+# Replaces the blocking limit (docs/thresholds.md#blocking-limit).
 ENV_BLOCKING_LIMIT_OVERRIDE: Final = "CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE"
-# Switches: all compaction, automatic compaction only, microcompact (REFERENCE.md §1).
+# Switches: all compaction, automatic compaction only, microcompact
+# (docs/thresholds.md#environment-variables).
 ENV_DISABLE_COMPACT: Final = "DISABLE_COMPACT"
 ENV_DISABLE_AUTO_COMPACT: Final = "DISABLE_AUTO_COMPACT"
 ENV_DISABLE_MICROCOMPACT: Final = "DISABLE_MICROCOMPACT"
-# Values that switch a boolean environment variable on (compared case-insensitively).
+# Values that switch a boolean environment variable on (compared case-insensitively;
+# docs/thresholds.md#environment-variables).
 ENV_TRUTHY_VALUES: Final = frozenset({"1", "true", "yes", "on"})
 
-# -- full compaction (REFERENCE.md §3) -----------------------------------------------------------
+# -- full compaction (docs/compaction.md) -------------------------------------------------------
 
-# Output cap of the plain fallback summarization request (REFERENCE.md §3: "a plain streaming
-# request with thinking disabled and max_tokens 20_000"); the cache-sharing request uses it
-# too, plus the main loop's thinking budget when thinking is on.
+# Output cap of the plain fallback summarization request (docs/compaction.md#plain-fallback:
+# streaming, thinking disabled, max_tokens 20_000); the cache-sharing request uses it too, plus
+# the main loop's thinking budget when thinking is on.
 COMPACT_MAX_OUTPUT_TOKENS: Final = 20_000
 
 # "Prompt is too long" during compaction is retried at most 3 times, each time without the
-# oldest API rounds (REFERENCE.md §3).
+# oldest API rounds (docs/compaction.md#prompt-too-long).
 COMPACT_MAX_PTL_RETRIES: Final = 3
 
 # A stream that broke after it started, or ended without message_stop, is retried once
-# (issue 6; the SDK retries neither: REFERENCE.md §8).
+# (issue 6; the SDK retries neither: docs/anthropic-api.md#retries).
 SUMMARIZER_STREAM_RETRIES: Final = 1
 
 # Retries of 429 / 5xx / 529 answers before a stream starts, done by the SDK itself (its
-# default, REFERENCE.md §8); ``initializationOptions.summarizer.maxRetries`` overrides it.
+# default, docs/anthropic-api.md#retries); ``initializationOptions.summarizer.maxRetries``
+# overrides it.
 SUMMARIZER_MAX_RETRIES: Final = 2
 
 # Wall-clock limit of one summarization, retries included (compactd's choice: real compactions
-# take 73-105 s, REFERENCE.md §3); ``summarizer.timeoutMs`` overrides it.
+# take 73-105 s, docs/compaction.md#keep-alive); ``summarizer.timeoutMs`` overrides it.
 SUMMARIZER_TIMEOUT_MS: Final = 300_000
 
-# The Messages API accepts at most 4 cache breakpoints per request (REFERENCE.md §8).
+# The Messages API accepts at most 4 cache breakpoints per request
+# (docs/anthropic-api.md#prompt-caching).
 MAX_CACHE_BREAKPOINTS: Final = 4
 
 # A compact/status keep-alive is sent this often while the model writes the summary: IDE
-# sockets time out on long calls (REFERENCE.md §3, "every 30 s");
+# sockets time out on long calls (docs/compaction.md#keep-alive, "every 30 s");
 # ``initializationOptions.keepAliveIntervalMs`` overrides it.
 KEEP_ALIVE_INTERVAL_MS: Final = 30_000
 
 # Default timeout of a hook command, in seconds (Claude Code's hooks settings format puts a
-# per-command "timeout" in seconds; 60 is its default).
+# per-command "timeout" in seconds; 60 is its default; docs/compaction.md#hooks).
 HOOK_TIMEOUT_S: Final = 60
 
-# -- rehydration after compaction (REFERENCE.md §6) ------------------------------------------------
+# -- rehydration after compaction (docs/rehydration.md) ------------------------------------------
 
 # The most recently read files re-read from disk after a compaction: at most 5 files, each
-# capped at 5_000 tokens, 50_000 tokens for all of them (REFERENCE.md §6).
+# capped at 5_000 tokens, 50_000 tokens for all of them (docs/rehydration.md#recent-files).
 REHYDRATE_MAX_FILES: Final = 5
 REHYDRATE_FILE_TOKENS: Final = 5_000
 REHYDRATE_FILES_TOTAL_TOKENS: Final = 50_000
 
 # Invoked skills are re-attached most recent first, 5_000 tokens each, 25_000 in total
-# (REFERENCE.md §6).
+# (docs/rehydration.md#skills).
 REHYDRATE_SKILL_TOKENS: Final = 5_000
 REHYDRATE_SKILLS_TOTAL_TOKENS: Final = 25_000
 
 # Memory file names looked for in each directory from the working directory down to a file the
-# agent reads (REFERENCE.md §6: "CLAUDE.md and the like"; CLAUDE.local.md is the personal,
-# git-ignored variant). ``initializationOptions.memoryFileNames`` overrides the list.
+# agent reads (docs/rehydration.md#nested-memory: "CLAUDE.md and the like"; CLAUDE.local.md is
+# the personal, git-ignored variant). ``initializationOptions.memoryFileNames`` overrides the
+# list.
 DEFAULT_MEMORY_FILE_NAMES: Final = ("CLAUDE.md", "CLAUDE.local.md")
 
 # The start of the stub Claude Code's Read tool returns instead of content when a file has
 # not changed since the agent last read it; such reads carry no content worth restoring and
-# are skipped by rehydration (REFERENCE.md §6, "file unchanged" stubs).
+# are skipped by rehydration (docs/rehydration.md#recent-files, "file unchanged" stubs).
 FILE_UNCHANGED_STUB_PREFIX: Final = "File unchanged since last read"
 
 # Tools whose calls name a file the agent has seen or produced (``input.file_path``; the
-# notebook tool says ``notebook_path``). Read-file state is inferred from them (REFERENCE.md §6;
-# tool names as they appear in Claude Code transcripts).
+# notebook tool says ``notebook_path``). Read-file state is inferred from them; the names are
+# those of Claude Code transcripts (docs/rehydration.md#tool-names).
 FILE_READ_TOOLS: Final = frozenset({"Read"})
 FILE_WRITE_TOOLS: Final = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
 
 # Tools that start a sub-agent; a call without a result yet is a background agent still
-# running, re-announced after compaction (REFERENCE.md §6). "Task" is the older name.
+# running, re-announced after compaction (docs/rehydration.md#tool-names). "Task" is the older
+# name.
 AGENT_TOOLS: Final = frozenset({"Task", "Agent"})
 
-# The tool that loads a skill, and the one that maintains the todo list (REFERENCE.md §6).
+# The tool that loads a skill, and the one that maintains the todo list
+# (docs/rehydration.md#tool-names).
 SKILL_TOOL: Final = "Skill"
 TODO_TOOL: Final = "TodoWrite"
 
-# Plan mode is entered and left with these tools (REFERENCE.md §6, plan-mode reminder).
+# Plan mode is entered and left with these tools (docs/rehydration.md#todo-list-and-plan,
+# plan-mode reminder).
 ENTER_PLAN_MODE_TOOL: Final = "EnterPlanMode"
 EXIT_PLAN_MODE_TOOL: Final = "ExitPlanMode"
 
 # Claude Code keeps its plans and user skills under its configuration directory, which
-# ``CLAUDE_CONFIG_DIR`` relocates (default ``~/.claude``).
+# ``CLAUDE_CONFIG_DIR`` relocates (default ``~/.claude``; docs/rehydration.md#todo-list-and-plan).
 ENV_CLAUDE_CONFIG_DIR: Final = "CLAUDE_CONFIG_DIR"
 DEFAULT_CLAUDE_CONFIG_DIR: Final = "~/.claude"
 
 
-# Auto compaction stops after this many consecutive failures until one succeeds (REFERENCE.md
-# §3, "circuit breaker").
+# Auto compaction stops after this many consecutive failures until one succeeds
+# (docs/compaction.md#circuit-breaker).
 MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES: Final = 3

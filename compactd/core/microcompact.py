@@ -9,7 +9,7 @@ Time-based clearing runs when the session sat idle past the cache lifetime: the 
 anyway, so all but a few results go. Cache-edit ("cached") clearing never rewrites messages;
 it keeps the registered / ordered / deleted tool state machine and pins ``cache_edits``
 deletions that the client sends with its requests. Sessions that let the API manage context
-get ``context_management`` edits instead. The numbers are REFERENCE.md section 2's.
+get ``context_management`` edits instead. The numbers and their sources: docs/microcompact.md.
 
 Pure: entries in, plans and new state out. The clock arrives as a parameter.
 """
@@ -65,47 +65,50 @@ __all__ = [
 
 Strategy = Literal["count", "time", "cached"]
 
-# -- constants (REFERENCE.md §2 unless said otherwise) ------------------------------------------
+# -- constants (docs/microcompact.md) ----------------------------------------------------------
 
 # Tools whose output can be produced again by calling them again: reading a file, running a
 # shell command, grep, glob, fetching or searching the web, and the confirmations of edits and
-# writes (REFERENCE.md §2). Claude Code's names; MultiEdit is an edit. Everything else --
-# questions to the user, task and todo management, notebooks, sub-agents -- is never cleared.
+# writes (docs/microcompact.md#clearable-tools). Claude Code's names; MultiEdit is an edit.
+# Everything else -- questions to the user, task and todo management, notebooks, sub-agents --
+# is never cleared.
 CLEARABLE_TOOLS: Final = frozenset(
     {"Read", "Bash", "Grep", "Glob", "WebFetch", "WebSearch", "Edit", "Write", "MultiEdit"}
 )
 
 # Tools that put a file into the read-file state, and the input field naming the file. When
-# the latest of them for a file is cleared, the file leaves that state (REFERENCE.md §2:
-# "clearing a Read result drops that file from the read-file state"; edits and writes record
-# the file too, so a later edit keeps it).
+# the latest of them for a file is cleared, the file leaves that state
+# (docs/microcompact.md#read-file-state; edits and writes record the file too, so a later edit
+# keeps it).
 FILE_STATE_TOOLS: Final = frozenset({"Read", "Edit", "Write", "MultiEdit"})
 FILE_PATH_ARG: Final = "file_path"
 
-# Count-based: always keep the 3 most recent clearable results (REFERENCE.md §2).
+# Count-based: always keep the 3 most recent clearable results
+# (docs/microcompact.md#count-based).
 KEEP_RECENT: Final = 3
 # Count-based: the newest 40_000 tokens of clearable tool results are never cleared
-# (REFERENCE.md §2).
+# (docs/microcompact.md#count-based).
 PROTECTED_TOKENS: Final = 40_000
 # Count-based: clear only when it frees at least 20_000 tokens; less is not worth breaking the
-# prompt cache for (REFERENCE.md §2).
+# prompt cache for (docs/microcompact.md#count-based).
 MIN_SAVINGS: Final = 20_000
 
 # Time-based: a gap of more than 60 minutes since the last assistant response means the prompt
-# cache has expired (REFERENCE.md §2) ...
+# cache has expired (docs/microcompact.md#time-based) ...
 IDLE_MINUTES: Final = 60
-# ... and then all but the 5 most recent clearable results are cleared (REFERENCE.md §2).
+# ... and then all but the 5 most recent clearable results are cleared
+# (docs/microcompact.md#time-based).
 IDLE_KEEP_RECENT: Final = 5
 
 # Cached: deletions are queued once 12 registered tool results are still active
-# (REFERENCE.md §2).
+# (docs/microcompact.md#cached).
 CACHED_TRIGGER: Final = 12
 # Cached: how many of the most recent active results survive a round of deletions. The
 # reference leaves the number to remote configuration; compactd uses the count-based keep
-# (REFERENCE.md §2, "keep the last 3") so both strategies leave the model the same recent work.
+# (docs/microcompact.md#cached) so both strategies leave the model the same recent work.
 CACHED_KEEP_RECENT: Final = KEEP_RECENT
 
-# API-native context management (REFERENCE.md §2 and Anthropic's context-editing docs): the
+# API-native context management (docs/microcompact.md#api-context-management): the
 # edit types, listed thinking first, and the beta header that enables them.
 CLEAR_THINKING_EDIT: Final = "clear_thinking_20251015"
 CLEAR_TOOL_USES_EDIT: Final = "clear_tool_uses_20250919"
@@ -263,7 +266,7 @@ def plan_count(
     config: MicroConfig = MicroConfig(),
     cleared: frozenset[str] | set[str] = frozenset(),
 ) -> MicroPlan:
-    """Count-based clearing (REFERENCE.md §2).
+    """Count-based clearing (docs/microcompact.md#count-based).
 
     Oldest first, a result is cleared while the clearable results still shown add up to more
     than the protected window; the most recent ``keep_recent`` are never cleared. The plan is
@@ -400,7 +403,8 @@ class PinnedEdit(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
 
 
 class CachedState(msgspec.Struct, rename="camel", frozen=True, kw_only=True, omit_defaults=True):
-    """registeredTools / toolOrder / deletedRefs plus the pinned edits (REFERENCE.md §2).
+    """registeredTools / toolOrder / deletedRefs plus the pinned edits
+    (docs/microcompact.md#cached).
 
     ``tool_order`` lists registered results in the order they were seen (the registered set is
     the same ids); ``deleted_refs`` are the ones a queued edit deletes. ``boundary_uuid`` names

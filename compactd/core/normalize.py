@@ -38,11 +38,12 @@ __all__ = [
 ]
 
 # What a cleared tool result's content becomes. The wording is the one Claude Code uses
-# (REFERENCE.md §2): keeping it means a transcript cleared by either tool reads the same.
+# (docs/microcompact.md#placeholders): keeping it means a transcript cleared by either tool
+# reads the same.
 CLEARED_TOOL_RESULT_PLACEHOLDER: Final = "[Old tool result content cleared]"
 
 # Text that stands in for an image or a document when media are stripped before summarizing
-# (REFERENCE.md §2 and §3).
+# (docs/microcompact.md#placeholders, docs/compaction.md#input).
 IMAGE_MARKER: Final = "[image]"
 DOCUMENT_MARKER: Final = "[document]"
 

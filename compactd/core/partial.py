@@ -1,6 +1,6 @@
 """Where a partial compaction cuts the context, and which side it summarizes.
 
-A partial compaction names a pivot entry and a direction (REFERENCE.md §4): ``upTo``
+A partial compaction names a pivot entry and a direction (docs/partial.md): ``upTo``
 summarizes everything before the pivot and keeps the pivot and what follows verbatim after
 the summary; ``from`` keeps everything before the pivot verbatim (so its prompt-cache prefix
 survives) and summarizes the pivot and what follows. The pivot the user picks may fall inside

@@ -1,11 +1,11 @@
 """Summarization prompts, summary formatting and the continuation message, in compactd's words.
 
 A compaction asks a model to replace part of a conversation with a structured summary
-(REFERENCE.md §3 and §4). ``compact_prompt`` builds that instruction for each kind of
-compaction: a full compaction (nine sections), the two partial directions (``upTo`` keeps newer
-messages after the summary, ``from`` keeps older ones before it) and a sub-agent's
-continuation summary. The model drafts in an ``<analysis>`` block that ``format_summary``
-throws away; the ``<summary>`` block becomes a plain "Summary:" section.
+(docs/compaction.md#prompt, docs/partial.md#prompt-variants). ``compact_prompt`` builds that
+instruction for each kind of compaction: a full compaction (nine sections), the two partial
+directions (``upTo`` keeps newer messages after the summary, ``from`` keeps older ones before
+it) and a sub-agent's continuation summary. The model drafts in an ``<analysis>`` block that
+``format_summary`` throws away; the ``<summary>`` block becomes a plain "Summary:" section.
 ``continuation_message`` wraps the summary into the user turn the agent resumes from.
 
 Pure: no I/O. The texts are written for compactd, not copied from any other tool.
@@ -34,7 +34,8 @@ __all__ = [
 PromptKind = Literal["full", "partialUpTo", "partialFrom", "subagent"]
 
 # The summarization turn is the model's only turn: a tool call instead of text leaves nothing to
-# summarize with (REFERENCE.md §3), so the prohibition opens the prompt and closes it again.
+# summarize with (docs/compaction.md#prompt), so the prohibition opens the prompt and closes it
+# again.
 NO_TOOLS_PREAMBLE: Final = (
     "IMPORTANT: answer with text only. Do not call any tool: no Read, no Bash, no Grep, no "
     "Edit, nothing. Everything you need is already in the conversation above. This request "
@@ -72,7 +73,8 @@ signatures, edits made,
 Then hold the draft against the sections below and add whatever is missing."""
 
 # Sections 1-5 are the same in every summary of the main conversation; the rest differs by
-# kind (a partial "upTo" summary is followed by newer messages, REFERENCE.md section 4).
+# kind (a partial "upTo" summary is followed by newer messages,
+# docs/partial.md#prompt-variants).
 _COMMON_SECTIONS: Final = """\
 1. Primary Request and Intent: every explicit request of the user and the intent behind it, \
 in detail.
@@ -244,7 +246,8 @@ def continuation_message(
     trigger: Literal["manual", "auto"],
     recent_messages_kept: bool = False,
 ) -> str:
-    """The user turn the agent resumes from after a compaction (REFERENCE.md §3).
+    """The user turn the agent resumes from after a compaction
+    (docs/compaction.md#continuation-message).
 
     ``summary`` is the already formatted summary. For an automatic compaction the agent is
     told to carry on with the last task silently; a partial compaction says that the recent

@@ -1,8 +1,8 @@
 """Rehydration planning: what to re-inject after a compaction, under the reference's budgets.
 
 After a compaction the model has only the summary, so the agent's working set is attached again
-(REFERENCE.md §6): the most recently read files re-read from disk, the todo list, the plan file
-and plan mode, the skills it invoked, background agents still running and the announcements of
+(docs/rehydration.md): the most recently read files re-read from disk, the todo list, the plan
+file and plan mode, the skills it invoked, background agents still running and the announcements of
 tools, agents and MCP servers. This module decides which and how much, from facts gathered by
 scanning the transcript (``scan_context``) and file contents already read by the I/O layer
 (``compactd/services/rehydration.py``). It returns attachment payloads in Claude Code's
@@ -60,7 +60,7 @@ _MARKER_RESERVE_CHARS: Final = 240
 
 @dataclass(frozen=True, slots=True)
 class Budgets:
-    """The caps of REFERENCE.md §6; tests and callers may shrink them."""
+    """The caps of docs/rehydration.md; tests and callers may shrink them."""
 
     max_files: int = c.REHYDRATE_MAX_FILES
     file_tokens: int = c.REHYDRATE_FILE_TOKENS
@@ -142,7 +142,7 @@ def select_files(
     plan_dirs: Collection[str] = (),
     memory_names: Collection[str] = c.DEFAULT_MEMORY_FILE_NAMES,
 ) -> list[FileCandidate]:
-    """Files eligible for re-reading, most recent first (REFERENCE.md §6).
+    """Files eligible for re-reading, most recent first (docs/rehydration.md#recent-files).
 
     Skipped: plan files (attached on their own), memory files (re-attached when the agent
     reads near them), files whose read is in the entries kept verbatim (the model still has

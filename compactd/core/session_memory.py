@@ -1,7 +1,7 @@
 """Session memory: the notes file's template and limits, the extraction trigger and the kept part.
 
 Session memory is a markdown notes file per session that a background request keeps up to date
-while the agent works (REFERENCE.md §5). It serves as a ready-made summary: when the context
+while the agent works (docs/session-memory.md). It serves as a ready-made summary: when the context
 fills up, ``compact/auto`` can replace the older part of the conversation by the notes and keep
 the recent entries verbatim, with no model call at all. This module holds the pure parts: the
 ten-section template (in compactd's own words), splitting notes into sections, measuring them
@@ -59,25 +59,26 @@ __all__ = [
     "tool_call_count",
 ]
 
-# -- budgets (REFERENCE.md §5) --------------------------------------------------------------------
+# -- budgets (docs/session-memory.md#budgets) ------------------------------------------------------
 
-# Each section of the notes may hold about 2,000 tokens and the whole file 12,000 (REFERENCE.md
-# §5); above that the next extraction is told to condense.
+# Each section of the notes may hold about 2,000 tokens and the whole file 12,000
+# (docs/session-memory.md#budgets); above that the next extraction is told to condense.
 SECTION_MAX_TOKENS: Final = 2_000
 TOTAL_MAX_TOKENS: Final = 12_000
 
 # When notes stand in for the conversation, each section is cut to about 8,000 characters, with
-# a marker saying where the whole file is (REFERENCE.md §5).
+# a marker saying where the whole file is (docs/session-memory.md#budgets).
 SECTION_USE_MAX_CHARS: Final = 8_000
 
 # A session-memory compaction keeps the recent entries: at least 10,000 tokens and 5 entries
-# with text, at most 40,000 tokens (REFERENCE.md §5).
+# with text, at most 40,000 tokens
+# (docs/session-memory.md#compaction-from-the-notes).
 KEEP_MIN_TOKENS: Final = 10_000
 KEEP_MIN_TEXT_ENTRIES: Final = 5
 KEEP_MAX_TOKENS: Final = 40_000
 
-# -- extraction trigger (REFERENCE.md §5; the figures are compactd's choices, configurable with
-# ``initializationOptions.sessionMemory``) ---------------------------------------------------------
+# -- extraction trigger (docs/session-memory.md#extraction-trigger; the figures are compactd's
+# choices, configurable with ``initializationOptions.sessionMemory``) ---------------------------
 
 # No notes are written before the conversation holds this many tokens: a short exchange is
 # cheaper to summarize than to take notes on.
@@ -116,8 +117,8 @@ class Section:
     guide: str
 
 
-# The ten sections of the notes (REFERENCE.md §5), each with a one-line guide kept in the file
-# so that whoever updates it knows what belongs where.
+# The ten sections of the notes (docs/session-memory.md#notes-file), each with a one-line guide
+# kept in the file so that whoever updates it knows what belongs where.
 SECTIONS: Final[tuple[Section, ...]] = (
     Section("Session Title", "A short, specific name for what this session is about."),
     Section(
@@ -313,9 +314,9 @@ def should_extract(
     tool_calls_since: int,
     last_turn_tool_calls: bool,
 ) -> bool:
-    """REFERENCE.md §5: enough token growth since the last update AND (enough tool calls since
-    it OR none in the last turn). ``tokens_at_last`` None: no extraction yet, which also needs
-    the conversation to reach ``min_init_tokens``."""
+    """Enough token growth since the last update AND (enough tool calls since it OR none in
+    the last turn), docs/session-memory.md#extraction-trigger. ``tokens_at_last`` None: no
+    extraction yet, which also needs the conversation to reach ``min_init_tokens``."""
     if tokens_at_last is None:
         if tokens_now < rule.min_init_tokens:
             return False
@@ -371,7 +372,8 @@ def _has_text(entry: Entry) -> bool:
 def kept_start(
     entries: Sequence[Entry], first_unsummarized: int, floor: int, rule: KeepRule = KeepRule()
 ) -> int:
-    """Index of the first entry a session-memory compaction keeps (REFERENCE.md §5).
+    """Index of the first entry a session-memory compaction keeps
+    (docs/session-memory.md#compaction-from-the-notes).
 
     ``first_unsummarized``: the first entry the notes do not cover yet; everything from there
     on is kept. The start then moves back, one entry at a time, until the kept part holds at

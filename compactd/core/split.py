@@ -3,7 +3,7 @@
 Partial compaction, session-memory compaction and prompt-too-long truncation all cut a
 conversation in two and keep one side. The API rejects a ``tool_result`` whose ``tool_use`` is
 missing and a ``tool_use`` left without its result, and one model response written as several
-entries must stay whole (REFERENCE.md §4). This module finds the cuts that respect that.
+entries must stay whole (docs/partial.md#safe-cuts). This module finds the cuts that respect that.
 
 A round is one model response (every assistant entry sharing its ``message.id``) together with
 what follows it up to the next response: its tool results, then possibly the next user prompt.
@@ -41,7 +41,7 @@ __all__ = [
 TRUNCATION_MARKER: Final = "[earlier conversation truncated to fit the context window]"
 
 # Share of rounds dropped per retry when the error does not say by how much the prompt was too
-# long (REFERENCE.md §3: 20% of groups, at least one).
+# long (docs/compaction.md#prompt-too-long: 20% of the rounds, at least one).
 PTL_DROP_FRACTION: Final = 0.2
 
 _PTL_PATTERN: Final = re.compile(

@@ -32,9 +32,9 @@ __all__ = [
 ]
 
 # A compaction that refills past the auto-compact threshold within 3 turns is thrash (issue 12;
-# Claude Code's own "rapid refill" breaker also counts 3, REFERENCE.md section 3). A turn is a
-# user prompt: the refill counts as rapid while at most this many prompts followed the
-# compaction.
+# Claude Code's own "rapid refill" breaker also counts 3,
+# docs/compaction.md#fixed-prefix-and-rapid-refill). A turn is a user prompt: the refill counts
+# as rapid while at most this many prompts followed the compaction.
 THRASH_REFILL_TURNS: Final = 3
 
 # How many contributors to a refill the stats name.

@@ -1,12 +1,12 @@
 """Token counting, model limits, compaction thresholds and the context breakdown.
 
 The size of a conversation is the usage the API reported for the most recent response, plus a
-padded character-based estimate of what was appended after that response started (REFERENCE.md
-§1). This module computes that count in full (``count_tokens``) and incrementally
-(``TokenCounter``), resolves a model's window and output limits, derives the warning / error /
-auto-compact / blocking levels from them and the environment, tracks upward crossings of those
-levels, and splits a conversation's estimate into categories for ``tokens/breakdown``. It is pure:
-no I/O, and the environment arrives as a mapping.
+padded character-based estimate of what was appended after that response started
+(docs/thresholds.md#token-count). This module computes that count in full (``count_tokens``) and
+incrementally (``TokenCounter``), resolves a model's window and output limits, derives the
+warning / error / auto-compact / blocking levels from them and the environment, tracks upward
+crossings of those levels, and splits a conversation's estimate into categories for
+``tokens/breakdown``. It is pure: no I/O, and the environment arrives as a mapping.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def pad(raw: int) -> int:
 
 
 def estimate_text_tokens(text: str) -> int:
-    """Tokens of plain text: characters / 4, rounded up (REFERENCE.md §1 estimator)."""
+    """Tokens of plain text: characters / 4, rounded up (docs/thresholds.md#estimate)."""
     return -(-len(text) // c.CHARS_PER_TOKEN)
 
 
@@ -465,7 +465,7 @@ def _percent(env: Mapping[str, str], name: str) -> float | None:
 def thresholds(
     limits: Limits, env: Mapping[str, str] = _NO_ENV, auto_compact_enabled: bool = True
 ) -> Thresholds:
-    """The levels derived from a session's limits (REFERENCE.md §1).
+    """The levels derived from a session's limits (docs/thresholds.md).
 
     Warning and error are measured from the auto-compact threshold when auto-compact is on,
     from the effective window otherwise (there is then no threshold to warn about).

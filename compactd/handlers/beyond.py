@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from compactd.session import Session
 
 # Preview's guess of the summary a model writes: a twentieth of what it summarizes, within
-# [2_000, COMPACT_MAX_OUTPUT_TOKENS] tokens (the summary call's output cap, REFERENCE.md §3; the
-# ratio and floor are compactd's own estimate from summaries of real sessions).
+# [2_000, COMPACT_MAX_OUTPUT_TOKENS] tokens (the summary call's output cap,
+# docs/compaction.md#preview; the ratio and floor are compactd's own estimate from summaries of
+# real sessions).
 PREVIEW_SUMMARY_RATIO: Final = 20
 PREVIEW_SUMMARY_MIN_TOKENS: Final = 2_000
 
@@ -118,8 +119,8 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
             entries_kept=len(session.context()),
             reason=plan.reason if plan is not None else "microcompact is disabled",
         )
-    # auto: the dispatcher's order (REFERENCE.md §5): nothing below the threshold, micro when
-    # it brings the count under the threshold, else a full compaction.
+    # auto: the dispatcher's order (docs/compaction.md#fallback-chain): nothing below the
+    # threshold, micro when it brings the count under the threshold, else a full compaction.
     if not flags.compaction_enabled or not flags.auto_compact_enabled:
         return _nothing(session, pre, "automatic compaction is disabled")
     if not status.is_above_auto_compact_threshold:

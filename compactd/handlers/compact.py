@@ -2,10 +2,11 @@
 
 ``compact/full`` is the user's explicit request: every failure is a JSON-RPC error with a
 stable code. ``compact/auto`` is the dispatcher the agent calls before each turn: it decides
-whether to compact and how (REFERENCE.md §5, fallback chain: microcompact, then session memory,
+whether to compact and how (docs/compaction.md#fallback-chain: microcompact, then session memory,
 then a full compaction) and never fails for a compaction that did not happen: it answers
 ``wasCompacted: false`` with the reason, and counts the failure toward the circuit breaker
-(three consecutive failures stop automatic compaction until one succeeds, REFERENCE.md §3).
+(three consecutive failures stop automatic compaction until one succeeds,
+docs/compaction.md#circuit-breaker).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ log = logging.getLogger(__name__)
 
 
 def _kind(session: Session) -> PromptKind:
-    # A sub-agent resumes its delegated task from a continuation summary (REFERENCE.md §4).
+    # A sub-agent resumes its delegated task from a continuation summary
+    # (docs/partial.md#sub-agent-summaries).
     return "subagent" if session.meta.agent_kind == "subagent" else "full"
 
 
@@ -55,7 +57,8 @@ async def _session_memory(
     app: App, session: Session, micro: p.MicroResult | None
 ) -> p.AutoResult | None:
     """Session-memory compaction: compacts from the notes file without a model call, or
-    returns None to fall through to a full compaction (REFERENCE.md §5)."""
+    returns None to fall through to a full compaction
+    (docs/session-memory.md#compaction-from-the-notes)."""
     return await app.session_memory.compact(session, _kind(session), micro)
 
 

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 def _kind(session: Session, params: p.PartialParams) -> PromptKind:
     # A sub-agent resumes its delegated task from its own continuation summary, whichever
-    # side is summarized (REFERENCE.md §4).
+    # side is summarized (docs/partial.md#sub-agent-summaries).
     if session.meta.agent_kind == "subagent":
         return "subagent"
     return "partialUpTo" if params.direction == "upTo" else "partialFrom"

@@ -6,8 +6,8 @@ base of partial compaction): it snapshots the context under the session lock and
 asks the summarizer (or builds the offline summary) while a keep-alive ``compact/status``
 goes out every ``keepAliveIntervalMs``; gathers rehydration attachments and SessionStart hook
 output; then takes the lock again and appends, in ONE durable write, the boundary, the
-continuation summary, the attachments and the hook context (REFERENCE.md §3). PostCompact
-hooks run last.
+continuation summary, the attachments and the hook context (docs/compaction.md#result-order).
+PostCompact hooks run last.
 
 The lock is NOT held while the model writes: the agent may keep appending. Entries appended
 meanwhile end up before the new boundary in the file, so the boundary's ``preservedSegment``
@@ -108,7 +108,8 @@ class CompactionSpec:
     custom_instructions: str | None = None
     mechanism: p.Mechanism = "full"
     select: Selector = select_whole_context
-    # A ready summary that replaces the summarizer (session memory's notes, REFERENCE.md §5).
+    # A ready summary that replaces the summarizer (session memory's notes,
+    # docs/session-memory.md#compaction-from-the-notes).
     summary_override: str | None = None
 
 
@@ -334,7 +335,7 @@ async def _prepare(run: _Run) -> _Prepared:
     summary = format_summary(raw)
     if not summary:
         raise p.CompactdError(p.ErrorCode.SUMMARY_FAILED, "the summary is empty")
-    # Ledger check (DESIGN.md "Beyond the reference"): whatever the user said, and the files
+    # Ledger check (docs/compaction.md#survival-ledger): whatever the user said, and the files
     # touched, that the summary left out is appended to it, so nothing is lost.
     ledger, pre_raw = await facts.result()
     summary, restored = complete_summary(summary, ledger)

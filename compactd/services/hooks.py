@@ -11,7 +11,8 @@ everything, otherwise the matcher is a regular expression matched against the wh
 source), one after the other, each in its own process group with the event's JSON on stdin and
 a timeout. Output is captured. A hook that fails (non-zero exit, timeout, a command that does
 not exist, an unreadable settings file) is reported in its ``HookResult`` and never fails the
-compaction (REFERENCE.md §3). The file is read at each run, so edits apply without a restart.
+compaction (docs/compaction.md#hooks). The file is read at each run, so edits apply without a
+restart.
 """
 
 from __future__ import annotations

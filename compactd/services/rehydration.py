@@ -2,7 +2,7 @@
 
 ``rehydration_attachments`` returns the attachment entries (Claude Code's attachment entry
 shape, as dicts, ``parentUuid`` left null for the writer to link) that re-inject the agent's
-working set after a compaction (REFERENCE.md §6): the most recently read files re-read from
+working set after a compaction (docs/rehydration.md): the most recently read files re-read from
 disk, the todo list, the plan file and plan mode, invoked skills, background agents still
 running and the tool / agent / MCP announcements. ``kept`` are the records a partial
 compaction keeps verbatim: files read in them are not re-attached.

@@ -1,11 +1,12 @@
 """Session memory service: background note extraction and compaction from the notes.
 
 Each session may keep a markdown notes file, ``sessions/<id>/notes.md`` beside its transcript
-(REFERENCE.md §5). An append observer watches the session grow; when the trigger rule of
-``core.session_memory`` says so, an extraction runs as a task in the daemon's task group: it
-snapshots the context, asks the summarizer for the whole updated notes file (or, offline,
-builds the notes from the transcript's ledger) and replaces the file atomically. Extractions
-never block a request and never run two at a time for one session (a per-session lock).
+(docs/session-memory.md#notes-file). An append observer watches the session grow; when the
+trigger rule of ``core.session_memory`` says so, an extraction runs as a task in the daemon's
+task group: it snapshots the context, asks the summarizer for the whole updated notes file (or,
+offline, builds the notes from the transcript's ledger) and replaces the file atomically.
+Extractions never block a request and never run two at a time for one session (a per-session
+lock).
 
 ``compact`` is the session-memory stage of ``compact/auto``: it waits for a running
 extraction, keeps the recent entries the notes do not cover (``core.session_memory.

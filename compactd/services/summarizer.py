@@ -1,7 +1,7 @@
 """The summarizer: one streaming Messages API call (with its retries) that writes a summary.
 
 ``Summarizer.summarize`` takes the conversation as API messages and the instruction, and runs
-the chain REFERENCE.md §3 and §5 describe:
+the chain docs/compaction.md#fallback-chain describes:
 
 1. a cache-sharing request: the same model, system blocks, tools, thinking config and message
    prefix as the main loop's last request (``cacheSafeParams``), the instruction added as an

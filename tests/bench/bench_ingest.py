@@ -21,7 +21,7 @@ from compactd_client import Client  # noqa: E402
 
 from compactd.synthetic import make_session, to_jsonl  # noqa: E402
 
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "transcripts"
+FIXTURES = ROOT / "tests" / "data" / "transcripts"
 RUNS = 7
 
 
@@ -58,14 +58,10 @@ async def daemon_import_seconds(path: Path, data_dir: Path) -> tuple[float, int]
 async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        candidates = (
-            sorted(FIXTURES.glob("*.jsonl"), key=lambda p: p.stat().st_size)
-            if FIXTURES.is_dir()
-            else []
-        )
+        candidates = sorted(FIXTURES.glob("*.jsonl"), key=lambda p: p.stat().st_size)
         synthetic = tmpdir / "synthetic-20k.jsonl"
         synthetic.write_bytes(to_jsonl(make_session(entries=20_000, target_tokens=1_800_000)))
-        targets = ([candidates[-1]] if candidates else []) + [synthetic]
+        targets = [candidates[-1], synthetic]
         print(
             f"{'transcript':<44} {'MB':>6} {'entries':>8} {'daemon ms':>10} {'daemon MB/s':>12} {'json ms':>8} {'json MB/s':>10}"
         )

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 from compactd_client import Client
 
-from tests.conftest import FIXTURES, SpawnDaemon, fixture_transcripts
+from tests.conftest import FIXTURES, SpawnDaemon
 from tests.helpers import transcript_lines
 
 VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
@@ -23,8 +22,6 @@ R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
 # A window small enough that the fixtures (20K tokens at most) cross the auto-compact
 # threshold: 20,000 - 2,000 output = 18,000 effective, auto-compact at 5,000.
 SMALL_WINDOW = ["--context-window", "20000", "--max-output-tokens", "2000"]
-
-pytestmark = pytest.mark.skipif(not fixture_transcripts(), reason="no fixture transcripts")
 
 
 async def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

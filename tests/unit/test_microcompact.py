@@ -1,4 +1,4 @@
-"""Unit tests of the pure microcompact core: each rule of REFERENCE.md section 2 and its edges."""
+"""Unit tests of the pure microcompact core: each rule of docs/microcompact.md and its edges."""
 
 from __future__ import annotations
 

@@ -570,8 +570,6 @@ def test_fixture_whole_transcript_without_slicing(name: str) -> None:
 
 def test_fixture_auto_compaction_view() -> None:
     name = "claude-code-2.1.330__r2_auto.jsonl"
-    if name not in FIXTURE_NAMES:
-        pytest.skip("fixture not available")
     msgs = to_api_messages(load_fixture(name), drop_skill_listing=True)
     got = shape(msgs)
     assert got[0][0] == "user"
@@ -585,8 +583,6 @@ def test_fixture_auto_compaction_view() -> None:
 
 def test_fixture_manual_compaction_view() -> None:
     name = "claude-code-2.1.330__r16_manual.jsonl"
-    if name not in FIXTURE_NAMES:
-        pytest.skip("fixture not available")
     got = shape(to_api_messages(load_fixture(name)))
     assert got[1] == ("assistant", ["All steps done. FINAL_ANSWER."])
     assert any("Now do one more step" in p for p in got[2][1])

@@ -53,7 +53,7 @@ from compactd.model import (
     record_from_dict,
 )
 from tests import helpers
-from tests.conftest import FIXTURES, fixture_transcripts, load_fixture
+from tests.conftest import fixture_transcripts, load_fixture
 from tests.helpers import tool_use_block
 
 # -- builders -----------------------------------------------------------------------------------
@@ -638,7 +638,6 @@ def _boundary_cases() -> list[tuple[str, int, list[Entry], int]]:
 _CASES = _boundary_cases()
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="fixture transcripts not available")
 def test_fixtures_have_boundaries() -> None:
     assert _CASES, "expected at least one compact_boundary among the fixtures"
 

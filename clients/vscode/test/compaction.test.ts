@@ -99,7 +99,7 @@ describe("compaction through the client core", () => {
     cleanups.push(() => daemon.close());
     const { client } = daemon;
     const sid = "auto";
-    // 40K window, 4K output: auto-compaction at 23K (REFERENCE.md section 1).
+    // 40K window, 4K output: auto-compaction at 23K (docs/thresholds.md#worked-examples).
     await client.openSession({ sessionId: sid, cwd: "/home/dev/project", model: "claude-sonnet-4-5", contextWindow: 40_000, maxOutputTokens: 4_000 });
     await client.append(sid, conversation(2, sid));
     let below;

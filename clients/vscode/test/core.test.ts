@@ -63,7 +63,7 @@ describe("CompactdClient against the real daemon", () => {
       const status = await client.status("open-append");
       assert.equal(status.tokens, appended.status.tokens);
       assert.equal(status.exactTokens + status.estimatedTokens, status.tokens);
-      // Sonnet 4.5: 200K window, 20K reserved for output, 13K buffer (REFERENCE.md section 1).
+      // Sonnet 4.5: 200K window, 20K reserved for output, 13K buffer (docs/thresholds.md#worked-examples).
       assert.equal(status.contextWindow, 200_000);
       assert.equal(status.effectiveWindow, 180_000);
       assert.equal(status.autoCompactThreshold, 167_000);

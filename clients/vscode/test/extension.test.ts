@@ -157,7 +157,7 @@ describe("the extension in a stand-in VS Code", () => {
   });
 
   it("warns when a session nears its limit, colours the status bar, and compacts on request", async (t: TestContext) => {
-    // 60K window: effective 40K, auto-compact at 27K, warning and error at 7K (REFERENCE.md section 1).
+    // 60K window: effective 40K, auto-compact at 27K, warning and error at 7K (docs/thresholds.md#worked-examples).
     fake.settings["compactd.contextWindow"] = 60_000;
     await emulator.reset();
     const runsBefore = fake.progress.length;

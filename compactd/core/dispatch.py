@@ -45,6 +45,7 @@ __all__ = [
     "SummaryOutlook",
     "decide",
     "gate",
+    "micro_alone",
     "micro_post",
     "summary_budget",
     "summary_post",
@@ -84,12 +85,13 @@ class Outlooks:
     """What each mechanism would do now, gathered once the gate lets the session through.
 
     The session-memory and full outlooks assume that ``micro`` has committed first (its
-    cleared results and its saving), as it has by the time ``compact/auto`` runs them.
+    cleared results and its saving), as it has by the time ``compact/auto`` runs them. They
+    may be left out when ``micro_alone`` decides.
     """
 
     # None: microcompact is switched off.
     micro: MicroPlan | None
-    full: SummaryOutlook
+    full: SummaryOutlook | None = None
     # None: no notes to compact from (switched off, not written yet, or nothing they replace).
     session_memory: SummaryOutlook | None = None
 
@@ -152,33 +154,48 @@ def gate(s: Situation) -> Decision | None:
     return None
 
 
+def micro_alone(s: Situation, micro: MicroPlan | None) -> Decision | None:
+    """The decision when microcompact alone brings the context under the threshold (never when
+    forced); None to go on. ``decide`` asks it after the gate; a caller may ask it first to
+    skip predicting the compactions that write a summary."""
+    if micro is None or not micro.cleared or s.force:
+        return None
+    after = micro_post(s.status.tokens, micro)
+    threshold = s.status.auto_compact_threshold
+    if after >= threshold:
+        return None
+    return Decision(
+        "micro",
+        "microcompactEnough",
+        f"clearing old tool results ({micro.strategy}) brings the context under the "
+        f"auto-compact threshold ({after} of {threshold} tokens)",
+        s.status.tokens,
+        after,
+        0,
+        s.entries,
+        micro,
+    )
+
+
 def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
     """The mechanism ``compact/auto`` uses now, why, and the tokens it should leave.
 
-    ``outlooks`` may be None only when ``gate`` stops the session.
+    ``outlooks`` may be None when ``gate`` stops the session, and its ``full`` may be None
+    when ``micro_alone`` decides; otherwise they are needed (ValueError).
     """
     stop = gate(s)
     if stop is not None:
         return stop
     if outlooks is None:
         raise ValueError("past the gate, decide needs the outlooks of the mechanisms")
+    alone = micro_alone(s, outlooks.micro)
+    if alone is not None:
+        return alone
+    if outlooks.full is None:
+        raise ValueError("past microcompact, decide needs the full compaction's outlook")
     tokens = s.status.tokens
     threshold = s.status.auto_compact_threshold
     micro = outlooks.micro
-    if micro is not None and micro.cleared and not s.force:
-        after_micro = micro_post(tokens, micro)
-        if after_micro < threshold:
-            return Decision(
-                "micro",
-                "microcompactEnough",
-                f"clearing old tool results ({micro.strategy}) brings the context under the "
-                f"auto-compact threshold ({after_micro} of {threshold} tokens)",
-                tokens,
-                after_micro,
-                0,
-                s.entries,
-                micro,
-            )
     notes = outlooks.session_memory
     if notes is not None and notes.post_tokens < threshold:
         return _summarizing(

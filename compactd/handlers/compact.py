@@ -56,8 +56,9 @@ async def full(app: App, params: p.FullParams, ctx: Context) -> p.CompactResult:
 async def decide_auto(app: App, session: Session, force: bool) -> dispatch.Decision:
     """What ``compact/auto`` does to ``session`` now (``core.dispatch.decide``); nothing changes.
 
-    ``compact/preview`` reports this decision and ``compact/auto`` carries it out. The
-    outlooks of the mechanisms are gathered only when the gate lets the session through.
+    ``compact/preview`` reports this decision and ``compact/auto`` carries it out. Each
+    outlook is gathered only when the decision gets that far: none when the gate stops the
+    session, no prediction of a summary when microcompact alone is enough.
     """
     situation = dispatch.Situation(
         status=app.status(session),
@@ -68,8 +69,10 @@ async def decide_auto(app: App, session: Session, force: bool) -> dispatch.Decis
     )
     if dispatch.gate(situation) is not None:
         return dispatch.decide(situation)
-    kind = _kind(session)
     micro = await plan_micro(app, session) if app.flags.microcompact_enabled else None
+    if dispatch.micro_alone(situation, micro) is not None:
+        return dispatch.decide(situation, dispatch.Outlooks(micro))
+    kind = _kind(session)
     full = await predict(app, session, CompactionSpec(trigger="auto", kind=kind), micro=micro)
     notes = await app.session_memory.outlook(session, kind, micro)
     return dispatch.decide(

@@ -7,7 +7,9 @@ asks the summarizer (or builds the offline summary) while a keep-alive ``compact
 goes out every ``keepAliveIntervalMs``; gathers rehydration attachments and SessionStart hook
 output; then takes the lock again and appends, in ONE durable write, the boundary, the
 continuation summary, the attachments and the hook context (REFERENCE.md §3). PostCompact
-hooks run last.
+hooks run last. ``predict`` works out what a compaction would leave without doing it (the
+same selection, summary when no model writes it, continuation and attachments), for
+``compact/auto``'s decision and ``compact/preview``.
 
 The lock is NOT held while the model writes: the agent may keep appending. Entries appended
 meanwhile end up before the new boundary in the file, so the boundary's ``preservedSegment``

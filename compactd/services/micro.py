@@ -1,15 +1,17 @@
 """Microcompact of a session: run a strategy, record it durably, report what it did.
 
-``microcompact_session`` is the engine behind ``compact/micro`` and the first stage of
-``compact/auto``. It picks a strategy (or runs the requested one), asks the pure core which tool
-results to clear, and appends a ``microcompact_boundary`` system entry -- the shape Claude Code
-writes -- whose metadata names the cleared tool ids and the tokens saved. Nothing is deleted:
-the original results stay in the transcript, and the session derives the cleared view and the
-lower token count from the boundary (also after a restart). The cached strategy edits nothing
-locally: its state (registered, ordered and deleted tool results, pinned ``cache_edits``) lives
-in a small per-session state file written atomically. ``messages_extras`` adds what
-``session/messages`` returns besides the messages: pinned cache edits, or for sessions opened
-with ``apiContextManagement`` the ``context_management`` edits and their beta header.
+``plan_micro`` picks a strategy (or takes the requested one) and asks the pure core which tool
+results it would clear; ``compact/auto``'s decision and ``compact/preview`` stop there.
+``microcompact_session``, the engine behind ``compact/micro`` and the first stage of
+``compact/auto``, commits that plan: it appends a ``microcompact_boundary`` system entry (the
+shape Claude Code writes) whose metadata names the cleared tool ids and the tokens saved.
+Nothing is deleted: the original results stay in the transcript, and the session derives the
+cleared view and the lower token count from the boundary (also after a restart). The cached
+strategy edits nothing locally: its state (registered, ordered and deleted tool results, pinned
+``cache_edits``) lives in a small per-session state file written atomically.
+``messages_extras`` adds what ``session/messages`` returns besides the messages: pinned cache
+edits, or for sessions opened with ``apiContextManagement`` the ``context_management`` edits
+and their beta header.
 """
 
 from __future__ import annotations

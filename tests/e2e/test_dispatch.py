@@ -16,6 +16,7 @@ from compactd_client import Client
 
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon
+from tests.e2e.test_compact_auto import SMALL_WINDOW
 from tests.e2e.test_compact_support import (
     Harness,
     harness_fixture,
@@ -29,9 +30,6 @@ from tests.emulator import Emulator, Reply, empty_reply
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
 harness = harness_fixture()
-
-# A 40K window: auto-compact threshold 7K, below the ~16K of the test sessions.
-SMALL_WINDOW = 40_000
 
 
 async def preview_then_auto(

@@ -2,10 +2,11 @@
 
 ``compact/preview`` is a dry run, without a model call and without touching the session: with
 mechanism "auto" it reports ``compact/auto``'s own decision (``handlers/compact.decide_auto``);
-with "micro", "full" or "partial" what that operation would leave, predicted by the same
-functions (``services/micro.plan_micro``, ``services/compaction.predict``). ``compact/undo`` appends an
-entry that cancels the last compaction (``services/undo.py``). ``recall/search`` finds or
-fetches any entry of the transcript, including those compactions hid (``core/recall.py``).
+with "micro", "full" or "partial" what that operation would leave, predicted by the functions
+the operations plan with (``services/micro.plan_micro``, ``services/compaction.predict``).
+``compact/undo`` appends an entry that cancels the last compaction (``services/undo.py``).
+``recall/search`` finds or fetches any entry of the transcript, including those compactions hid
+(``core/recall.py``).
 """
 
 from __future__ import annotations

@@ -160,6 +160,21 @@ class SessionParams(_Params, kw_only=True):
 AgentKind = Literal["main", "subagent"]
 Trigger = Literal["manual", "auto"]
 Mechanism = Literal["micro", "sessionMemory", "full", "partial"]
+# What compact/preview names: a mechanism, or "none" when compact/auto would do nothing.
+PreviewMechanism = Literal["none", "micro", "sessionMemory", "full", "partial"]
+# Why compact/auto does what it does (and compact/preview says it would), one stable code per
+# branch of the decision: the four ways of doing nothing, then why a mechanism was chosen.
+DecisionReason = Literal[
+    "compactionDisabled",
+    "autoCompactDisabled",
+    "compacting",
+    "circuitOpen",
+    "belowThreshold",
+    "microcompactEnough",
+    "sessionMemoryFits",
+    "sessionMemoryTooLarge",
+    "noSessionMemory",
+]
 Phase = Literal[
     "started",
     "preCompactHooks",
@@ -414,6 +429,8 @@ class PreviewParams(_Params, kw_only=True):
     mechanism: Literal["micro", "full", "partial", "auto"] | None = None
     pivot_uuid: str | None = None
     direction: Literal["from", "upTo"] | None = None
+    # With mechanism "auto": preview compact/auto with ``force``.
+    force: bool | None = None
 
 
 class HookResult(_Wire, kw_only=True):
@@ -469,18 +486,24 @@ class AutoResult(_Wire, kw_only=True):
     mechanism: Mechanism | None = None
     result: CompactResult | None = None
     micro: MicroResult | None = None
+    # Why nothing was compacted, in words (the decision's, or the failure's).
     reason: str | None = None
+    # The branch of the decision taken; compact/preview reports the same code.
+    reason_code: DecisionReason | None = None
     status: TokenStatus | None = None
 
 
 class PreviewResult(_Wire, kw_only=True):
-    mechanism: str
+    mechanism: PreviewMechanism
     would_compact: bool
     pre_tokens: int
+    # For a summary written by the model, an upper bound (the summary's budget).
     estimated_post_tokens: int
     entries_summarized: int
     entries_kept: int
     reason: str | None = None
+    # With mechanism "auto" asked: the code compact/auto would report.
+    reason_code: DecisionReason | None = None
 
 
 class UndoResult(_Wire, kw_only=True):

@@ -27,6 +27,7 @@ export interface AutoResult {
   result?: CompactResult | null;
   micro?: MicroResult | null;
   reason?: string | null;
+  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "microcompactEnough" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | null;
   status?: TokenStatus | null;
 }
 
@@ -287,16 +288,18 @@ export interface PreviewParams {
   mechanism?: "auto" | "full" | "micro" | "partial" | null;
   pivotUuid?: string | null;
   direction?: "from" | "upTo" | null;
+  force?: boolean | null;
 }
 
 export interface PreviewResult {
-  mechanism: string;
+  mechanism: "full" | "micro" | "none" | "partial" | "sessionMemory";
   wouldCompact: boolean;
   preTokens: number;
   estimatedPostTokens: number;
   entriesSummarized: number;
   entriesKept: number;
   reason?: string | null;
+  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "microcompactEnough" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | null;
 }
 
 export interface RecallHit {

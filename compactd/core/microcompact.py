@@ -45,6 +45,7 @@ __all__ = [
     "MicroConfig",
     "MicroPlan",
     "PinnedEdit",
+    "PlanStrategy",
     "Strategy",
     "ToolResult",
     "advance_cached",
@@ -57,6 +58,7 @@ __all__ = [
     "is_idle",
     "last_response_time",
     "parse_timestamp",
+    "plan_cached",
     "plan_count",
     "plan_time",
     "result_saving",
@@ -64,6 +66,8 @@ __all__ = [
 ]
 
 Strategy = Literal["count", "time", "cached"]
+# A plan's strategy: a local one, or "api" for a session whose tool results the API clears.
+PlanStrategy = Literal["count", "time", "cached", "api"]
 
 # -- constants (docs/microcompact.md) ----------------------------------------------------------
 
@@ -231,17 +235,28 @@ def _worth_clearing(result: ToolResult) -> bool:
 class MicroPlan:
     """What a strategy would clear; empty ``cleared`` means nothing to do, and ``reason`` why."""
 
-    strategy: Strategy
+    strategy: PlanStrategy
     cleared: tuple[ToolResult, ...] = ()
     # Padded tokens the context shrinks by (the same scale as ``tokens/status``).
     tokens_saved: int = 0
     reason: str | None = None
     # Files that leave the read-file state (see ``dropped_paths``).
     dropped_paths: tuple[str, ...] = ()
+    # The cached strategy's state after this round (registrations and queued deletions).
+    cached_state: CachedState | None = None
 
     @property
     def cleared_ids(self) -> list[str]:
         return [r.tool_use_id for r in self.cleared]
+
+    @property
+    def compacted_ids(self) -> list[str]:
+        """The results the messages show as placeholders once the plan is applied.
+
+        Cache edits delete results from the prompt cache and leave the messages as they are,
+        so the cached strategy replaces nothing locally.
+        """
+        return [] if self.strategy == "cached" else self.cleared_ids
 
 
 def _saved(results: Iterable[ToolResult]) -> int:
@@ -477,6 +492,36 @@ def advance_cached(
     )
     return CachedStep(
         new_state, deleted, _saved(deleted), dropped_paths=dropped_paths(results, deleted)
+    )
+
+
+def plan_cached(
+    entries: Sequence[Entry],
+    now: float,
+    state: CachedState,
+    message_index: int,
+    config: MicroConfig = MicroConfig(),
+    cleared: frozenset[str] | set[str] = frozenset(),
+) -> MicroPlan:
+    """One cached round as a plan: nothing while the prompt cache is cold (there is no cache
+    to edit), else ``advance_cached`` over the results shown, its new state in ``cached_state``.
+    """
+    if is_idle(entries, now, config):
+        return MicroPlan(
+            "cached",
+            reason=(
+                f"the prompt cache is cold (no response for over {config.idle_minutes:g} min): "
+                "cache edits have nothing to edit; use the time strategy"
+            ),
+        )
+    step = advance_cached(state, clearable_results(entries, config, cleared), message_index, config)
+    return MicroPlan(
+        "cached",
+        step.deleted,
+        step.tokens_saved,
+        step.reason,
+        step.dropped_paths,
+        cached_state=step.state,
     )
 
 

@@ -1,147 +1,90 @@
 """compact/preview, compact/undo and recall/search: what compactd offers beyond the reference.
 
-``compact/preview`` is a dry run: it says which mechanism would run and estimates the context
-after it, without a model call and without touching the session. ``compact/undo`` appends an
-entry that cancels the last compaction (``services/undo.py``). ``recall/search`` finds or
-fetches any entry of the transcript, including those compactions hid (``core/recall.py``).
+``compact/preview`` is a dry run, without a model call and without touching the session: with
+mechanism "auto" it reports ``compact/auto``'s own decision (``handlers/compact.decide_auto``);
+with "micro", "full" or "partial" what that operation would leave, predicted by the functions
+the operations plan with (``services/micro.plan_micro``, ``services/compaction.predict``).
+``compact/undo`` appends an entry that cancels the last compaction (``services/undo.py``).
+``recall/search`` finds or fetches any entry of the transcript, including those compactions hid
+(``core/recall.py``).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core import microcompact as mc
-from compactd.core import recall, tokens
-from compactd.core.constants import COMPACT_MAX_OUTPUT_TOKENS
-from compactd.core.view import main_thread
+from compactd.core import dispatch, recall
 from compactd.handlers.base import Context, Handler
-from compactd.handlers.partial import plan_cut
-from compactd.model import Record, record_from_dict
-from compactd.services.rehydration import rehydration_attachments
+from compactd.handlers.compact import decide_auto
+from compactd.handlers.partial import plan_cut, selection_of
+from compactd.services.compaction import CompactionSpec, Selector, predict, select_whole_context
+from compactd.services.micro import plan_micro
 from compactd.services.undo import undo_last
 
 if TYPE_CHECKING:
     from compactd.app import App
-    from compactd.session import Session
-
-# Preview's guess of the summary a model writes: a twentieth of what it summarizes, within
-# [2_000, COMPACT_MAX_OUTPUT_TOKENS] tokens (the summary call's output cap,
-# docs/compaction.md#preview; the ratio and floor are compactd's own estimate from summaries of
-# real sessions).
-PREVIEW_SUMMARY_RATIO: Final = 20
-PREVIEW_SUMMARY_MIN_TOKENS: Final = 2_000
-
-
-def _attachments_raw(attachments: Sequence[dict[str, Any]]) -> int:
-    # Estimated as the token counter will count them once the compaction appends them.
-    return tokens.estimate_entries_raw(record_from_dict(a).entry for a in attachments)
-
-
-def _split(context: list[Record], params: p.PreviewParams) -> tuple[list[Record], list[Record]]:
-    """(summarized, kept) for a full or partial compaction of ``context``."""
-    if params.mechanism != "partial":
-        return context, []
-    if not params.pivot_uuid:
-        raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "a partial preview needs pivotUuid")
-    # The cut compact/partial would make: a pivot that would split a tool call from its result
-    # moves to the nearest safe place, the same way.
-    plan = plan_cut(context, params.pivot_uuid, params.direction or "upTo")
-    return plan.summarize, [*plan.kept_before, *plan.kept]
-
-
-async def _preview_summary(
-    app: App, session: Session, params: p.PreviewParams, pre: int, mechanism: str, reason: str
-) -> p.PreviewResult:
-    context = session.context()
-    summarized, kept = _split(context, params)
-    raw = tokens.estimate_records_raw(summarized)
-    summary = min(
-        COMPACT_MAX_OUTPUT_TOKENS,
-        max(PREVIEW_SUMMARY_MIN_TOKENS, tokens.pad(raw) // PREVIEW_SUMMARY_RATIO),
-    )
-    attachments = await rehydration_attachments(app, session, kept)
-    post = summary + tokens.pad(tokens.estimate_records_raw(kept) + _attachments_raw(attachments))
-    return p.PreviewResult(
-        mechanism=mechanism,
-        would_compact=bool(summarized) and post < pre,
-        pre_tokens=pre,
-        estimated_post_tokens=post,
-        entries_summarized=len(summarized),
-        entries_kept=len(kept),
-        reason=reason,
-    )
-
-
-def _micro_plan(app: App, session: Session) -> mc.MicroPlan:
-    config = app.micro_config
-    entries = [r.entry for r in main_thread(session.context())]
-    cleared = frozenset(session.cleared_tool_ids)
-    now = time.time()
-    if mc.choose_strategy(entries, now, config) == "time":
-        return mc.plan_time(entries, now, config, cleared)
-    return mc.plan_count(entries, config, cleared)
-
-
-def _nothing(session: Session, pre: int, reason: str) -> p.PreviewResult:
-    return p.PreviewResult(
-        mechanism="auto",
-        would_compact=False,
-        pre_tokens=pre,
-        estimated_post_tokens=pre,
-        entries_summarized=0,
-        entries_kept=len(session.context()),
-        reason=reason,
-    )
 
 
 async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewResult:
     session = await app.get_session(params.session_id)
-    status = app.status(session)
-    pre = status.tokens
-    flags = app.flags
     requested = params.mechanism or "auto"
-    if requested in ("full", "partial"):
-        return await _preview_summary(
-            app, session, params, pre, requested, f"{requested} compaction (estimate)"
+    if requested == "auto":
+        # compact/auto's own decision, without carrying it out.
+        d = await decide_auto(app, session, bool(params.force))
+        return p.PreviewResult(
+            mechanism=d.mechanism,
+            would_compact=d.mechanism != "none",
+            pre_tokens=d.pre_tokens,
+            estimated_post_tokens=d.estimate_post,
+            entries_summarized=d.entries_summarized,
+            entries_kept=d.entries_kept,
+            reason=d.message,
+            reason_code=d.reason,
         )
-    plan = _micro_plan(app, session) if flags.microcompact_enabled else None
-    saving = plan.tokens_saved if plan is not None and plan.cleared else 0
+    pre = app.status(session).tokens
     if requested == "micro":
+        # What compact/micro with the default strategy would clear.
+        plan = await plan_micro(app, session)
         return p.PreviewResult(
             mechanism="micro",
-            would_compact=saving > 0,
+            would_compact=bool(plan.cleared),
             pre_tokens=pre,
-            estimated_post_tokens=max(0, pre - saving),
+            estimated_post_tokens=dispatch.micro_post(pre, plan),
             entries_summarized=0,
             entries_kept=len(session.context()),
-            reason=plan.reason if plan is not None else "microcompact is disabled",
+            reason=plan.reason,
         )
-    # auto: the dispatcher's order (docs/compaction.md#fallback-chain): nothing below the
-    # threshold, micro when it brings the count under the threshold, else a full compaction.
-    if not flags.compaction_enabled or not flags.auto_compact_enabled:
-        return _nothing(session, pre, "automatic compaction is disabled")
-    if not status.is_above_auto_compact_threshold:
-        return _nothing(
-            session,
-            pre,
-            f"below the auto-compact threshold ({pre} of {status.auto_compact_threshold})",
-        )
-    if saving > 0 and pre - saving < status.auto_compact_threshold:
-        return p.PreviewResult(
-            mechanism="micro",
-            would_compact=True,
-            pre_tokens=pre,
-            estimated_post_tokens=pre - saving,
-            entries_summarized=0,
-            entries_kept=len(session.context()),
-            reason="clearing old tool results brings the context under the threshold",
-        )
-    return await _preview_summary(
-        app, session, params, pre, "full", "above the threshold; microcompact is not enough"
+    # What compact/full or compact/partial would leave.
+    spec = CompactionSpec(trigger="manual", mechanism=requested, select=_selector(params))
+    outlook = await predict(app, session, spec)
+    return p.PreviewResult(
+        mechanism=requested,
+        # A summary the model writes may still fail the thrash guard; one known in advance
+        # is checked here.
+        would_compact=outlook.summarized > 0 and (outlook.bound or outlook.post_tokens < pre),
+        pre_tokens=pre,
+        estimated_post_tokens=outlook.post_tokens,
+        entries_summarized=outlook.summarized,
+        entries_kept=outlook.kept,
+        reason=(
+            f"{requested} compaction: at most {outlook.post_tokens} tokens after, the summary "
+            "taken at its budget"
+            if outlook.bound
+            else f"{requested} compaction: about {outlook.post_tokens} tokens after"
+        ),
     )
+
+
+def _selector(params: p.PreviewParams) -> Selector:
+    if params.mechanism != "partial":
+        return select_whole_context
+    if not params.pivot_uuid:
+        raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "a partial preview needs pivotUuid")
+    pivot, direction = params.pivot_uuid, params.direction or "upTo"
+    # The cut compact/partial would make: a pivot that would split a tool call from its result
+    # moves to the nearest safe place, the same way.
+    return lambda context: selection_of(plan_cut(context, pivot, direction))
 
 
 async def undo(app: App, params: p.SessionParams, ctx: Context) -> p.UndoResult:

@@ -1,12 +1,14 @@
 """compact/full and compact/auto: thin handlers over the compaction engine.
 
 ``compact/full`` is the user's explicit request: every failure is a JSON-RPC error with a
-stable code. ``compact/auto`` is the dispatcher the agent calls before each turn: it decides
-whether to compact and how (docs/compaction.md#fallback-chain: microcompact, then session memory,
-then a full compaction) and never fails for a compaction that did not happen: it answers
-``wasCompacted: false`` with the reason, and counts the failure toward the circuit breaker
-(three consecutive failures stop automatic compaction until one succeeds,
-docs/compaction.md#circuit-breaker).
+stable code. ``compact/auto`` is what the agent calls before each turn: ``decide_auto`` gathers
+what ``core.dispatch.decide`` needs and gets the decision (whether to compact and how: the
+fallback chain microcompact, session memory, full compaction of
+docs/compaction.md#fallback-chain), which
+``compact/preview`` reports and ``compact/auto`` carries out. Auto never fails for a compaction
+that did not happen: it answers ``wasCompacted: false`` with the reason, and counts the failure
+toward the circuit breaker (three consecutive failures stop automatic compaction until one
+succeeds, docs/compaction.md#circuit-breaker).
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core.constants import ENV_DISABLE_AUTO_COMPACT, ENV_DISABLE_COMPACT
+from compactd.core import dispatch
 from compactd.core.prompts import PromptKind
 from compactd.handlers.base import Context, Handler
-from compactd.services.compaction import CompactionSpec, run_compaction
-from compactd.services.micro import microcompact_session
+from compactd.services.compaction import CompactionSpec, predict, run_compaction
+from compactd.services.micro import microcompact_session, plan_micro
 
 if TYPE_CHECKING:
     from compactd.app import App
@@ -53,65 +55,79 @@ async def full(app: App, params: p.FullParams, ctx: Context) -> p.CompactResult:
             progress.end("done")
 
 
-async def _session_memory(
-    app: App, session: Session, micro: p.MicroResult | None
-) -> p.AutoResult | None:
-    """Session-memory compaction: compacts from the notes file without a model call, or
-    returns None to fall through to a full compaction
-    (docs/session-memory.md#compaction-from-the-notes)."""
-    return await app.session_memory.compact(session, _kind(session), micro)
+async def decide_auto(app: App, session: Session, force: bool) -> dispatch.Decision:
+    """What ``compact/auto`` does to ``session`` now (``core.dispatch.decide``); nothing changes.
+
+    ``compact/preview`` reports this decision and ``compact/auto`` carries it out. Each
+    outlook is gathered only when the decision gets that far: none when the gate stops the
+    session, no prediction of a summary when microcompact alone is enough.
+    """
+    situation = dispatch.Situation(
+        status=app.status(session),
+        entries=len(session.context()),
+        force=force,
+        compacting=session.compacting,
+        last_error=session.health.last_error,
+    )
+    if dispatch.gate(situation) is not None:
+        return dispatch.decide(situation)
+    micro = await plan_micro(app, session) if app.flags.microcompact_enabled else None
+    if dispatch.micro_alone(situation, micro) is not None:
+        return dispatch.decide(situation, dispatch.Outlooks(micro))
+    kind = _kind(session)
+    full = await predict(app, session, CompactionSpec(trigger="auto", kind=kind), micro=micro)
+    notes = await app.session_memory.outlook(session, kind, micro)
+    return dispatch.decide(
+        situation, dispatch.Outlooks(micro=micro, full=full, session_memory=notes)
+    )
 
 
 async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
     session = await app.get_session(params.session_id)
-    force = bool(params.force)
-    flags = app.flags
+    decision = await decide_auto(app, session, bool(params.force))
+
+    def done(
+        mechanism: p.Mechanism, micro: p.MicroResult | None, result: p.CompactResult | None = None
+    ) -> p.AutoResult:
+        return p.AutoResult(
+            was_compacted=True,
+            mechanism=mechanism,
+            result=result,
+            micro=micro,
+            reason_code=decision.reason,
+            status=app.status(session),
+        )
 
     def no(reason: str, micro: p.MicroResult | None = None) -> p.AutoResult:
         return p.AutoResult(
-            was_compacted=False, reason=reason, micro=micro, status=app.status(session)
+            was_compacted=False,
+            reason=reason,
+            reason_code=decision.reason,
+            micro=micro,
+            status=app.status(session),
         )
 
-    if not flags.compaction_enabled:
-        return no(f"compaction is disabled ({ENV_DISABLE_COMPACT} is set)")
-    if not flags.auto_compact_enabled:
-        return no(f"automatic compaction is disabled ({ENV_DISABLE_AUTO_COMPACT} is set)")
-    if session.compacting:
-        # Recursion guard: never start a compaction from inside (or beside) another one.
-        return no("a compaction of this session is already running")
-    failures = session.health.consecutive_failures
-    if failures >= app.breaker_limit:
-        return no(
-            f"automatic compaction is paused after {failures} consecutive failures "
-            f"(last: {session.health.last_error}); a successful compaction resets it"
-        )
-    status = app.status(session)
-    if not force and not status.is_above_auto_compact_threshold:
-        return no(
-            f"below the auto-compact threshold ({status.tokens} of "
-            f"{status.auto_compact_threshold} tokens)"
-        )
+    if decision.mechanism == "none":
+        return no(decision.message)
 
     micro: p.MicroResult | None = None
-    if flags.microcompact_enabled:
+    if decision.micro is not None:
         try:
             async with session.lock:
-                micro = await microcompact_session(app, session, None, "auto")
+                micro = await microcompact_session(app, session, decision.micro.strategy, "auto")
         except p.CompactdError as err:
             # Microcompact is only the first stage: when it cannot run, a full compaction can.
             log.warning("session %s: auto microcompact failed: %s", session.session_id, err)
-        status = app.status(session)
-        if (
-            micro is not None
-            and micro.tokens_saved > 0
-            and not force
-            and not status.is_above_auto_compact_threshold
-        ):
-            return p.AutoResult(was_compacted=True, mechanism="micro", micro=micro, status=status)
+    if decision.mechanism == "micro":
+        if micro is None or micro.tokens_saved <= 0:
+            # The session changed since the decision: there is nothing left to clear.
+            return no(micro.reason if micro and micro.reason else "nothing to clear", micro)
+        return done("micro", micro)
 
-    remembered = await _session_memory(app, session, micro)
-    if remembered is not None:
-        return remembered
+    if decision.mechanism == "sessionMemory":
+        remembered = await app.session_memory.compact(session, _kind(session))
+        if remembered is not None:
+            return done("sessionMemory", micro, remembered)
 
     progress = await ctx.begin_progress("Compacting conversation (auto)", "starting")
     spec = CompactionSpec(trigger="auto", kind=_kind(session))
@@ -126,13 +142,7 @@ async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
     finally:
         if progress is not None:
             progress.end("done")
-    return p.AutoResult(
-        was_compacted=True,
-        mechanism="full",
-        result=result,
-        micro=micro,
-        status=app.status(session),
-    )
+    return done("full", micro, result)
 
 
 HANDLERS: dict[str, Handler] = {

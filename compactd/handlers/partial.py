@@ -48,6 +48,13 @@ def plan_cut(context: list[Record], pivot_uuid: str, direction: Direction) -> Pa
         ) from err
 
 
+def selection_of(plan: PartialPlan) -> Selection:
+    """The compaction engine's selection for a partial cut (also used by the preview)."""
+    return Selection(
+        summarize=plan.summarize, kept=plan.kept, request=plan.request, kept_before=plan.kept_before
+    )
+
+
 def _moved_note(plan: PartialPlan, requested: str) -> str:
     side = "kept" if plan.direction == "upTo" else "summarized"
     return (
@@ -72,12 +79,7 @@ async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactR
         chosen.append(plan)
         if plan.moved != "none":
             log.info("session %s: %s", session.session_id, _moved_note(plan, params.pivot_uuid))
-        return Selection(
-            summarize=plan.summarize,
-            kept=plan.kept,
-            request=plan.request,
-            kept_before=plan.kept_before,
-        )
+        return selection_of(plan)
 
     progress = await ctx.begin_progress("Compacting conversation (partial)", "starting")
     spec = CompactionSpec(

@@ -6,8 +6,10 @@ base of partial compaction): it snapshots the context under the session lock and
 asks the summarizer (or builds the offline summary) while a keep-alive ``compact/status``
 goes out every ``keepAliveIntervalMs``; gathers rehydration attachments and SessionStart hook
 output; then takes the lock again and appends, in ONE durable write, the boundary, the
-continuation summary, the attachments and the hook context (docs/compaction.md#result-order).
-PostCompact hooks run last.
+continuation summary, the attachments and the hook context (docs/compaction.md#result-order). PostCompact
+hooks run last. ``predict`` works out what a compaction would leave without doing it (the
+same selection, summary when no model writes it, continuation and attachments), for
+``compact/auto``'s decision and ``compact/preview``.
 
 The lock is NOT held while the model writes: the agent may keep appending. Entries appended
 meanwhile end up before the new boundary in the file, so the boundary's ``preservedSegment``
@@ -32,8 +34,9 @@ import anyio
 
 from compactd import protocol as p
 from compactd.core import constants as c
-from compactd.core import tokens
+from compactd.core import dispatch, tokens
 from compactd.core.ledger import build_ledger, complete_summary
+from compactd.core.microcompact import MicroPlan
 from compactd.core.normalize import to_api_messages
 from compactd.core.offline_summary import OFFLINE_INSTRUCTIONS_WARNING, offline_summary
 from compactd.core.prompts import (
@@ -63,6 +66,7 @@ __all__ = [
     "CompactionSpec",
     "Selection",
     "Selector",
+    "predict",
     "run_compaction",
     "select_whole_context",
 ]
@@ -244,7 +248,7 @@ async def _prepare(run: _Run) -> _Prepared:
         cleared = frozenset(session.cleared_tool_ids)
     summarized = list(selection.summarize)
     kept = list(selection.kept)
-    kept_before = [r for r in selection.kept_before if not r.entry.is_compact_boundary]
+    kept_before = _kept_before(selection)
     shown = list(selection.request) if selection.request is not None else summarized
     # Exactly what the main loop sends (session/messages), so the cache-sharing request
     # reads the main loop's cached prefix.
@@ -287,14 +291,10 @@ async def _prepare(run: _Run) -> _Prepared:
     warnings: list[str] = []
     summarizer = app.summarizer
     usage: dict[str, Any] | None = None
-    if spec.summary_override is not None:
-        # Session-memory compaction: the notes already are the summary (no model call).
-        raw = spec.summary_override
-        mode: str = spec.mechanism
-    elif summarizer.offline:
-        raw = offline_summary(summarized, cleared_tool_ids=cleared, instructions=instructions)
-        mode = "offline"
-        if instructions:
+    known = _summary_without_model(spec, summarizer.offline, summarized, cleared, instructions)
+    if known is not None:
+        raw, mode = known
+        if mode == "offline" and instructions:
             warnings.append(OFFLINE_INSTRUCTIONS_WARNING)
     else:
         request = SummaryRequest(
@@ -365,12 +365,7 @@ async def _prepare(run: _Run) -> _Prepared:
         summarized=summarized,
         kept=kept,
         kept_before=kept_before,
-        continuation=continuation_message(
-            summary,
-            transcript_path=session.transcript_path,
-            trigger=spec.trigger,
-            recent_messages_kept=bool(kept),
-        ),
+        continuation=_continuation(session, spec, summary, kept),
         attachments=attachments,
         session_context=session_context,
         hook_results=hook_results,
@@ -378,6 +373,89 @@ async def _prepare(run: _Run) -> _Prepared:
         usage=usage,
         warnings=warnings,
         restored=restored,
+    )
+
+
+def _kept_before(selection: Selection) -> list[Record]:
+    # A boundary heading the context is not carried over: the new one replaces it.
+    return [r for r in selection.kept_before if not r.entry.is_compact_boundary]
+
+
+def _summary_without_model(
+    spec: CompactionSpec,
+    offline: bool,
+    summarized: Sequence[Record],
+    cleared: frozenset[str],
+    instructions: Sequence[str] = (),
+) -> tuple[str, str] | None:
+    """The raw summary and the summarizer's mode when no model writes it; None when one does.
+
+    Session memory's notes already are the summary; the offline summarizer builds one from
+    the transcript.
+    """
+    if spec.summary_override is not None:
+        return spec.summary_override, spec.mechanism
+    if offline:
+        text = offline_summary(summarized, cleared_tool_ids=cleared, instructions=instructions)
+        return text, "offline"
+    return None
+
+
+def _continuation(
+    session: Session, spec: CompactionSpec, summary: str, kept: Sequence[Record]
+) -> str:
+    return continuation_message(
+        summary,
+        transcript_path=session.transcript_path,
+        trigger=spec.trigger,
+        recent_messages_kept=bool(kept),
+    )
+
+
+# -- predicting ----------------------------------------------------------------------------------
+
+
+async def predict(
+    app: App, session: Session, spec: CompactionSpec, *, micro: MicroPlan | None = None
+) -> dispatch.SummaryOutlook:
+    """What ``run_compaction(app, session, spec)`` would leave now; nothing is written, no model
+    is called and no hook runs.
+
+    The selection, the summary (when no model writes it), its ledger check, the continuation
+    message and the attachments are those the compaction would produce, estimated by
+    ``core.dispatch.summary_post``. ``micro``: a microcompact that commits first (in
+    ``compact/auto``), so its results count as cleared and its saving as applied.
+    """
+    selection = spec.select(session.context())
+    summarized = list(selection.summarize)
+    kept = [*_kept_before(selection), *selection.kept]
+    cleared = frozenset(session.cleared_tool_ids)
+    if micro is not None:
+        cleared |= frozenset(micro.compacted_ids)
+    offline = app.summarizer.offline
+
+    def written() -> str | None:
+        known = _summary_without_model(spec, offline, summarized, cleared)
+        if known is None:
+            return None
+        ledger = build_ledger(summarized, cleared_tool_ids=cleared)
+        return complete_summary(format_summary(known[0]), ledger)[0]
+
+    summary = await anyio.to_thread.run_sync(written)
+    attachments = await rehydration_attachments(app, session, kept)
+    post = dispatch.summary_post(
+        _continuation(session, spec, summary or "", selection.kept),
+        attachments=attachments,
+        kept=kept,
+        summary_budget=dispatch.summary_budget(summarized) if summary is None else 0,
+        # The microcompact boundary is appended last, so it lands among the kept entries.
+        saving=micro.tokens_saved if micro is not None and kept else 0,
+    )
+    return dispatch.SummaryOutlook(
+        post_tokens=post,
+        summarized=len(summarized),
+        kept=len(selection.kept_before) + len(selection.kept),
+        bound=summary is None,
     )
 
 

@@ -1,15 +1,17 @@
 """Microcompact of a session: run a strategy, record it durably, report what it did.
 
-``microcompact_session`` is the engine behind ``compact/micro`` and the first stage of
-``compact/auto``. It picks a strategy (or runs the requested one), asks the pure core which tool
-results to clear, and appends a ``microcompact_boundary`` system entry -- the shape Claude Code
-writes -- whose metadata names the cleared tool ids and the tokens saved. Nothing is deleted:
-the original results stay in the transcript, and the session derives the cleared view and the
-lower token count from the boundary (also after a restart). The cached strategy edits nothing
-locally: its state (registered, ordered and deleted tool results, pinned ``cache_edits``) lives
-in a small per-session state file written atomically. ``messages_extras`` adds what
-``session/messages`` returns besides the messages: pinned cache edits, or for sessions opened
-with ``apiContextManagement`` the ``context_management`` edits and their beta header.
+``plan_micro`` picks a strategy (or takes the requested one) and asks the pure core which tool
+results it would clear; ``compact/auto``'s decision and ``compact/preview`` stop there.
+``microcompact_session``, the engine behind ``compact/micro`` and the first stage of
+``compact/auto``, commits that plan: it appends a ``microcompact_boundary`` system entry (the
+shape Claude Code writes) whose metadata names the cleared tool ids and the tokens saved.
+Nothing is deleted: the original results stay in the transcript, and the session derives the
+cleared view and the lower token count from the boundary (also after a restart). The cached
+strategy edits nothing locally: its state (registered, ordered and deleted tool results, pinned
+``cache_edits``) lives in a small per-session state file written atomically.
+``messages_extras`` adds what ``session/messages`` returns besides the messages: pinned cache
+edits, or for sessions opened with ``apiContextManagement`` the ``context_management`` edits
+and their beta header.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 import msgspec
@@ -30,7 +32,7 @@ from compactd.cancellation import point_of_no_return
 from compactd.core import microcompact as mc
 from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
-from compactd.model import Entry, Record, ToolUseBlock, record_from_dict, transcript_timestamp
+from compactd.model import Record, ToolUseBlock, record_from_dict, transcript_timestamp
 from compactd.services.store import atomic_write
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ __all__ = [
     "messages_extras",
     "micro_config",
     "microcompact_session",
+    "plan_micro",
     "reset_cached_edits",
 ]
 
@@ -56,7 +59,10 @@ STATE_FILE = "microcompact.json"
 # Text of the boundary entry a person sees in a transcript viewer.
 _BOUNDARY_CONTENT = "Old tool results cleared by microcompact"
 
-_STRATEGY_API = "api"
+_STRATEGY_API: Final = "api"
+
+# The strategies a client may ask for by name.
+_STRATEGIES: Final[dict[str, mc.Strategy]] = {"count": "count", "time": "time", "cached": "cached"}
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -96,57 +102,83 @@ def _pick(value: _T | None, default: _T) -> _T:
 # -- the engine ---------------------------------------------------------------------------------
 
 
+async def plan_micro(
+    app: App, session: Session, strategy: str | None = None, now: float | None = None
+) -> mc.MicroPlan:
+    """What a microcompact of ``session`` would clear now; nothing is written.
+
+    ``strategy`` is "count", "time", "cached" or None (the reference's choice: time after an
+    idle gap, cached when the client opted in to cache edits, else count). When microcompact
+    does not run locally (switched off, or the API clears tool results) the plan clears
+    nothing and ``reason`` says why. ``compact/micro``, ``compact/auto`` and
+    ``compact/preview`` all plan here.
+    """
+    requested = _STRATEGIES.get(strategy or "")
+    if not app.flags.microcompact_enabled:
+        return mc.MicroPlan(
+            requested or "count", reason="microcompact is disabled by the environment"
+        )
+    if session.meta.api_context_management:
+        return mc.MicroPlan(
+            _STRATEGY_API,
+            reason="this session lets the API clear tool results (context_management); "
+            "nothing is cleared locally",
+        )
+    config = app.micro_config
+    now = time.time() if now is None else now
+    records = main_thread(session.context())
+    entries = [r.entry for r in records]
+    cleared = frozenset(session.cleared_tool_ids)
+    chosen = requested or mc.choose_strategy(entries, now, config)
+    if chosen == "time":
+        return mc.plan_time(entries, now, config, cleared)
+    if chosen == "cached":
+        state = await load_cached_state(app, session)
+        index = _edit_message_index(records, session)
+        return mc.plan_cached(entries, now, state, index, config, cleared)
+    return mc.plan_count(entries, config, cleared)
+
+
 async def microcompact_session(
     app: App, session: Session, strategy: str | None, trigger: str
 ) -> p.MicroResult:
     """Run microcompact; the caller holds ``session.lock``.
 
-    ``strategy`` is "count", "time", "cached" or None (the reference's choice: time after an
-    idle gap, cached when the client opted in to cache edits, else count). Nothing happening is
-    not an error: the result then says why in ``reason``.
+    Plans with ``plan_micro`` and commits the plan: a ``microcompact_boundary`` entry, and for
+    the cached strategy its new state. Nothing happening is not an error: the result then says
+    why in ``reason``.
     """
     pre = app.status(session).tokens
-    if not app.flags.microcompact_enabled:
-        return _nothing(strategy or "count", pre, "microcompact is disabled by the environment")
-    if session.meta.api_context_management:
-        return _nothing(
-            _STRATEGY_API,
-            pre,
-            "this session lets the API clear tool results (context_management); "
-            "nothing is cleared locally",
-        )
-    config = app.micro_config
     now = time.time()
-    records = main_thread(session.context())
-    entries = [r.entry for r in records]
-    chosen = strategy if strategy in ("count", "time", "cached") else None
-    if chosen is None:
-        chosen = mc.choose_strategy(entries, now, config)
-    if chosen == "cached":
-        return await _run_cached(app, session, records, entries, config, now, trigger, pre)
-    cleared = frozenset(session.cleared_tool_ids)
-    if chosen == "time":
-        plan = mc.plan_time(entries, now, config, cleared)
-    else:
-        plan = mc.plan_count(entries, config, cleared)
+    plan = await plan_micro(app, session, strategy, now)
+    if plan.cached_state is not None and plan.cached_state != session.cached_micro:
+        # Written before the boundary: a crash in between leaves edits pinned and the count
+        # too high (safe), never a lower count with nothing sent to the API.
+        await _save_state(app, session, plan.cached_state)
+    edits = mc.cache_edit_blocks(plan.cached_state) if plan.cached_state is not None else []
     if not plan.cleared:
-        return _nothing(plan.strategy, pre, plan.reason)
-
+        return _nothing(plan.strategy, pre, plan.reason, cache_edits=edits or None)
     boundary = _boundary(
         session,
         trigger=trigger,
         strategy=plan.strategy,
         pre_tokens=pre,
         tokens_saved=plan.tokens_saved,
-        compacted=plan.cleared_ids,
+        # Cache edits leave the messages as they are, so no id goes into compactedToolIds
+        # (which the session renders as placeholders); they are named in cacheDeletedToolIds.
+        compacted=plan.compacted_ids,
         now=now,
+        cache_deleted=plan.cleared_ids if plan.strategy == "cached" else None,
     )
     await app.commit(session, [boundary])
-    # Clearing rewrites messages, so the cached prefix breaks: pinned cache edits refer to a
-    # cache that will not be read again.
-    await reset_cached_edits(app, session)
-    # The read-file state forgets the cleared reads by itself: the files service folds the
-    # boundary's compactedToolIds in when it sees the append.
+    if plan.strategy == "cached":
+        # No compactedToolIds for the files service to fold in: forget the reads here.
+        forget_cleared_reads(session, plan.cleared_ids)
+    else:
+        # Clearing rewrites messages, so the cached prefix breaks: pinned cache edits refer to
+        # a cache that will not be read again. The read-file state forgets the cleared reads
+        # by itself: the files service folds the boundary's compactedToolIds in.
+        await reset_cached_edits(app, session)
     post = app.status(session)
     app.check_thresholds(session, post)
     log.info(
@@ -163,69 +195,8 @@ async def microcompact_session(
         pre_tokens=pre,
         post_tokens=post.tokens,
         boundary=boundary.to_builtins(),
+        cache_edits=edits or None,
         cleared_read_paths=list(plan.dropped_paths),
-    )
-
-
-async def _run_cached(
-    app: App,
-    session: Session,
-    records: list[Record],
-    entries: list[Entry],
-    config: mc.MicroConfig,
-    now: float,
-    trigger: str,
-    pre: int,
-) -> p.MicroResult:
-    if mc.is_idle(entries, now, config):
-        return _nothing(
-            "cached",
-            pre,
-            f"the prompt cache is cold (no response for over {config.idle_minutes:g} min): "
-            "cache edits have nothing to edit; use the time strategy",
-        )
-    state = await load_cached_state(app, session)
-    results = mc.clearable_results(entries, config, session.cleared_tool_ids)
-    step = mc.advance_cached(state, results, _edit_message_index(records, session), config)
-    if step.state != state:
-        # Written before the boundary: a crash in between leaves edits pinned and the count
-        # too high (safe), never a lower count with nothing sent to the API.
-        await _save_state(app, session, step.state)
-    if not step.deleted:
-        return _nothing(
-            "cached", pre, step.reason, cache_edits=mc.cache_edit_blocks(step.state) or None
-        )
-    boundary = _boundary(
-        session,
-        trigger=trigger,
-        strategy="cached",
-        pre_tokens=pre,
-        tokens_saved=step.tokens_saved,
-        # The messages stay as they are (the cache is edited, not the prompt), so no id goes
-        # into compactedToolIds, which the session would render as placeholders.
-        compacted=[],
-        now=now,
-        cache_deleted=step.deleted_ids,
-    )
-    await app.commit(session, [boundary])
-    forget_cleared_reads(session, step.deleted_ids)
-    post = app.status(session)
-    app.check_thresholds(session, post)
-    log.info(
-        "session %s: cached microcompact queued %d deletions, %d tokens",
-        session.session_id,
-        len(step.deleted),
-        step.tokens_saved,
-    )
-    return p.MicroResult(
-        strategy="cached",
-        cleared_tool_ids=step.deleted_ids,
-        tokens_saved=step.tokens_saved,
-        pre_tokens=pre,
-        post_tokens=post.tokens,
-        boundary=boundary.to_builtins(),
-        cache_edits=mc.cache_edit_blocks(step.state),
-        cleared_read_paths=list(step.dropped_paths),
     )
 
 

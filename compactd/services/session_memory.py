@@ -8,11 +8,12 @@ offline, builds the notes from the transcript's ledger) and replaces the file at
 Extractions never block a request and never run two at a time for one session (a per-session
 lock).
 
-``compact`` is the session-memory stage of ``compact/auto``: it waits for a running
-extraction, keeps the recent entries the notes do not cover (``core.session_memory.
-kept_start``), and commits through the compaction engine with the truncated notes as the
-summary: no model call. When there are no notes, or the result would still be above the
-auto-compact threshold, it returns None and ``compact/auto`` goes on to a full compaction.
+``outlook`` and ``compact`` are the session-memory stage of ``compact/auto``: both wait for a
+running extraction and keep the recent entries the notes do not cover (``core.session_memory.
+kept_start``), with the truncated notes as the summary: no model call. ``outlook`` predicts
+what the compaction would leave, for ``core.dispatch`` to decide on (it falls through to a full
+compaction when that stays above the auto-compact threshold); ``compact`` commits through the
+compaction engine, or returns None when the notes cannot serve after all.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import session_memory as sm
 from compactd.core import tokens
+from compactd.core.dispatch import SummaryOutlook
+from compactd.core.microcompact import MicroPlan
 from compactd.core.normalize import to_api_messages
 from compactd.core.offline_summary import collect_ledger
 from compactd.core.prompts import PromptKind
 from compactd.model import Record, transcript_timestamp
-from compactd.services.compaction import CompactionSpec, Selection, run_compaction
+from compactd.services.compaction import CompactionSpec, Selection, predict, run_compaction
 from compactd.services.store import atomic_write
 from compactd.services.summarizer import SummarizerError, SummaryRequest
 
@@ -231,10 +234,9 @@ class SessionMemoryService:
 
     # -- compaction from the notes ----------------------------------------------------------------
 
-    async def compact(
-        self, session: Session, kind: PromptKind, micro: p.MicroResult | None
-    ) -> p.AutoResult | None:
-        """The session-memory stage of ``compact/auto``; None to fall through to full."""
+    async def _spec(self, session: Session, kind: PromptKind) -> CompactionSpec | None:
+        """The compaction the notes allow now, or None when they cannot serve (switched off, no
+        notes yet, or nothing they would replace). Waits for a running extraction first."""
         if not self.enabled:
             return None
         rt = self.runtime(session)
@@ -250,22 +252,7 @@ class SessionMemoryService:
             + sm.notes_for_summary(notes, path)
         )
         select = _selector(session, covered)
-        async with session.lock:
-            selection = select(session.context())
-            threshold = self.app.status(session).auto_compact_threshold
-        if selection is None:
-            return None
-        post = tokens.pad(
-            tokens.estimate_records_raw(selection.kept) + tokens.estimate_text_tokens(summary)
-        )
-        if post >= threshold:
-            log.info(
-                "session %s: session-memory compaction would leave %d tokens (threshold %d); "
-                "falling through to a full compaction",
-                session.session_id,
-                post,
-                threshold,
-            )
+        if select(session.context()) is None:
             return None
 
         def chosen(context: list[Record]) -> Selection:
@@ -277,15 +264,32 @@ class SessionMemoryService:
                 )
             return selection
 
-        spec = CompactionSpec(
+        return CompactionSpec(
             trigger="auto",
             kind=kind,
             mechanism="sessionMemory",
             select=chosen,
             summary_override=summary,
         )
+
+    async def outlook(
+        self, session: Session, kind: PromptKind, micro: MicroPlan | None
+    ) -> SummaryOutlook | None:
+        """What a compaction from the notes would leave after ``micro`` commits; None when the
+        notes cannot serve. ``compact/auto`` decides on it (``core.dispatch``)."""
+        spec = await self._spec(session, kind)
+        if spec is None:
+            return None
+        return await predict(self.app, session, spec, micro=micro)
+
+    async def compact(self, session: Session, kind: PromptKind) -> p.CompactResult | None:
+        """The session-memory compaction ``compact/auto`` decided on; None when it cannot run
+        after all, and the fallback chain goes on to a full compaction."""
+        spec = await self._spec(session, kind)
+        if spec is None:
+            return None
         try:
-            result = await run_compaction(self.app, session, spec)
+            return await run_compaction(self.app, session, spec)
         except p.CompactdError as err:
             log.warning(
                 "session %s: session-memory compaction failed (%s); trying a full one",
@@ -293,13 +297,6 @@ class SessionMemoryService:
                 err.message,
             )
             return None
-        return p.AutoResult(
-            was_compacted=True,
-            mechanism="sessionMemory",
-            result=result,
-            micro=micro,
-            status=self.app.status(session),
-        )
 
 
 def _selector(session: Session, covered: str) -> Callable[[list[Record]], Selection | None]:

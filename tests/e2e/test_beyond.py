@@ -80,12 +80,13 @@ async def test_preview_estimates_and_changes_nothing(h: Harness) -> None:
     assert preview.pre_tokens == before_status.tokens
     assert preview.entries_summarized > 100 and preview.entries_kept == 0
     auto = await h.client.compact_preview(sid)
-    assert auto.mechanism == "auto" and not auto.would_compact  # below the threshold
+    assert auto.mechanism == "none" and not auto.would_compact
+    assert auto.reason_code == "belowThreshold"
 
     result = await h.client.compact_full(sid)
-    real = result.post_compact_tokens
-    assert real / 4 <= preview.estimated_post_tokens <= real * 4
-    assert preview.estimated_post_tokens < preview.pre_tokens
+    # The model writes the summary: the preview takes it at its budget, an upper bound.
+    assert result.post_compact_tokens <= preview.estimated_post_tokens
+    assert preview.estimated_post_tokens <= preview.pre_tokens * 1.1
 
 
 def _middle_uuid(entries: list[dict[str, Any]], *, prompt: bool) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compactd_client import RpcError
+from compactd_client import Client, RpcError
 
 from compactd import protocol as p
 from compactd.core import session_memory as sm
@@ -51,9 +51,9 @@ def notes_or_summary(req: RecordedRequest) -> Reply:
     return Reply()
 
 
-async def wait_for_notes(h: Harness, sid: str) -> p.SessionMemoryResult:
+async def wait_for_notes(client: Client, sid: str) -> p.SessionMemoryResult:
     for _ in range(200):
-        got = await h.client.session_memory(sid)
+        got = await client.session_memory(sid)
         if got.last_extracted_at is not None and not got.extracting:
             return got
         await asyncio.sleep(0.05)
@@ -72,7 +72,7 @@ async def test_extraction_then_compaction_from_the_notes_without_a_model_call(
     status = await h.client.tokens_status(sid)
     assert status.is_above_auto_compact_threshold
 
-    got = await wait_for_notes(h, sid)
+    got = await wait_for_notes(h.client, sid)
     assert [r for r in h.emu.message_requests if is_extraction(r)], "no extraction request"
     assert got.content == NOTES
     assert Path(got.path).read_text() == NOTES
@@ -115,7 +115,7 @@ async def test_second_round_compacts_from_the_new_notes(h: Harness) -> None:
     sid = await open_session(
         h.client, session_entries(entries=400, tokens=60_000), contextWindow=70_000
     )
-    first = await wait_for_notes(h, sid)
+    first = await wait_for_notes(h.client, sid)
     assert (await h.client.compact_auto(sid)).mechanism == "sessionMemory"
     await asyncio.sleep(0.01)  # the next extraction gets a later timestamp
 
@@ -151,7 +151,7 @@ async def test_falls_back_to_full_when_the_kept_part_stays_above_threshold(
     h.emu.set_default(notes_or_summary)
     # 40K window: threshold 7K, below the 10K tokens a session-memory compaction keeps.
     sid = await open_session(h.client, contextWindow=40_000)
-    await wait_for_notes(h, sid)
+    await wait_for_notes(h.client, sid)
     before = len(h.emu.message_requests)
     result = await h.client.compact_auto(sid)
     assert result.was_compacted and result.mechanism == "full"

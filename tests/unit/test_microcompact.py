@@ -386,6 +386,19 @@ def test_cached_is_the_default_only_when_opted_in_and_warm() -> None:
     assert mc.choose_strategy(cold, NOW, opted) == "time"
 
 
+def test_plan_cached_is_a_round_as_a_plan_and_nothing_while_the_cache_is_cold() -> None:
+    warm = _idle_session(3, results=12, size=1_000)
+    plan = mc.plan_cached(warm, NOW, mc.CachedState(), 4)
+    step = mc.advance_cached(mc.CachedState(), mc.clearable_results(warm), 4)
+    assert plan.strategy == "cached" and plan.cached_state == step.state
+    assert (plan.cleared, plan.tokens_saved) == (step.deleted, step.tokens_saved)
+    # The cache is edited, the messages are not: nothing shows as a placeholder.
+    assert plan.cleared_ids == step.deleted_ids and plan.compacted_ids == []
+    cold = mc.plan_cached(_idle_session(61, results=12), NOW, mc.CachedState(), 4)
+    assert cold.cleared == () and cold.cached_state is None
+    assert cold.reason is not None and "prompt cache is cold" in cold.reason
+
+
 # -- API-native context management --------------------------------------------------------------
 
 

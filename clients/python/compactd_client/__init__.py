@@ -425,9 +425,14 @@ class Client:
         mechanism: Literal["micro", "full", "partial", "auto"] | None = None,
         pivot_uuid: str | None = None,
         direction: Literal["from", "upTo"] | None = None,
+        force: bool = False,
     ) -> p.PreviewResult:
         params = p.PreviewParams(
-            session_id=session_id, mechanism=mechanism, pivot_uuid=pivot_uuid, direction=direction
+            session_id=session_id,
+            mechanism=mechanism,
+            pivot_uuid=pivot_uuid,
+            direction=direction,
+            force=True if force else None,
         )
         return await self.call(p.COMPACT_PREVIEW, params, p.PreviewResult)
 

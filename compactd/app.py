@@ -67,7 +67,6 @@ class App:
         # One lock (and its number of holders and waiters) per session id being opened.
         self._id_locks: dict[str, list[Any]] = {}
         self.notifier: Notifier = lambda method, params: None
-        self.started_at = time.time()
         self.task_group: anyio.abc.TaskGroup | None = None
         # The summarizer: one SDK client for the life of the process.
         self.summarizer = Summarizer(options.summarizer, self.env)
@@ -90,12 +89,8 @@ class App:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    @property
-    def breaker_limit(self) -> int:
-        return constants.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
-
     def status(self, session: Session) -> p.TokenStatus:
-        return session.status(self.env, self.flags, self.breaker_limit)
+        return session.status(self.env, self.flags, constants.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES)
 
     def check_thresholds(self, session: Session, status: p.TokenStatus) -> None:
         """Send ``tokens/threshold`` once per upward crossing of each level."""

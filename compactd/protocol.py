@@ -70,7 +70,6 @@ class ErrorCode:
     PIVOT_NOT_FOUND = "pivotNotFound"
     PATH_OUTSIDE_ROOTS = "pathOutsideRoots"
     NOTHING_TO_UNDO = "nothingToUndo"
-    NOT_IMPLEMENTED = "notImplemented"
     INTERNAL = "internalError"
     SERVER_NOT_INITIALIZED = "serverNotInitialized"
     SHUTTING_DOWN = "shuttingDown"

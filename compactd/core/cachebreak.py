@@ -481,13 +481,6 @@ class CacheBreakDetector:
     def sources(self) -> list[str]:
         return list(self._sources)
 
-    def note_reset(self) -> None:
-        """Record an event after which cache reads are expected to drop (e.g. cache edits).
-
-        Services that delete from the cache without writing a boundary call this.
-        """
-        self.resets += 1
-
     def sync(self, records: Sequence[Record]) -> int:
         """Count compactions appended to ``records`` since the last call; returns how many.
 

@@ -13,7 +13,6 @@ from compactd.handlers import (
     files,
     micro,
     partial,
-    pending,
     session_memory,
     sessions,
     tokens,
@@ -30,7 +29,6 @@ HANDLERS: dict[str, Handler] = {
     **files.HANDLERS,
     **session_memory.HANDLERS,
     **beyond.HANDLERS,
-    **pending.HANDLERS,
 }
 
 __all__ = ["HANDLERS", "Handler"]

@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from compactd import protocol as p
-
 if TYPE_CHECKING:
     from compactd.app import App
 
@@ -36,12 +34,3 @@ class Context(Protocol):
 
 
 Handler = Callable[["App", Any, Context], Awaitable[msgspec.Struct]]
-
-
-def not_implemented(method: str) -> Handler:
-    async def handler(app: App, params: Any, ctx: Context) -> msgspec.Struct:
-        raise p.CompactdError(
-            p.ErrorCode.NOT_IMPLEMENTED, f"{method} is not implemented in this version"
-        )
-
-    return handler

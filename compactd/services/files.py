@@ -416,13 +416,6 @@ def valid_memory_names(names: Sequence[str] | None) -> tuple[str, ...]:
 # -- per-session runtime ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Probe:
-    """One watched path as last seen on disk: its hash, or None when missing."""
-
-    digest: str | None
-
-
 @dataclass(slots=True)
 class SessionFiles:
     """Runtime file state of one open session (not persisted)."""

@@ -54,7 +54,6 @@ class SessionMeta(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
     api_context_management: bool | None = None
     imported_from: str | None = None
     created_at: float = 0.0
-    closed: bool = False
 
 
 @dataclass(slots=True)

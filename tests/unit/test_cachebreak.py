@@ -367,7 +367,9 @@ def test_reset_applies_to_every_source_with_a_baseline() -> None:
     det = cb.CacheBreakDetector()
     det.after("main", 100_000, T0)
     det.after("agent", 100_000, T0)
-    det.note_reset()
+    # A history shorter than the one seen before was rewritten: a reset.
+    det.sync([_user("a"), _user("b")])
+    assert det.sync([_user("a")]) == 1
     assert det.after("main", 1_000, T0 + 1).baseline_reset
     assert det.after("agent", 1_000, T0 + 1).baseline_reset
 

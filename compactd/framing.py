@@ -40,7 +40,9 @@ _PARTIAL_START = re.compile(
 )
 # The id of a message whose body did not decode, when its text still shows it.
 _ID_GUESS = re.compile(
-    rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?[0-9]{1,15}|"[^"\\]{0,200}")'
+    rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*'
+    # A number counts only when it visibly ends: a body cut inside it has no id.
+    rb'(-?[0-9]{1,15}(?=\s*[,}])|"[^"\\]{0,200}")'
 )
 
 # Longest header block accepted; a client sending more is not speaking LSP framing.

@@ -280,6 +280,13 @@ describe("the extension in a stand-in VS Code", () => {
     const labels = second.items.map((i) => i.label);
     assert.equal(labels.filter((l) => l === imported).length, 1, `listed twice: ${labels.join(" | ")}`);
     assert.match(String(second.items.find((i) => i.label === imported)?.description), /^\d[\d,]* tokens · 12 entries$/);
+    // At the source: the daemon leaves out what it does not know of an unloaded session.
+    const unloaded = (await api.client()!.listSessions()).sessions.filter((info) => !info.open);
+    assert.ok(unloaded.length > 0);
+    for (const info of unloaded) {
+      assert.equal(info.entryCount, undefined, JSON.stringify(info));
+      assert.equal(info.tokens, undefined, JSON.stringify(info));
+    }
     const descriptions = second.items.map((i) => i.description ?? "");
     assert.ok(descriptions.includes("stored, not loaded"), descriptions.join(" | "));
     assert.ok(descriptions.every((d) => !/-1/.test(d)), descriptions.join(" | "));

@@ -128,6 +128,16 @@ class Editor:
     def gauge_text(self) -> str:
         return self.gauge().inner_text().strip()
 
+    def start_compaction(self, model_delay_s: float) -> Locator:
+        """Run *Compact conversation* with the model answering after ``model_delay_s``; returns
+        its progress notification once it shows the summarizing phase."""
+        self.emulator.reset()
+        self.emulator.script(Reply(delay=model_delay_s))
+        self.run_command("compactd: Compact conversation")
+        progress = self.toast("compactd: compacting")
+        expect(progress).to_contain_text("Summarizing the conversation")
+        return progress
+
 
 @pytest.fixture(scope="module")
 def editor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Editor]:
@@ -308,11 +318,7 @@ def test_breakdown_from_the_gauge(editor: Editor) -> None:
 
 def test_cancel_a_slow_compaction(editor: Editor) -> None:
     before = editor.gauge_text()
-    editor.emulator.reset()
-    editor.emulator.script(Reply(delay=60))
-    editor.run_command("compactd: Compact conversation")
-    progress = editor.toast("compactd: compacting")
-    expect(progress).to_contain_text("Summarizing the conversation")
+    progress = editor.start_compaction(model_delay_s=60)
     # The model is "thinking": wait until its request is there, then press Cancel.
     deadline = time.monotonic() + 20
     while not editor.emulator.requests and time.monotonic() < deadline:
@@ -327,11 +333,7 @@ def test_cancel_a_slow_compaction(editor: Editor) -> None:
 
 def test_compact_with_progress(editor: Editor) -> None:
     before = editor.gauge_text()
-    editor.emulator.reset()
-    editor.emulator.script(Reply(delay=4))
-    editor.run_command("compactd: Compact conversation")
-    progress = editor.toast("compactd: compacting")
-    expect(progress).to_contain_text("Summarizing the conversation")
+    progress = editor.start_compaction(model_delay_s=4)
     # Written once per phase: no keep-alive text, no "(3014 ms) (3 s)".
     time.sleep(2.5)
     expect(progress).not_to_contain_text("Still summarizing")

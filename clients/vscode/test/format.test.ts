@@ -56,6 +56,11 @@ function status(overrides: Partial<TokenStatus> = {}): TokenStatus {
   };
 }
 
+/** A `compact/status` notification of one manual compaction. */
+function note(phase: StatusNotification["phase"], message?: string): StatusNotification {
+  return { sessionId: "s", compactionId: "c", phase, trigger: "manual", elapsedMs: 3_014, message };
+}
+
 describe("format", () => {
   it("shortens token counts for the status bar", () => {
     assert.equal(shortTokens(0), "0");
@@ -103,30 +108,14 @@ describe("format", () => {
   });
 
   it("words compaction phases for the progress notification", () => {
-    const note = (phase: StatusNotification["phase"], elapsedMs: number, message?: string): StatusNotification => ({
-      sessionId: "s",
-      compactionId: "c",
-      phase,
-      trigger: "manual",
-      elapsedMs,
-      message,
-    });
-    assert.equal(phaseMessage(note("summarizing", 1_400)), "Summarizing the conversation");
-    assert.equal(phaseMessage(note("preCompactHooks", 0, "2 hooks")), "Running PreCompact hooks: 2 hooks");
-    assert.equal(phaseMessage(note("keepAlive", 30_000, "still summarizing (30012 ms)")), undefined);
+    assert.equal(phaseMessage(note("summarizing")), "Summarizing the conversation");
+    assert.equal(phaseMessage(note("preCompactHooks", "2 hooks")), "Running PreCompact hooks: 2 hooks");
+    assert.equal(phaseMessage(note("keepAlive", "still summarizing (30012 ms)")), undefined);
     assert.ok(isFinalPhase("completed") && isFinalPhase("failed") && isFinalPhase("cancelled"));
     assert.ok(!isFinalPhase("started") && !isFinalPhase("keepAlive"));
   });
 
   it("writes the progress text once per phase: keep-alives and repeats add nothing", () => {
-    const note = (phase: StatusNotification["phase"], message?: string): StatusNotification => ({
-      sessionId: "s",
-      compactionId: "c",
-      phase,
-      trigger: "manual",
-      elapsedMs: 3_014,
-      message,
-    });
     // What the daemon sends for a compaction whose model call takes a while.
     const feed = [
       note("started"),

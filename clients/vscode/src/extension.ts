@@ -250,12 +250,16 @@ class Controller implements vscode.Disposable {
         return;
       }
       void this.context.globalState.update(NOT_FOUND_SHOWN_KEY, true);
-      void this.notices.show("start", "error", NOT_FOUND_TEXT, ["Select interpreter", "Open settings", "Show log"]).then((choice) => this.onStartChoice(choice));
+      void this.notices
+        .show("start", "error", NOT_FOUND_TEXT, ["Select interpreter", "Open settings", "Show log"], explicit)
+        .then((choice) => this.onStartChoice(choice));
       return;
     }
     const message = err instanceof Error ? err.message : String(err);
     this.output.appendLine(`Starting compactd failed: ${message}`);
-    void this.notices.show("start", "error", `Starting compactd failed: ${message}`, ["Open settings", "Show log"]).then((choice) => this.onStartChoice(choice));
+    void this.notices
+      .show("start", "error", `Starting compactd failed: ${message}`, ["Open settings", "Show log"], explicit)
+      .then((choice) => this.onStartChoice(choice));
   }
 
   private onStartChoice(choice: string | undefined): void {
@@ -559,7 +563,11 @@ class Controller implements vscode.Disposable {
   }
 
   async start(): Promise<void> {
-    await this.withErrors("Watching the Python interpreter", () => this.watchInterpreter());
+    // In the background: activating the Python extension can take a while, and the daemon may
+    // not need it (the setting, PATH).
+    void this.watchInterpreter().catch((err: unknown) =>
+      this.output.appendLine(`cannot follow the Python extension's interpreter: ${err instanceof Error ? err.message : String(err)}`),
+    );
     await this.withErrors("Starting compactd", async () => {
       await this.ensureClient(false);
       await this.restoreSession();

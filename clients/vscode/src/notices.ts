@@ -29,15 +29,17 @@ export class Notices {
   /**
    * Show `text` under `key` with `buttons`; resolves with the button pressed. Undefined when the
    * toast was closed, or when the same text is already open (its first showing gets the press).
+   * `again`: show it even then, for a person who asked (the open one may sit unseen in the
+   * notification centre; VS Code replaces a notification by an identical one).
    */
-  async show(key: NoticeKey, severity: "error" | "warning", text: string, buttons: string[]): Promise<string | undefined> {
+  async show(key: NoticeKey, severity: "error" | "warning", text: string, buttons: string[], again = false): Promise<string | undefined> {
     const current = this.open.get(key);
-    if (current?.text === text) {
+    if (current?.text === text && !again) {
       return undefined;
     }
     const mine: Open = { text };
     this.open.set(key, mine);
-    if (current) {
+    if (current && current.text !== text) {
       await vscode.commands.executeCommand(HIDE_TOASTS);
     }
     try {

@@ -138,11 +138,15 @@ describe("first start and restarts in a stand-in VS Code", () => {
     await runCommand("compactd.restart");
     const again = errors()[errorsBefore + 1];
     assert.ok(again, "an explicit restart should say why it failed");
-    again.press("Select interpreter");
+    // Asked again while that toast is open (perhaps unseen in the notification centre): shown again.
+    await runCommand("compactd.restart");
+    const third = errors()[errorsBefore + 2];
+    assert.equal(third?.message, again.message);
+    third!.press("Select interpreter");
     // Without the Python extension, "Select interpreter" leads to installing it.
     await waitFor(() => fake.builtins.find((b) => b.id === "workbench.extensions.search"), 5_000, "the extensions view");
     await runCommand("compactd.restart");
-    errors()[errorsBefore + 2]!.press("Open settings");
+    errors()[errorsBefore + 3]!.press("Open settings");
     const opened = await waitFor(() => fake.builtins.find((b) => b.id === "workbench.action.openSettings"), 5_000, "the settings");
     assert.deepEqual(opened.args, ["compactd.serverCommand"]);
   });

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit protocol-check protocol bench node-test clean
+.PHONY: demo test lint typecheck unit protocol-check protocol bench node-test test-editors clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,7 +36,20 @@ unit: $(STAMP)
 node-test: $(STAMP)
 	@if [ -d clients/vscode ]; then $(MAKE) -C clients/vscode test PYTHON=$(abspath $(BIN)/python); fi
 
-test: lint typecheck protocol-check unit node-test
+# The extension in a real VS Code (code-server, driven by Playwright with Debian's chromium) and
+# the daemon under Neovim's LSP client. tests/editors/setup.sh installs what they need (apt-get,
+# npm) and keeps code-server under EDITORS_CACHE, so only the first run pays for it. When it
+# cannot install something, the tests fail and say what is missing.
+EDITORS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/compactd-editors
+CODE_SERVER_VERSION := 4.100.3
+
+test-editors: $(STAMP)
+	-tests/editors/setup.sh "$(EDITORS_CACHE)" $(CODE_SERVER_VERSION)
+	$(MAKE) -C clients/vscode package
+	CODE_SERVER=$(EDITORS_CACHE)/code-server-$(CODE_SERVER_VERSION)/node_modules/.bin/code-server \
+		$(BIN)/python -m pytest -q -rs tests/editors
+
+test: lint typecheck protocol-check unit node-test test-editors
 
 bench: $(STAMP)
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

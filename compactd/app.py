@@ -359,9 +359,7 @@ class App:
                     cwd=meta.cwd,
                     model=meta.model,
                     agent_kind="subagent" if meta.agent_kind == "subagent" else "main",
-                    entry_count=-1,
                     open=False,
-                    tokens=-1,
                 )
             )
         return infos

@@ -335,9 +335,11 @@ class SessionInfo(_Wire, kw_only=True):
     cwd: str
     model: str
     agent_kind: AgentKind
-    entry_count: int
     open: bool
-    tokens: int
+    # Known only for a loaded session; absent for one the daemon has not loaded (counting it
+    # would mean reading its whole transcript).
+    entry_count: int | None = None
+    tokens: int | None = None
 
 
 class ListResult(_Wire, kw_only=True):

@@ -339,9 +339,9 @@ export interface SessionInfo {
   cwd: string;
   model: string;
   agentKind: "main" | "subagent";
-  entryCount: number;
   open: boolean;
-  tokens: number;
+  entryCount?: number | null;
+  tokens?: number | null;
 }
 
 export interface SessionMemoryOptions {

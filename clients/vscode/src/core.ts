@@ -37,6 +37,7 @@ import type {
   Notifications,
   OpenParams,
   OpenResult,
+  SessionInfo,
   StatusNotification,
   ThresholdNotification,
   TokenStatus,
@@ -50,6 +51,7 @@ export type {
   MemoryChangedNotification,
   OpenParams,
   OpenResult,
+  SessionInfo,
   StatusNotification,
   ThresholdNotification,
   TokenStatus,
@@ -73,6 +75,12 @@ export const DEFAULT_SHUTDOWN_GRACE_MS = 5_000;
 
 /** How many lines of the daemon's stderr are kept to explain an unexpected exit. */
 const STDERR_TAIL_LINES = 50;
+
+/**
+ * How long a failed request waits for the rest of a dying daemon's stderr, to quote its last line.
+ * The pipes close right after the process exits; this only bounds a child that keeps them open.
+ */
+const OUTPUT_DRAIN_MS = 1_000;
 
 /** JSON-RPC's number for a cancelled request (LSP `RequestCancelled`). */
 const REQUEST_CANCELLED = -32800;
@@ -169,6 +177,8 @@ export class CompactdClient {
   private child: ChildProcess | undefined;
   private connection: MessageConnection | undefined;
   private exited: Promise<ExitInfo> | undefined;
+  /** Settles once the daemon's stdout and stderr are closed: all of its log has been read. */
+  private outputClosed: Promise<void> | undefined;
   private disposing = false;
   private stderrTail: string[] = [];
   private described: ServerDescription | undefined;
@@ -217,6 +227,14 @@ export class CompactdClient {
     return this.stderrTail.join("");
   }
 
+  /**
+   * The daemon's own last word on stderr: its last non-blank line (a Python traceback ends with
+   * the exception, argparse with "compactd: error: ..."). Undefined when it said nothing.
+   */
+  get lastErrorLine(): string | undefined {
+    return lastLine(this.stderr);
+  }
+
   /** Spawn the daemon and connect to its stdio. Resolves once the process is running. */
   async start(): Promise<void> {
     if (this.child !== undefined) {
@@ -239,6 +257,7 @@ export class CompactdClient {
     this.child = child;
     child.stderr?.setEncoding("utf8");
     child.stderr?.on("data", (text: string) => this.onStderrData(text));
+    this.outputClosed = new Promise<void>((resolve) => child.once("close", () => resolve()));
     this.exited = new Promise<ExitInfo>((resolve) => {
       child.once("exit", (code, signal) => {
         const info: ExitInfo = { code, signal, expected: this.disposing };
@@ -260,6 +279,7 @@ export class CompactdClient {
         // No process came to be, so no 'exit' will follow: forget it, as if never started.
         this.child = undefined;
         this.exited = undefined;
+        this.outputClosed = undefined;
         const hint = err.code === "ENOENT" ? " (is compactd installed, or the command path right?)" : "";
         reject(new DaemonNotRunningError(`could not start '${command.join(" ")}': ${err.message}${hint}`));
       };
@@ -355,22 +375,32 @@ export class CompactdClient {
     try {
       return await connection.sendRequest<R>(method, params, source.token as CancellationToken);
     } catch (err) {
-      if (err instanceof ResponseError && err.code >= ErrorCodes.ConnectionInactive && err.code <= ErrorCodes.MessageWriteError) {
-        // vscode-jsonrpc's own codes: the connection broke, the daemon did not answer.
-        throw new DaemonNotRunningError(`the compactd daemon exited during '${method}': ${err.message}`);
+      if (err instanceof ResponseError && err.code >= ErrorCodes.MessageWriteError && err.code <= ErrorCodes.ConnectionInactive) {
+        // vscode-jsonrpc's own codes: the connection broke, the daemon did not answer. Its words
+        // ("Pending response rejected since connection got disposed") explain nothing; the
+        // daemon's own last line on stderr does.
+        throw new DaemonNotRunningError(`the compactd daemon exited during '${method}': ${await this.exitReason(err.message)}`);
       }
       if (err instanceof ResponseError) {
         const data = typeof err.data === "object" && err.data !== null ? (err.data as Record<string, unknown>) : {};
         throw new CompactdError(err.code, err.message, data);
       }
       if (!this.running) {
-        throw new DaemonNotRunningError(`the compactd daemon exited during '${method}'`);
+        throw new DaemonNotRunningError(`the compactd daemon exited during '${method}': ${await this.exitReason("no answer")}`);
       }
       throw err;
     } finally {
       link?.dispose();
       source.dispose();
     }
+  }
+
+  /** Why the daemon went away: its last stderr line once all of its output is in, or `fallback`. */
+  private async exitReason(fallback: string): Promise<string> {
+    if (this.outputClosed !== undefined) {
+      await Promise.race([this.outputClosed, delay(OUTPUT_DRAIN_MS)]);
+    }
+    return this.lastErrorLine ?? fallback;
   }
 
   private tokens(sessionId: string, status: TokenStatus | null | undefined): void {
@@ -502,6 +532,12 @@ interface InitializeResult {
       compactd?: { protocolVersion?: string; methods?: string[]; notifications?: string[] };
     };
   };
+}
+
+/** The last non-blank line of `text`, trimmed; undefined when there is none. */
+export function lastLine(text: string): string | undefined {
+  const lines = text.split(/\r?\n/).map((l) => l.trim()).filter((l) => l.length > 0);
+  return lines[lines.length - 1];
 }
 
 function delay(ms: number): Promise<void> {

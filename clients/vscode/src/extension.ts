@@ -1,37 +1,33 @@
 /**
- * VS Code glue for compactd: starts the daemon through the client core, shows how much of the
- * context window the active session has left in the status bar, runs compactions behind a
+ * VS Code glue for compactd: finds and starts the daemon through the client core, shows how much
+ * of the context window the active session has left in the status bar, runs compactions behind a
  * cancellable progress notification, and shows the token breakdown. Everything protocol-shaped
- * lives in `core.ts` and everything person-facing in `format.ts`; this module only wires them to
- * VS Code. Other extensions (the agent itself) get the running client and can choose the
- * session to display through the API returned by `activate`.
+ * lives in `core.ts`, everything person-facing in `format.ts`, finding the daemon in `locate.ts`
+ * and Claude Code's folders in `transcripts.ts`; this module only wires them to VS Code. Other
+ * extensions (the agent itself) get the running client and can choose the session to display
+ * through the API returned by `activate`.
  */
 
-import * as fs from "node:fs/promises";
 import * as os from "node:os";
-import * as path from "node:path";
+import { PythonExtension } from "@vscode/python-extension";
 import * as vscode from "vscode";
 
-import {
-  CompactdClient,
-  CompactdError,
-  DEFAULT_SERVER_COMMAND,
-  type InitializationOptions,
-  type StatusNotification,
-  type TokenStatus,
-} from "./core";
+import { CompactdClient, CompactdError, type InitializationOptions, type StatusNotification, type TokenStatus } from "./core";
 import {
   breakdownRows,
   breakdownTable,
   compactionOutcome,
   groupDigits,
-  isFinalPhase,
   levelOf,
-  phaseMessage,
+  progressUpdate,
+  sessionRows,
   statusBarText,
   statusTooltip,
+  thresholdWarning,
 } from "./format";
-import { claudeProjectDir } from "./transcripts";
+import { locateServer, type LocatedServer } from "./locate";
+import { Notices } from "./notices";
+import { sessionIdFor, workspaceTranscripts } from "./transcripts";
 
 /** What other extensions get from `vscode.extensions.getExtension(...).exports`. */
 export interface CompactdApi {
@@ -45,18 +41,51 @@ export interface CompactdApi {
 
 const DEFAULT_MODEL = "claude-sonnet-4-5";
 const STATUS_ICON = "$(fold)";
+const PYTHON_EXTENSION = "ms-python.python";
 
-/** Threshold levels worth interrupting a person for, with what to tell them. */
-const THRESHOLD_WARNINGS: Partial<Record<string, string>> = {
-  error: "The conversation is close to the auto-compaction threshold.",
-  blocking: "The conversation has reached the blocking limit: the next request will not fit.",
-};
+/** Settings the daemon is started with: a change restarts it. */
+const RESTART_SETTINGS = ["serverCommand", "dataDir", "summarizer", "keepAliveIntervalMs", "env"].map((k) => `compactd.${k}`);
+
+/**
+ * How long the settings must stay unchanged before the daemon restarts. The Settings editor saves
+ * every item of a list as it is typed, so one edit of `serverCommand` is a burst of changes a few
+ * seconds apart; a restart after each would start half-written commands.
+ */
+export const RESTART_DEBOUNCE_MS = 1_500;
+
+/** workspaceState: the session on display in this workspace, restored on the next window. */
+const ACTIVE_SESSION_KEY = "compactd.activeSession";
+/** globalState: the "compactd was not found" toast was shown; no other window repeats it. */
+const NOT_FOUND_SHOWN_KEY = "compactd.notFoundShown";
+
+const NOT_FOUND_TEXT =
+  "compactd was not found: it is not on PATH and the selected Python interpreter does not have it. " +
+  "Select an interpreter with compactd installed, or set compactd.serverCommand.";
+
+/** No daemon command could be found (see `locate.ts`). */
+class ServerNotFoundError extends Error {
+  constructor() {
+    super("compactd was not found (not on PATH, not in the selected Python interpreter)");
+    this.name = "ServerNotFoundError";
+  }
+}
+
+/** A failure the person was already told about; callers must not report it again. */
+class ReportedError extends Error {
+  constructor(readonly cause: unknown) {
+    super(cause instanceof Error ? cause.message : String(cause));
+    this.name = "ReportedError";
+  }
+}
 
 class Controller implements vscode.Disposable {
   private client: CompactdClient | undefined;
   private starting: Promise<CompactdClient> | undefined;
+  private notFound = false;
   private sessionId: string | undefined;
   private lastStatus: TokenStatus | undefined;
+  private restartTimer: NodeJS.Timeout | undefined;
+  private readonly notices = new Notices();
   private readonly item: vscode.StatusBarItem;
   private readonly output: vscode.OutputChannel;
   private readonly subscriptions: vscode.Disposable[] = [];
@@ -79,20 +108,57 @@ class Controller implements vscode.Disposable {
     return vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ?? os.homedir();
   }
 
-  /** The running client; starts the daemon on first use. */
-  async ensureClient(): Promise<CompactdClient> {
+  /**
+   * The running client; starts the daemon on first use. A failed start is reported here, once,
+   * and rethrown as a `ReportedError`. `explicit`: the person asked for it (a command, a restart),
+   * so even the "not found" toast shows again.
+   */
+  async ensureClient(explicit = true): Promise<CompactdClient> {
     if (this.client?.running) {
       return this.client;
     }
-    this.starting ??= this.startClient().finally(() => {
-      this.starting = undefined;
-    });
+    this.starting ??= this.startClient()
+      .catch((err: unknown) => {
+        this.reportStartFailure(err, explicit);
+        throw new ReportedError(err);
+      })
+      .finally(() => {
+        this.starting = undefined;
+      });
     return this.starting;
+  }
+
+  /** The interpreter the Python extension has selected for this workspace, if it is installed. */
+  private async pythonInterpreter(): Promise<string | undefined> {
+    if (!vscode.extensions.getExtension(PYTHON_EXTENSION)) {
+      return undefined;
+    }
+    const api = await PythonExtension.api();
+    const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+    const environment = await api.environments.resolveEnvironment(api.environments.getActiveEnvironmentPath(folder));
+    return environment?.executable.uri?.fsPath;
+  }
+
+  private async locate(): Promise<LocatedServer> {
+    const located = await locateServer({
+      setting: this.config().get<string[]>("serverCommand"),
+      cwd: this.workspaceDir(),
+      interpreter: () => this.pythonInterpreter(),
+      log: (line) => this.output.appendLine(line),
+    });
+    if (!located) {
+      this.notFound = true;
+      throw new ServerNotFoundError();
+    }
+    this.notFound = false;
+    const from = { setting: "the compactd.serverCommand setting", PATH: "PATH", "Python interpreter": "the Python extension's interpreter" };
+    this.output.appendLine(`using the daemon from ${from[located.source]}: ${located.detail}`);
+    return located;
   }
 
   private async startClient(): Promise<CompactdClient> {
     const config = this.config();
-    const command = config.get<string[]>("serverCommand") ?? [...DEFAULT_SERVER_COMMAND];
+    const { command } = await this.locate();
     const dataDir = config.get<string>("dataDir") || undefined;
     const client = new CompactdClient({
       command,
@@ -128,12 +194,18 @@ class Controller implements vscode.Disposable {
       if (sessionId === this.sessionId) {
         this.lastStatus = status;
         this.render();
+        if (this.notices.textOf("threshold") !== thresholdWarning(status)) {
+          // The level dropped (a compaction) or changed: the warning on screen no longer holds.
+          void this.notices.withdraw("threshold");
+        }
       }
     });
     client.onThreshold((note) => {
-      const warning = THRESHOLD_WARNINGS[note.level];
-      if (note.sessionId === this.sessionId && warning) {
-        void vscode.window.showWarningMessage(warning, "Compact now").then((choice) => {
+      // One append can cross several levels at once: warn for the highest one only.
+      const highest = note.level === "blocking" || (note.level === "error" && !note.status.isAtBlockingLimit);
+      const warning = thresholdWarning(note.status);
+      if (note.sessionId === this.sessionId && highest && warning) {
+        void this.notices.show("threshold", "warning", warning, ["Compact now"]).then((choice) => {
           if (choice) {
             void this.withErrors("Compaction", () => this.compact(undefined));
           }
@@ -159,6 +231,9 @@ class Controller implements vscode.Disposable {
       }
     });
     this.client = client;
+    // Connected: a toast about an earlier failed start is stale now.
+    await this.notices.withdraw("start");
+    void this.context.globalState.update(NOT_FOUND_SHOWN_KEY, undefined);
     if (this.sessionId) {
       // A restarted daemon restores sessions from its transcripts; re-open the one on display.
       await this.openSession(this.sessionId).catch((err: unknown) => this.reportError("Reopening the session", err));
@@ -166,11 +241,54 @@ class Controller implements vscode.Disposable {
     return client;
   }
 
-  async restart(): Promise<void> {
+  private reportStartFailure(err: unknown, explicit: boolean): void {
+    this.render();
+    if (err instanceof ServerNotFoundError) {
+      this.output.appendLine(NOT_FOUND_TEXT);
+      // One toast for the whole machine, not one per window, until a daemon is found again.
+      if (!explicit && this.context.globalState.get<boolean>(NOT_FOUND_SHOWN_KEY)) {
+        return;
+      }
+      void this.context.globalState.update(NOT_FOUND_SHOWN_KEY, true);
+      void this.notices
+        .show("start", "error", NOT_FOUND_TEXT, ["Select interpreter", "Open settings", "Show log"], explicit)
+        .then((choice) => this.onStartChoice(choice));
+      return;
+    }
+    const message = err instanceof Error ? err.message : String(err);
+    this.output.appendLine(`Starting compactd failed: ${message}`);
+    void this.notices
+      .show("start", "error", `Starting compactd failed: ${message}`, ["Open settings", "Show log"], explicit)
+      .then((choice) => this.onStartChoice(choice));
+  }
+
+  private onStartChoice(choice: string | undefined): void {
+    if (choice === "Select interpreter") {
+      // With the Python extension, its picker; without it, the way to install it.
+      void (vscode.extensions.getExtension(PYTHON_EXTENSION)
+        ? vscode.commands.executeCommand("python.setInterpreter")
+        : vscode.commands.executeCommand("workbench.extensions.search", `@id:${PYTHON_EXTENSION}`));
+    } else if (choice === "Open settings") {
+      void vscode.commands.executeCommand("workbench.action.openSettings", "compactd.serverCommand");
+    } else if (choice === "Show log") {
+      this.output.show();
+    }
+  }
+
+  async restart(explicit = true): Promise<void> {
+    clearTimeout(this.restartTimer);
+    this.restartTimer = undefined;
     const old = this.client;
     this.client = undefined;
     await old?.dispose();
-    await this.withErrors("Starting compactd", () => this.ensureClient());
+    await this.withErrors("Starting compactd", () => this.ensureClient(explicit));
+  }
+
+  /** Restart once the settings (or the interpreter) have stopped changing for a moment. */
+  private scheduleRestart(why: string): void {
+    this.output.appendLine(`${why}: restarting the daemon in ${RESTART_DEBOUNCE_MS} ms unless more changes come`);
+    clearTimeout(this.restartTimer);
+    this.restartTimer = setTimeout(() => void this.restart(false), RESTART_DEBOUNCE_MS);
   }
 
   // -- sessions ----------------------------------------------------------------------------------
@@ -190,56 +308,68 @@ class Controller implements vscode.Disposable {
       ...(contextWindow ? { contextWindow } : {}),
       ...(transcriptPath ? { transcriptPath } : {}),
     });
+    if (opened.sessionId !== this.sessionId) {
+      await this.notices.withdraw("threshold"); // it was about the other session
+    }
     this.sessionId = opened.sessionId;
     this.lastStatus = opened.status;
+    await this.context.workspaceState.update(ACTIVE_SESSION_KEY, opened.sessionId);
     this.render();
   }
 
-  /** Quick pick: the daemon's sessions, this workspace's Claude Code transcripts, or a file. */
+  /** Quick pick: one row per session, the daemon's and this workspace's Claude Code transcripts. */
   async selectSession(): Promise<void> {
     const client = await this.ensureClient();
     type Pick = vscode.QuickPickItem & { sessionId?: string; transcript?: string; browse?: boolean };
-    const items: Pick[] = [];
     const listed = await client.listSessions();
-    if (listed.sessions.length > 0) {
-      items.push({ label: "compactd sessions", kind: vscode.QuickPickItemKind.Separator });
-      for (const s of listed.sessions) {
-        items.push({
-          label: s.sessionId,
-          description: `${groupDigits(s.tokens)} tokens · ${s.entryCount} entries`,
-          detail: s.cwd,
-          sessionId: s.sessionId,
-        });
+    const transcripts = await workspaceTranscripts(os.homedir(), this.workspaceDir());
+    const items: Pick[] = [];
+    let group: string | undefined;
+    for (const row of sessionRows(listed.sessions, transcripts)) {
+      if (row.group !== group) {
+        group = row.group;
+        const label = group === "daemon" ? "compactd sessions" : "Claude Code transcripts of this workspace";
+        items.push({ label, kind: vscode.QuickPickItemKind.Separator });
       }
-    }
-    const transcripts = await recentTranscripts(claudeProjectDir(os.homedir(), this.workspaceDir()));
-    if (transcripts.length > 0) {
-      items.push({ label: "Claude Code transcripts of this workspace", kind: vscode.QuickPickItemKind.Separator });
-      for (const t of transcripts) {
-        items.push({ label: path.basename(t.file), description: t.modified.toLocaleString(), transcript: t.file });
-      }
+      items.push({ ...row, ...(row.sessionId === this.sessionId ? { picked: true } : {}) });
     }
     items.push({ label: "$(file) Import a transcript file…", browse: true });
-    const choice = await vscode.window.showQuickPick(items, { placeHolder: "Session to show and compact" });
+    const choice = await vscode.window.showQuickPick(items, { placeHolder: "Session to show and compact", matchOnDetail: true });
     if (!choice) {
       return;
     }
-    let transcript = choice.transcript;
     if (choice.browse) {
       const files = await vscode.window.showOpenDialog({
         canSelectMany: false,
         filters: { "Claude Code transcript": ["jsonl"] },
       });
-      transcript = files?.[0]?.fsPath;
-      if (!transcript) {
+      const file = files?.[0]?.fsPath;
+      if (file) {
+        // Claude Code names transcripts by session id: reusing it re-opens an earlier import.
+        const id = sessionIdFor(file);
+        await this.openSession(id, listed.sessions.some((s) => s.sessionId === id) ? undefined : file);
+      }
+    } else if (choice.sessionId) {
+      await this.openSession(choice.sessionId, choice.transcript);
+    }
+  }
+
+  /** The session of the last window in this workspace (or the setting), if the daemon has it. */
+  private async restoreSession(): Promise<void> {
+    const remembered = this.context.workspaceState.get<string>(ACTIVE_SESSION_KEY);
+    const configured = this.config().get<string>("sessionId");
+    if (remembered) {
+      const client = await this.ensureClient(false);
+      if ((await client.listSessions()).sessions.some((s) => s.sessionId === remembered)) {
+        this.output.appendLine(`showing session ${remembered}, as in the last window of this workspace`);
+        await this.openSession(remembered);
         return;
       }
+      this.output.appendLine(`the session of the last window (${remembered}) is gone from the data dir`);
+      await this.context.workspaceState.update(ACTIVE_SESSION_KEY, undefined);
     }
-    if (transcript) {
-      // Claude Code names transcripts by session id: reusing it re-opens an earlier import.
-      await this.openSession(sessionIdFor(transcript), transcript);
-    } else if (choice.sessionId) {
-      await this.openSession(choice.sessionId);
+    if (configured) {
+      await this.openSession(configured);
     }
   }
 
@@ -283,14 +413,17 @@ class Controller implements vscode.Disposable {
       { location: vscode.ProgressLocation.Notification, title: "compactd: compacting", cancellable: true },
       async (progress, token) => {
         let compactionId: string | undefined;
+        let shown: string | undefined;
         const listener = client.onStatus((note: StatusNotification) => {
           // Only this session's manual compaction; an auto one may run for another session.
           if (note.sessionId !== sessionId || (compactionId !== undefined && note.compactionId !== compactionId)) {
             return;
           }
           compactionId ??= note.compactionId;
-          if (!isFinalPhase(note.phase)) {
-            progress.report({ message: phaseMessage(note) });
+          const text = progressUpdate(note, shown);
+          if (text !== undefined) {
+            shown = text;
+            progress.report({ message: text });
           }
         });
         try {
@@ -344,8 +477,10 @@ class Controller implements vscode.Disposable {
   private render(): void {
     const item = this.item;
     if (!this.client?.running && !this.starting) {
-      item.text = `${STATUS_ICON} compactd: stopped`;
-      item.tooltip = "The compactd daemon is not running. Click to start it.";
+      item.text = `${STATUS_ICON} compactd: ${this.notFound ? "not found" : "stopped"}`;
+      item.tooltip = this.notFound
+        ? "No compactd daemon was found. Click to look again and for the ways to set one up."
+        : "The compactd daemon is not running. Click to start it.";
       item.command = "compactd.restart";
       item.backgroundColor = undefined;
       return;
@@ -367,6 +502,9 @@ class Controller implements vscode.Disposable {
   }
 
   private reportError(what: string, err: unknown): void {
+    if (err instanceof ReportedError) {
+      return;
+    }
     const message = err instanceof Error ? err.message : String(err);
     this.output.appendLine(`${what} failed: ${message}`);
     void vscode.window.showErrorMessage(`${what} failed: ${message}`, "Show log").then((choice) => {
@@ -399,25 +537,45 @@ class Controller implements vscode.Disposable {
     command("compactd.restart", "Starting compactd", () => this.restart());
     this.subscriptions.push(
       vscode.workspace.onDidChangeConfiguration((e) => {
-        if (e.affectsConfiguration("compactd.serverCommand") || e.affectsConfiguration("compactd.dataDir")) {
-          void this.restart();
+        const changed = RESTART_SETTINGS.find((s) => e.affectsConfiguration(s));
+        if (changed) {
+          this.scheduleRestart(`${changed} changed`);
         }
       }),
     );
     this.context.subscriptions.push(this);
   }
 
+  /** Follow the Python extension's interpreter when the daemon comes from it (or was not found). */
+  private async watchInterpreter(): Promise<void> {
+    if (!vscode.extensions.getExtension(PYTHON_EXTENSION)) {
+      return;
+    }
+    const api = await PythonExtension.api();
+    this.subscriptions.push(
+      api.environments.onDidChangeActiveEnvironmentPath(() => {
+        const setting = this.config().get<string[]>("serverCommand");
+        if (!setting || setting.length === 0) {
+          this.scheduleRestart("the Python interpreter changed");
+        }
+      }),
+    );
+  }
+
   async start(): Promise<void> {
+    // In the background: activating the Python extension can take a while, and the daemon may
+    // not need it (the setting, PATH).
+    void this.watchInterpreter().catch((err: unknown) =>
+      this.output.appendLine(`cannot follow the Python extension's interpreter: ${err instanceof Error ? err.message : String(err)}`),
+    );
     await this.withErrors("Starting compactd", async () => {
-      await this.ensureClient();
-      const initial = this.config().get<string>("sessionId");
-      if (initial) {
-        await this.openSession(initial);
-      }
+      await this.ensureClient(false);
+      await this.restoreSession();
     });
   }
 
   dispose(): void {
+    clearTimeout(this.restartTimer);
     for (const d of this.subscriptions) {
       d.dispose();
     }
@@ -426,30 +584,11 @@ class Controller implements vscode.Disposable {
   }
 
   async stop(): Promise<void> {
+    clearTimeout(this.restartTimer);
     const client = this.client;
     this.client = undefined;
     await client?.dispose();
     this.render();
-  }
-}
-
-/** A transcript's Claude Code session id (its file name), made safe for compactd's id rules. */
-function sessionIdFor(transcript: string): string {
-  return path.basename(transcript, ".jsonl").replace(/[^A-Za-z0-9._-]/g, "-");
-}
-
-async function recentTranscripts(dir: string, limit = 10): Promise<Array<{ file: string; modified: Date }>> {
-  try {
-    const names = (await fs.readdir(dir)).filter((n) => n.endsWith(".jsonl"));
-    const stats = await Promise.all(
-      names.map(async (n) => {
-        const file = path.join(dir, n);
-        return { file, modified: (await fs.stat(file)).mtime };
-      }),
-    );
-    return stats.sort((a, b) => b.modified.getTime() - a.modified.getTime()).slice(0, limit);
-  } catch {
-    return []; // no Claude Code history for this workspace
   }
 }
 

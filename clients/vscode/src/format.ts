@@ -5,7 +5,8 @@
  * node test runner checks them directly.
  */
 
-import type { BreakdownResult, CompactResult, StatusNotification, TokenStatus } from "./core";
+import type { BreakdownResult, CompactResult, SessionInfo, StatusNotification, TokenStatus } from "./core";
+import { sessionIdFor, type Transcript } from "./transcripts";
 
 /** How alarming a token status is; picks the status bar's colour. */
 export type Level = "ok" | "warning" | "error";
@@ -76,6 +77,32 @@ export function statusTooltip(status: TokenStatus, sessionLabel?: string): strin
   return lines.join("\n");
 }
 
+/** 12 -> "12 ms", 3400 -> "3.4 s", 125000 -> "2 min 5 s": milliseconds under a second. */
+export function formatDuration(ms: number): string {
+  if (ms < 1_000) {
+    return `${Math.max(0, Math.round(ms))} ms`;
+  }
+  if (ms < 60_000) {
+    return `${(ms / 1_000).toFixed(1).replace(/\.0$/, "")} s`;
+  }
+  const seconds = Math.round(ms / 1_000);
+  return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+}
+
+/** The threshold warnings worth interrupting a person for, by the highest level reached. */
+const THRESHOLD_WARNINGS = {
+  blocking: "The conversation has reached the blocking limit: the next request will not fit.",
+  error: "The conversation is close to the auto-compaction threshold.",
+} as const;
+
+/** The warning a token status calls for, or undefined when none (below the error level). */
+export function thresholdWarning(status: TokenStatus): string | undefined {
+  if (status.isAtBlockingLimit) {
+    return THRESHOLD_WARNINGS.blocking;
+  }
+  return status.isAboveErrorThreshold ? THRESHOLD_WARNINGS.error : undefined;
+}
+
 const PHASES: Record<StatusNotification["phase"], string> = {
   started: "Starting",
   preCompactHooks: "Running PreCompact hooks",
@@ -88,12 +115,23 @@ const PHASES: Record<StatusNotification["phase"], string> = {
   cancelled: "Cancelled",
 };
 
-/** The progress-notification message for a `compact/status` notification. */
-export function phaseMessage(note: StatusNotification): string {
+/**
+ * The progress-notification text for a `compact/status` notification: the phase in words, and the
+ * daemon's message when it adds something (a retry, the offline fallback). A keep-alive has no
+ * text of its own: it only says that the summarizing phase goes on.
+ */
+export function phaseMessage(note: StatusNotification): string | undefined {
+  if (note.phase === "keepAlive") {
+    return undefined;
+  }
   const label = PHASES[note.phase] ?? note.phase;
-  const elapsed = `${(note.elapsedMs / 1000).toFixed(0)} s`;
-  const detail = note.message ? `: ${note.message}` : "";
-  return `${label}${detail} (${elapsed})`;
+  return note.message ? `${label}: ${note.message}` : label;
+}
+
+/** The text to write for `note`, or undefined when it would repeat what `shown` already says. */
+export function progressUpdate(note: StatusNotification, shown: string | undefined): string | undefined {
+  const text = isFinalPhase(note.phase) ? undefined : phaseMessage(note);
+  return text === shown ? undefined : text;
 }
 
 /** The phases after which no more notifications come for that compaction. */
@@ -108,7 +146,7 @@ export function compactionOutcome(result: CompactResult): string {
   const saved = pre > 0 ? Math.round(((pre - post) / pre) * 100) : 0;
   return (
     `Compacted ${groupDigits(pre)} → ${groupDigits(post)} tokens (${saved}% freed) ` +
-    `in ${(result.durationMs / 1000).toFixed(1)} s`
+    `in ${formatDuration(result.durationMs)}`
   );
 }
 
@@ -164,4 +202,72 @@ export function breakdownTable(bd: BreakdownResult): string {
     out.push(`duplicate file reads waste ${groupDigits(bd.duplicateReadTokens)} tokens`);
   }
   return out.join("\n");
+}
+
+/** A count the daemon reported, or undefined for one it did not (older daemons sent -1). */
+function known(n: number | null | undefined): number | undefined {
+  return typeof n === "number" && n >= 0 ? n : undefined;
+}
+
+/** What the session picker says about a session: its size when known, never a placeholder. */
+export function sessionDescription(info: SessionInfo): string {
+  const tokens = known(info.tokens);
+  const entries = known(info.entryCount);
+  if (tokens === undefined && entries === undefined) {
+    return "stored, not loaded";
+  }
+  const parts = [];
+  if (tokens !== undefined) {
+    parts.push(`${groupDigits(tokens)} tokens`);
+  }
+  if (entries !== undefined) {
+    parts.push(`${groupDigits(entries)} entr${entries === 1 ? "y" : "ies"}`);
+  }
+  return parts.join(" · ");
+}
+
+export interface SessionRow {
+  label: string;
+  description: string;
+  detail?: string;
+  /** The session to open. */
+  sessionId: string;
+  /** The Claude Code transcript to import, when the daemon does not have the session yet. */
+  transcript?: string;
+  group: "daemon" | "transcript";
+}
+
+/**
+ * One row per session for the picker: the daemon's sessions, then the workspace's transcripts that
+ * the daemon does not have. A transcript is imported under its Claude Code session id, so one the
+ * daemon already has is the same session: it is listed once, with the daemon's figures.
+ */
+export function sessionRows(sessions: readonly SessionInfo[], transcripts: readonly Transcript[]): SessionRow[] {
+  const bySession = new Map(transcripts.map((t) => [sessionIdFor(t.file), t]));
+  const rows: SessionRow[] = sessions.map((s) => {
+    const transcript = bySession.get(s.sessionId);
+    return {
+      label: s.sessionId,
+      description: sessionDescription(s),
+      detail: transcript ? `Claude Code transcript ${transcript.file}` : s.cwd,
+      sessionId: s.sessionId,
+      group: "daemon",
+    };
+  });
+  const listed = new Set(sessions.map((s) => s.sessionId));
+  for (const t of transcripts) {
+    const sessionId = sessionIdFor(t.file);
+    if (!listed.has(sessionId)) {
+      listed.add(sessionId);
+      rows.push({
+        label: sessionId,
+        description: `not imported · modified ${t.modified.toLocaleString()}`,
+        detail: t.file,
+        sessionId,
+        transcript: t.file,
+        group: "transcript",
+      });
+    }
+  }
+  return rows;
 }

@@ -7,10 +7,12 @@
 
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
+import * as path from "node:path";
 import { after, before, describe, it, type TestContext } from "node:test";
 
 import { statusBarText } from "../src/format";
-import { FakeVscode, fakeContext, type ProgressRun } from "./fake-vscode";
+import { projectSlug } from "../src/transcripts";
+import { FakeVscode, disposeSubscriptions, fakeContext, type ProgressRun } from "./fake-vscode";
 import { REPO_ROOT, conversation, daemonCommand, startEmulator, tempDir, waitFor, type Emulator } from "./helpers";
 
 const fake = new FakeVscode();
@@ -28,6 +30,7 @@ function compactionWasNotImplemented(): boolean {
 describe("the extension in a stand-in VS Code", () => {
   let emulator: Emulator;
   let api: import("../src/extension").CompactdApi;
+  const context = fakeContext();
   const dataDir = tempDir("ext");
 
   before(async () => {
@@ -39,7 +42,7 @@ describe("the extension in a stand-in VS Code", () => {
     fake.settings["compactd.sessionId"] = SESSION;
     fake.settings["compactd.keepAliveIntervalMs"] = 200;
     fake.settings["compactd.summarizer"] = { baseUrl: emulator.baseUrl, apiKey: "test-key", maxRetries: 0 };
-    api = await ext.activate(fakeContext() as never);
+    api = await ext.activate(context as never);
   });
 
   after(async () => {
@@ -108,15 +111,19 @@ describe("the extension in a stand-in VS Code", () => {
     const runsBefore = fake.progress.length;
     const command = run("compactd.compact");
 
+    const keepAlives: number[] = [];
+    const listener = client.onStatus((n) => {
+      if (n.sessionId === SESSION && n.phase === "keepAlive") {
+        keepAlives.push(n.elapsedMs);
+      }
+    });
+    t.after(() => listener.dispose());
     const progress = await waitFor(() => fake.progress[runsBefore], 5_000, "a progress notification");
     assert.equal(progress.cancellable, true);
-    // Cancel once the notification shows a keep-alive AND the model call is in flight (a
-    // keep-alive can come while the request is still being built).
+    // Cancel once the model call is in flight and the daemon has sent a few keep-alives (one can
+    // come while the request is still being built).
     const inFlight = async (): Promise<"alive" | undefined> =>
-      progress.reports.some((r) => r.startsWith("Still summarizing")) &&
-      (await emulator.requests()).some((r) => r.path === "/v1/messages")
-        ? "alive"
-        : undefined;
+      keepAlives.length >= 3 && (await emulator.requests()).some((r) => r.path === "/v1/messages") ? "alive" : undefined;
     const outcome = await Promise.race([
       command.then(() => "ended" as const),
       waitFor(inFlight, 20_000, "a keep-alive report while the model call is in flight"),
@@ -126,6 +133,9 @@ describe("the extension in a stand-in VS Code", () => {
       return;
     }
     assert.equal(outcome, "alive", `the compaction ended early: ${JSON.stringify(fake.shown.slice(shownBefore))}`);
+    // Each phase wrote its text once; the keep-alives wrote nothing (no "Still summarizing: still
+    // summarizing (3014 ms) (3 s)").
+    assert.deepEqual(progress.reports, ["Starting", "Running PreCompact hooks", "Summarizing the conversation"]);
     progress.cancel();
     await command;
     const messages = fake.shown.slice(shownBefore).map((s) => s.message);
@@ -149,6 +159,7 @@ describe("the extension in a stand-in VS Code", () => {
     assert.ok(progress, "no progress notification");
     assert.equal(progress.title, "compactd: compacting");
     assert.ok(progress.reports.length > 0, "the notification should show the phases");
+    assert.equal(new Set(progress.reports).size, progress.reports.length, `a text was written twice: ${progress.reports.join(" | ")}`);
     const shown = fake.shown.slice(shownBefore);
     assert.ok(shown.some((s) => s.kind === "info" && s.message.startsWith("Compacted ")), JSON.stringify(shown));
     const after = await client.status(SESSION);
@@ -195,6 +206,109 @@ describe("the extension in a stand-in VS Code", () => {
       fake.answer = undefined;
       delete fake.settings["compactd.contextWindow"];
     }
+  });
+
+  it("replaces a threshold warning as the level rises and withdraws it once a compaction frees the window", async () => {
+    // 60K window: effective 40K, error at 7K below auto-compact (27K), blocking at 37K.
+    fake.settings["compactd.contextWindow"] = 60_000;
+    await emulator.reset();
+    const sid = "ext-limits";
+    try {
+      await api.setActiveSession(sid);
+      const client = api.client()!;
+      const hidesBefore = fake.builtins.filter((b) => b.id === "notifications.hideToasts").length;
+      let turn = 0;
+      const grow = async (until: (s: import("../src/core").TokenStatus) => boolean, what: string): Promise<void> => {
+        for (let i = 0; i < 40; i++) {
+          const { status } = await client.append(sid, conversation(1, sid, 400, 4 * turn++));
+          if (until(status)) {
+            return;
+          }
+        }
+        throw new Error(`never reached ${what}`);
+      };
+      await grow((s) => s.isAboveErrorThreshold, "the error level");
+      const first = await waitFor(() => fake.visible("warning")[0], 5_000, "a threshold warning");
+      assert.match(first.message, /close to the auto-compaction threshold/);
+      await grow((s) => s.isAtBlockingLimit, "the blocking limit");
+      await waitFor(() => (fake.visible("warning").some((w) => /blocking limit/.test(w.message)) ? true : undefined), 5_000, "the blocking warning");
+      // Replaced, not stacked: one warning on screen, the newer one.
+      assert.deepEqual(
+        fake.visible("warning").map((w) => w.message),
+        ["The conversation has reached the blocking limit: the next request will not fit."],
+      );
+      await grow((s) => s.tokens > 38_000, "a few more tokens");
+      assert.equal(fake.shown.filter((w) => w.kind === "warning" && /blocking/.test(w.message)).length, 1, "the same warning again");
+
+      // Compacting from the command palette (not from the warning) frees the window: the warning goes.
+      await run("compactd.compact");
+      assert.ok(!(await client.status(sid)).isAboveErrorThreshold);
+      assert.deepEqual(fake.visible("warning"), [], "the stale warning should be withdrawn");
+      assert.ok(fake.builtins.filter((b) => b.id === "notifications.hideToasts").length > hidesBefore);
+      assert.ok(fake.visible("info").some((m) => m.message.startsWith("Compacted ")), "the outcome stays on screen");
+    } finally {
+      delete fake.settings["compactd.contextWindow"];
+    }
+  });
+
+  it("lists each session once, without placeholders, and imports a workspace transcript from the picker", async (t: TestContext) => {
+    // A home of our own with Claude Code transcripts for the open folder (the repository).
+    const home = tempDir("home");
+    const savedHome = process.env["HOME"];
+    process.env["HOME"] = home;
+    t.after(() => {
+      process.env["HOME"] = savedHome;
+      fs.rmSync(home, { recursive: true, force: true });
+    });
+    const projects = path.join(home, ".claude", "projects", projectSlug(REPO_ROOT));
+    fs.mkdirSync(projects, { recursive: true });
+    const imported = "7d3c0a53-0b2e-4c55-9f0e-2c5d0f6a1b11";
+    const lines = (sid: string): string => conversation(3, sid).map((e) => JSON.stringify(e)).join("\n") + "\n";
+    fs.writeFileSync(path.join(projects, `${imported}.jsonl`), lines(imported));
+    // A restart leaves the daemon with stored sessions it has not loaded (all but the one on display).
+    await run("compactd.restart");
+    fake.pick = (items) => items.find((i) => i.label === imported);
+    await run("compactd.selectSession");
+    assert.equal(api.activeSession(), imported);
+    const first = fake.quickPicks[fake.quickPicks.length - 1]!;
+    const row = first.items.find((i) => i.label === imported);
+    assert.match(String(row?.description), /^not imported/);
+
+    fake.pick = () => undefined;
+    await run("compactd.selectSession");
+    const second = fake.quickPicks[fake.quickPicks.length - 1]!;
+    const labels = second.items.map((i) => i.label);
+    assert.equal(labels.filter((l) => l === imported).length, 1, `listed twice: ${labels.join(" | ")}`);
+    assert.match(String(second.items.find((i) => i.label === imported)?.description), /^\d[\d,]* tokens · 12 entries$/);
+    // At the source: the daemon leaves out what it does not know of an unloaded session.
+    const unloaded = (await api.client()!.listSessions()).sessions.filter((info) => !info.open);
+    assert.ok(unloaded.length > 0);
+    for (const info of unloaded) {
+      assert.equal(info.entryCount, undefined, JSON.stringify(info));
+      assert.equal(info.tokens, undefined, JSON.stringify(info));
+    }
+    const descriptions = second.items.map((i) => i.description ?? "");
+    assert.ok(descriptions.includes("stored, not loaded"), descriptions.join(" | "));
+    assert.ok(descriptions.every((d) => !/-1/.test(d)), descriptions.join(" | "));
+  });
+
+  it("remembers the session on display per workspace, across a window reload", async () => {
+    await api.setActiveSession(SESSION);
+    assert.equal(context.workspaceState.get("compactd.activeSession"), SESSION);
+    await ext.deactivate();
+    disposeSubscriptions(context);
+    // The next window of the same folder, without the compactd.sessionId setting.
+    delete fake.settings["compactd.sessionId"];
+    const next = fakeContext({ workspaceState: context.workspaceState, globalState: context.globalState });
+    api = await ext.activate(next as never);
+    assert.equal(api.activeSession(), SESSION);
+    assert.match(fake.statusItem.text, /% left/);
+    // Another folder's window starts without a session.
+    await ext.deactivate();
+    disposeSubscriptions(next);
+    api = await ext.activate(fakeContext({ globalState: context.globalState }) as never);
+    assert.equal(api.activeSession(), undefined);
+    assert.equal(fake.statusItem.text, "$(fold) compactd");
   });
 
   it("stops the daemon on deactivate", async () => {

@@ -13,6 +13,12 @@ export interface Shown {
   kind: "info" | "warning" | "error";
   message: string;
   items: string[];
+  /** Still waiting for a button or a close (VS Code resolves the promise then). */
+  open: boolean;
+  /** On screen as a toast: open and not hidden (`notifications.hideToasts` hides them all). */
+  visible: boolean;
+  /** Press a button (or close the toast with undefined). */
+  press(choice: string | undefined): void;
 }
 
 export interface ProgressRun {
@@ -59,6 +65,49 @@ class OutputChannel {
   dispose(): void {}
 }
 
+/** A Memento (workspaceState, globalState) kept in memory. */
+export class Memento {
+  readonly values = new Map<string, unknown>();
+  get<T>(key: string, fallback?: T): T | undefined {
+    return this.values.has(key) ? (this.values.get(key) as T) : fallback;
+  }
+  update(key: string, value: unknown): Promise<void> {
+    if (value === undefined) {
+      this.values.delete(key);
+    } else {
+      this.values.set(key, value);
+    }
+    return Promise.resolve();
+  }
+  keys(): readonly string[] {
+    return [...this.values.keys()];
+  }
+}
+
+/** The part of the Python extension's API the extension asks (ms-python.python's exports). */
+export class FakePythonExtension {
+  /** The interpreter selected for the workspace (undefined: none). */
+  interpreter: string | undefined;
+  private readonly changed = new Emitter<unknown>();
+  readonly exports = {
+    environments: {
+      getActiveEnvironmentPath: () => ({ id: "active", path: this.interpreter ?? "" }),
+      resolveEnvironment: async (env: { path: string }) =>
+        env.path ? { executable: { uri: { fsPath: env.path } } } : undefined,
+      onDidChangeActiveEnvironmentPath: this.changed.event,
+    },
+  };
+  readonly isActive = true;
+  activate(): Promise<unknown> {
+    return Promise.resolve(this.exports);
+  }
+  /** The person picks another interpreter. */
+  select(interpreter: string | undefined): void {
+    this.interpreter = interpreter;
+    this.changed.fire({ path: interpreter ?? "" });
+  }
+}
+
 /** The fake module and the handles a test inspects. */
 export class FakeVscode {
   readonly settings: Record<string, unknown> = {};
@@ -68,6 +117,12 @@ export class FakeVscode {
   readonly quickPicks: Array<{ items: Array<{ label: string; description?: string }>; title?: string }> = [];
   readonly progress: ProgressRun[] = [];
   readonly commands = new Map<string, (...args: unknown[]) => unknown>();
+  /** VS Code's own commands the extension ran (`notifications.hideToasts`, ...), with arguments. */
+  readonly builtins: Array<{ id: string; args: unknown[] }> = [];
+  /** Installed extensions by id; `python` is ms-python.python when set. */
+  python: FakePythonExtension | undefined;
+  /** Chooses the quick pick's answer (undefined = the person pressed Escape). */
+  pick: ((items: Array<{ label: string; description?: string }>) => unknown) | undefined;
   /** The folder open in the window (undefined = no folder). */
   workspaceFolder: string | undefined;
   /** What the next input box answers (undefined = the person pressed Escape). */
@@ -104,7 +159,7 @@ export class FakeVscode {
         showErrorMessage: (message: string, ...items: string[]) => fake.show("error", message, items),
         showQuickPick: async (items: Array<{ label: string }>, options?: { title?: string }) => {
           fake.quickPicks.push({ items: [...items], title: options?.title });
-          return undefined;
+          return fake.pick?.(items);
         },
         showInputBox: async () => fake.inputBoxAnswer,
         showOpenDialog: async () => undefined,
@@ -135,11 +190,23 @@ export class FakeVscode {
         },
         executeCommand: async (id: string, ...args: unknown[]) => {
           const handler = fake.commands.get(id);
-          if (!handler) {
+          if (handler) {
+            return handler(...args);
+          }
+          if (!/^(notifications|python|workbench)\./.test(id)) {
             throw new Error(`command '${id}' not found`);
           }
-          return handler(...args);
+          fake.builtins.push({ id, args });
+          if (id === "notifications.hideToasts") {
+            for (const shown of fake.shown) {
+              shown.visible = false;
+            }
+          }
+          return undefined;
         },
+      },
+      extensions: {
+        getExtension: (id: string) => (id === "ms-python.python" ? fake.python : undefined),
       },
       workspace: {
         get workspaceFolders() {
@@ -156,15 +223,51 @@ export class FakeVscode {
     };
   }
 
-  private show(kind: Shown["kind"], message: string, items: string[]): Promise<string | undefined> {
-    const shown = { kind, message, items };
-    this.shown.push(shown);
-    return Promise.resolve(this.answer?.(shown));
+  /** Change a setting as the Settings editor does: store it, then fire the change event. */
+  setSetting(key: string, value: unknown): void {
+    if (value === undefined) {
+      delete this.settings[key];
+    } else {
+      this.settings[key] = value;
+    }
+    this.configEmitter.fire({ affectsConfiguration: (section: string) => key === section || key.startsWith(`${section}.`) });
   }
 
-  /** The extension's status bar item (it creates exactly one). */
+  /** The toasts on screen now, of one kind or all. */
+  visible(kind?: Shown["kind"]): Shown[] {
+    return this.shown.filter((s) => s.visible && (kind === undefined || s.kind === kind));
+  }
+
+  private show(kind: Shown["kind"], message: string, items: string[]): Promise<string | undefined> {
+    let resolve: (choice: string | undefined) => void = () => undefined;
+    const closed = new Promise<string | undefined>((r) => {
+      resolve = r;
+    });
+    const shown: Shown = {
+      kind,
+      message,
+      items,
+      open: true,
+      visible: true,
+      press: (choice) => {
+        if (shown.open) {
+          shown.open = false;
+          shown.visible = false;
+          resolve(choice);
+        }
+      },
+    };
+    this.shown.push(shown);
+    const choice = this.answer?.(shown);
+    if (choice !== undefined) {
+      shown.press(choice);
+    }
+    return closed;
+  }
+
+  /** The status bar item of the latest activation (each activation creates one). */
   get statusItem(): StatusBarItem {
-    const item = this.statusItems[0];
+    const item = this.statusItems[this.statusItems.length - 1];
     if (!item) {
       throw new Error("the extension created no status bar item");
     }
@@ -189,7 +292,27 @@ export class FakeVscode {
   }
 }
 
-/** A minimal ExtensionContext: only `subscriptions` is used by the extension. */
-export function fakeContext(): { subscriptions: Array<{ dispose(): unknown }> } {
-  return { subscriptions: [] };
+export interface FakeContext {
+  subscriptions: Array<{ dispose(): unknown }>;
+  workspaceState: Memento;
+  globalState: Memento;
+}
+
+/** What VS Code does after `deactivate()`: dispose what the extension put in `subscriptions`. */
+export function disposeSubscriptions(context: FakeContext): void {
+  for (const d of context.subscriptions.splice(0)) {
+    d.dispose();
+  }
+}
+
+/**
+ * The part of ExtensionContext the extension uses. Pass `globalState` to share it with an earlier
+ * context, as two windows of one machine do; `workspaceState`, as two windows of one folder.
+ */
+export function fakeContext(shared: Partial<Pick<FakeContext, "workspaceState" | "globalState">> = {}): FakeContext {
+  return {
+    subscriptions: [],
+    workspaceState: shared.workspaceState ?? new Memento(),
+    globalState: shared.globalState ?? new Memento(),
+  };
 }

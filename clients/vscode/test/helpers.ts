@@ -125,11 +125,15 @@ export async function startEmulator(): Promise<Emulator> {
   };
 }
 
-/** A deterministic conversation of `turns` user prompts, each answered with a Read and text. */
-export function conversation(turns: number, sessionId = "node-test", wordsPerResult = 200): Array<Record<string, unknown>> {
+/**
+ * A deterministic conversation of `turns` user prompts, each answered with a Read and text. Entry
+ * uuids count up from `firstEntry`: give later parts of one session a higher start, or the daemon
+ * skips them as entries it already has.
+ */
+export function conversation(turns: number, sessionId = "node-test", wordsPerResult = 200, firstEntry = 0): Array<Record<string, unknown>> {
   const entries: Array<Record<string, unknown>> = [];
   let parent: string | null = null;
-  let n = 0;
+  let n = firstEntry;
   const base = Date.UTC(2026, 0, 2, 3, 4, 5);
   const add = (entry: Record<string, unknown>): void => {
     n += 1;

@@ -1,0 +1,80 @@
+#!/bin/sh
+# Installs what the real-editor tests need; `make test-editors` runs it before them.
+#   setup.sh CACHE_DIR CODE_SERVER_VERSION
+# - Debian packages: chromium (Playwright drives it; no browser download), neovim, ripgrep, and
+#   the build tools code-server's native modules compile with (build-essential, pkg-config,
+#   python3, libkrb5-dev). Installed with apt-get when missing (needs root).
+# - code-server from npm (it needs Node 20), into CACHE_DIR/code-server-VERSION, once: later runs
+#   find it there. Its postinstall downloads ripgrep from GitHub, which may be unreachable: the
+#   download cache it looks in first is seeded with Debian's rg.
+# It does not stop at the first failure: it installs what it can and says what it could not.
+# The tests then fail with what is missing.
+set -u
+
+cache=$1
+version=$2
+status=0
+say() { echo "setup.sh: $*" >&2; }
+
+# -- Debian packages ---------------------------------------------------------------------------
+missing=""
+for pkg in chromium neovim ripgrep build-essential pkg-config python3 libkrb5-dev; do
+  dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing$missing"
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing; } >&2; then
+      say "apt-get could not install$missing"
+      status=1
+    fi
+  else
+    say "missing Debian packages:$missing (install them as root: apt-get install$missing)"
+    status=1
+  fi
+fi
+
+# -- code-server -------------------------------------------------------------------------------
+dir="$cache/code-server-$version"
+if [ -f "$dir/.installed" ]; then
+  exit $status
+fi
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo none)
+if [ "$node_major" != 20 ]; then
+  say "code-server $version needs Node.js 20 and npm (found: $node_major); install Node 20"
+  exit 1
+fi
+if ! command -v rg >/dev/null; then
+  say "ripgrep (rg) is missing: apt-get install ripgrep"
+  exit 1
+fi
+# What code-server $version's lib/vscode depends on: @vscode/ripgrep 1.15.11, which fetches
+# ripgrep release v13.0.0-10 into $TMPDIR/vscode-ripgrep-cache-1.15.11 unless the file is there.
+case "$(uname -m)" in
+  x86_64) target=x86_64-unknown-linux-musl ;;
+  aarch64) target=aarch64-unknown-linux-musl ;;
+  *) say "no ripgrep seed for $(uname -m)"; exit 1 ;;
+esac
+rm -rf "$dir"
+mkdir -p "$dir/tmp/vscode-ripgrep-cache-1.15.11" "$dir/tmp/rg"
+cp "$(command -v rg)" "$dir/tmp/rg/rg"
+tar czf "$dir/tmp/vscode-ripgrep-cache-1.15.11/ripgrep-v13.0.0-10-$target.tar.gz" -C "$dir/tmp/rg" rg
+echo '{"private": true}' >"$dir/package.json"
+# node-gyp builds against the headers installed beside node when there are some (it would
+# download them otherwise).
+headers="$(dirname "$(dirname "$(command -v node)")")"
+if [ -f "$headers/include/node/node.h" ]; then
+  export npm_config_nodedir="$headers"
+fi
+say "installing code-server $version with npm into $dir"
+if (cd "$dir" &&
+  TMPDIR="$dir/tmp" npm_config_unsafe_perm=true npm_config_yes=true npm_config_cache="$cache/npm" \
+    npm install --no-audit --no-fund --no-save --loglevel=error "code-server@$version" >&2) &&
+  [ -x "$dir/node_modules/.bin/code-server" ]; then
+  rm -rf "$dir/tmp"
+  touch "$dir/.installed"
+else
+  say "npm could not install code-server $version (see above)"
+  status=1
+fi
+exit $status

@@ -25,7 +25,7 @@ FIXTURE = "d-kimuson__claude-code-viewer__5c0375b4-57a5-4f26-b12d-d022ee4e51b7.j
 @pytest.mark.timeout(180)
 def test_neovim_lsp_client_drives_a_compaction(tmp_path: Path) -> None:
     nvim = require("nvim", "install Debian's neovim (apt-get install neovim), 0.7 or newer")
-    fixture = fixture(FIXTURE)
+    transcript = fixture(FIXTURE)
     out = out_dir("neovim")
     result_file = out / "result.json"
     env = {
@@ -38,7 +38,7 @@ def test_neovim_lsp_client_drives_a_compaction(tmp_path: Path) -> None:
             [sys.executable, "-m", "compactd", "serve", "--data-dir", str(tmp_path / "sessions")]
         ),
         "COMPACTD_CWD": str(ROOT),
-        "COMPACTD_FIXTURE": str(fixture),
+        "COMPACTD_FIXTURE": str(transcript),
         "COMPACTD_RESULT": str(result_file),
     }
     run = subprocess.run(

@@ -145,7 +145,7 @@ def editor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Editor]:
     chromium = require("chromium", "install Debian's chromium: apt-get install chromium")
     if not VSIX.exists():
         pytest.fail(f"{VSIX} is missing: build it with `make -C clients/vscode package`")
-    fixture = fixture(FIXTURE)
+    transcript = fixture(FIXTURE)
     out = out_dir("vscode")
     root = tmp_path_factory.mktemp("code-server")
     home, workspace = root / "home", root / "project"
@@ -162,7 +162,7 @@ def editor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Editor]:
     slug = re.sub(r"[^A-Za-z0-9]", "-", str(workspace))
     transcripts = home / ".claude" / "projects" / slug
     transcripts.mkdir(parents=True)
-    shutil.copy(fixture, transcripts / f"{SESSION}.jsonl")
+    shutil.copy(transcript, transcripts / f"{SESSION}.jsonl")
 
     emulator = Emulator()
     emulator.start()

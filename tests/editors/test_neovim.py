@@ -61,7 +61,7 @@ def test_neovim_lsp_client_drives_a_compaction(tmp_path: Path) -> None:
 
     opened = record["open"]
     assert opened["sessionId"] == "nvim-fixture" and opened["entryCount"] > 0
-    assert opened["importedFrom"] == str(fixture)
+    assert opened["importedFrom"] == str(transcript)
     before, after = record["status_before"], record["status_after"]
     assert before["tokens"] == opened["status"]["tokens"] > 0
     compacted = record["compact"]

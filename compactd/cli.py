@@ -282,6 +282,10 @@ async def _demo_auto(client: Client) -> None:
         client, plan, model="claude-sonnet-4-5", context_window=REPLAY_SYNTHETIC_WINDOW
     )
     _print_timeline(outcome.events, outcome.saved)
+    print(
+        f"model calls: {outcome.model_calls} (summaries), billing about "
+        f"{outcome.billed_input_tokens:,} input tokens"
+    )
     print("status after:")
     _print_status(await client.tokens_status(outcome.session_id))
     stored = [r.entry for r in parse_lines(Path(outcome.transcript_path).read_bytes().splitlines())]
@@ -415,11 +419,33 @@ def _events(done: int, result: p.AutoResult) -> list[ReplayEvent]:
     return out
 
 
-def _without_usage(entry: dict[str, Any]) -> dict[str, Any]:
+_INPUT_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _rescaled(entry: dict[str, Any], removed: int, floor: int) -> dict[str, Any]:
+    """``entry`` with its API usage as the replayed, compacted session would have reported it.
+
+    The recorded usage measured the original context; the replay's compactions took
+    ``removed`` tokens out of it, so the input is scaled down by that much, never below
+    ``floor`` (what the replayed context holds now, fixed prefix included).
+    """
     message = entry.get("message")
-    if not isinstance(message, dict) or "usage" not in message:
+    usage = message.get("usage") if isinstance(message, dict) else None
+    if not isinstance(usage, dict) or removed <= 0:
         return entry
-    return {**entry, "message": {k: v for k, v in message.items() if k != "usage"}}
+    fields = {k: v for k in _INPUT_FIELDS if isinstance(v := usage.get(k), int) and v > 0}
+    recorded = sum(fields.values())
+    if recorded <= 0:
+        return entry
+    target = max(floor, recorded - removed)
+    if target >= recorded:
+        return entry
+    scaled = {k: v * target // recorded for k, v in fields.items()}
+    # Integer division loses a few tokens: give them back to the first field.
+    first = next(iter(scaled))
+    scaled[first] += target - sum(scaled.values())
+    assert isinstance(message, dict)
+    return {**entry, "message": {**message, "usage": {**usage, **scaled}}}
 
 
 def _bar(done: int, total: int, width: int = _BAR_WIDTH) -> str:
@@ -472,6 +498,16 @@ class ReplayOutcome:
     def saved(self) -> int:
         return sum(ev.pre_tokens - ev.post_tokens for ev in self.events)
 
+    @property
+    def model_calls(self) -> int:
+        """Summary requests a model would have answered (one per summarizing compaction)."""
+        return sum(1 for ev in self.events if ev.mechanism == "full")
+
+    @property
+    def billed_input_tokens(self) -> int:
+        """Input those requests would have carried: each sends the context it summarizes."""
+        return sum(ev.pre_tokens for ev in self.events if ev.mechanism == "full")
+
 
 async def replay_session(
     client: Client,
@@ -505,10 +541,11 @@ async def replay_session(
     reasons: set[str] = set()
     status = opened.status
     for batch in plan.batches:
-        if events:
-            # The original usage figures measured the original, uncompacted context; after
-            # this daemon's first compaction they would anchor the count wrongly.
-            batch = [_without_usage(e) for e in batch]
+        removed = sum(ev.pre_tokens - ev.post_tokens for ev in events)
+        if removed:
+            # The recorded usage measured the original, uncompacted context: rescaled, it is
+            # what this replay's compacted context would have reported.
+            batch = [_rescaled(e, removed, status.tokens) for e in batch]
         await client.append(sid, batch)
         done += len(batch)
         auto = await client.compact_auto(sid)
@@ -594,11 +631,17 @@ async def replay(
                 for ev in outcome.events
             ],
             "tokensSaved": outcome.saved,
+            "modelCalls": outcome.model_calls,
+            "billedInputTokens": outcome.billed_input_tokens,
             "status": outcome.status,
         }
         print(msgspec.json.encode(out).decode())
         return 0
     _print_timeline(outcome.events, outcome.saved)
+    print(
+        f"model calls: {outcome.model_calls} (summaries), billing about "
+        f"{outcome.billed_input_tokens:,} input tokens"
+    )
     _print_status(outcome.status)
     return 0
 

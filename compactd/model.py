@@ -158,6 +158,9 @@ class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_onl
     mechanism: str | None = None
     compaction_id: str | None = None
     undoes: str | None = None
+    # The fixed prefix (system prompt, tools) when the boundary was written, carried to the
+    # compacted context until a response reports usage (docs/thresholds.md#accounting).
+    fixed_prefix_tokens: int | None = None
 
 
 class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):

@@ -73,6 +73,7 @@ class ErrorCode:
     INTERNAL = "internalError"
     SERVER_NOT_INITIALIZED = "serverNotInitialized"
     SHUTTING_DOWN = "shuttingDown"
+    FIXED_PREFIX_TOO_LARGE = "fixedPrefixTooLarge"
 
 
 # JSON-RPC ``error.code`` numbers of the codes JSON-RPC 2.0 (and LSP, for
@@ -173,6 +174,8 @@ DecisionReason = Literal[
     "sessionMemoryFits",
     "sessionMemoryTooLarge",
     "noSessionMemory",
+    "fixedPrefixTooLarge",
+    "microcompactTooSmall",
 ]
 Phase = Literal[
     "started",
@@ -266,7 +269,17 @@ class InitializationOptions(
 # -- session ------------------------------------------------------------------------------------
 
 
+PrefixSource = Literal["usage", "carried", "none"]
+
+
 class TokenStatus(_Wire, kw_only=True):
+    """The size of the next request and where the session stands against its limits.
+
+    ``tokens`` = ``exactTokens`` + ``estimatedTokens`` - ``clearedTokens``, and also
+    ``fixedPrefixTokens`` + ``messageTokens`` + ``attachmentTokens`` - ``clearedTokens``
+    (docs/thresholds.md#accounting).
+    """
+
     tokens: int
     exact_tokens: int
     estimated_tokens: int
@@ -286,6 +299,15 @@ class TokenStatus(_Wire, kw_only=True):
     compaction_enabled: bool
     circuit_open: bool
     consecutive_failures: int = 0
+    # The parts of ``tokens``: what every request carries besides the messages (system
+    # prompt, tools), the messages, the attachments, and what microcompact cleared since the
+    # last usage. ``fixedPrefixSource``: "usage" (learned from the latest response), "carried"
+    # (learned before a compaction, or estimated from cacheSafeParams), "none".
+    fixed_prefix_tokens: int = 0
+    fixed_prefix_source: PrefixSource = "none"
+    message_tokens: int = 0
+    attachment_tokens: int = 0
+    cleared_tokens: int = 0
 
 
 class OpenParams(_Params, kw_only=True):

@@ -94,9 +94,25 @@ class Session:
         self.cleared_tool_ids = set()
         self.undone_micro = undone_ids(records[i] for i in records.boundary_lines())
         self.has_main_thread = any(_is_main_conversation(r.entry) for r in ctx)
-        self.counter = tokens.TokenCounter()
+        self.counter = tokens.TokenCounter(carried_prefix=self._carried_prefix(head))
         self._feed(ctx)
         self.file_state = build_file_state(ctx, self.meta.cwd, self.cleared_tool_ids)
+
+    def _carried_prefix(self, head: Record | None) -> int:
+        """The fixed prefix to count until a response in the new context reports usage.
+
+        The best figure known: learned from the usage before this rebuild, else the one the
+        heading boundary recorded (a restart), else the estimate of the client's
+        cacheSafeParams (docs/thresholds.md#accounting).
+        """
+        if self.counter.learned_prefix is not None:
+            return self.counter.learned_prefix
+        if self.counter.carried_prefix:
+            return self.counter.carried_prefix
+        meta = head.entry.compact_metadata if head is not None else None
+        if meta is not None and meta.fixed_prefix_tokens:
+            return meta.fixed_prefix_tokens
+        return tokens.estimate_prefix(self.meta.cache_safe_params)
 
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""

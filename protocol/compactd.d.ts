@@ -27,7 +27,7 @@ export interface AutoResult {
   result?: CompactResult | null;
   micro?: MicroResult | null;
   reason?: string | null;
-  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "microcompactEnough" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | null;
+  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "fixedPrefixTooLarge" | "microcompactEnough" | "microcompactTooSmall" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | null;
   status?: TokenStatus | null;
 }
 
@@ -299,7 +299,7 @@ export interface PreviewResult {
   entriesSummarized: number;
   entriesKept: number;
   reason?: string | null;
-  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "microcompactEnough" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | null;
+  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "fixedPrefixTooLarge" | "microcompactEnough" | "microcompactTooSmall" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | null;
 }
 
 export interface RecallHit {
@@ -417,6 +417,11 @@ export interface TokenStatus {
   compactionEnabled: boolean;
   circuitOpen: boolean;
   consecutiveFailures?: number;
+  fixedPrefixTokens?: number;
+  fixedPrefixSource?: "carried" | "none" | "usage";
+  messageTokens?: number;
+  attachmentTokens?: number;
+  clearedTokens?: number;
 }
 
 export interface UndoResult {
@@ -488,5 +493,5 @@ export declare const METHODS: {
   readonly TOKENS_STATUS: "tokens/status";
 };
 
-export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "serverNotInitialized" | "sessionBusy" | "sessionExists" | "sessionNotFound" | "shuttingDown" | "summaryFailed" | "transcriptUnreadable";
-export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "serverNotInitialized", "sessionBusy", "sessionExists", "sessionNotFound", "shuttingDown", "summaryFailed", "transcriptUnreadable"
+export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "fixedPrefixTooLarge" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "serverNotInitialized" | "sessionBusy" | "sessionExists" | "sessionNotFound" | "shuttingDown" | "summaryFailed" | "transcriptUnreadable";
+export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "fixedPrefixTooLarge", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "serverNotInitialized", "sessionBusy", "sessionExists", "sessionNotFound", "shuttingDown", "summaryFailed", "transcriptUnreadable"

@@ -191,6 +191,12 @@ ENV_CLAUDE_CONFIG_DIR: Final = "CLAUDE_CONFIG_DIR"
 DEFAULT_CLAUDE_CONFIG_DIR: Final = "~/.claude"
 
 
+# Headroom an automatic compaction leaves: a mechanism is chosen only when what it leaves is at
+# most this share of the auto-compact threshold, else the next stronger one runs in the same
+# call, so that the window does not refill within a few turns (compactd's own choice,
+# docs/thresholds.md#accounting).
+AUTO_COMPACT_HEADROOM: Final = 0.75
+
 # Auto compaction stops after this many consecutive failures until one succeeds
 # (docs/compaction.md#circuit-breaker).
 MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES: Final = 3

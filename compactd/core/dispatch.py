@@ -17,9 +17,9 @@ Microcompact leaves the count minus what it clears. A compaction that writes a s
 the continuation entry holding the summary, the attachments written with it and the entries it
 keeps (less what a microcompact committed just before saves, when its boundary lands among
 them: the count applies it there). The summary's text is known when it is the session notes or
-the offline summary; when a model writes it, its budget stands in: the summary call's output
-cap, and no more than what it replaces (a larger one fails the thrash guard), so the estimate is
-then an upper bound. What SessionStart hooks add is not known before they run and is left out.
+the offline summary; when a model writes it, the offline summary of the same entries stands in
+for its length, never more than its budget (the summary call's output cap, and no more than
+what it replaces), so the figure is then an estimate. What SessionStart hooks add is not known before they run and is left out.
 
 Pure: the services gather a ``Situation`` and, when the gate lets the session through, the
 ``Outlooks`` of each mechanism; nothing here reads a file or calls a model.
@@ -67,6 +67,9 @@ class Situation:
     compacting: bool = False
     # The last compaction failure, named when the breaker is open.
     last_error: str | None = None
+    # What the fixed prefix is made of, when known (e.g. "tools about 9,000, system prompt
+    # about 6,000"), to say why a prefix above the threshold cannot be compacted away.
+    prefix_parts: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +79,7 @@ class SummaryOutlook:
     post_tokens: int
     summarized: int
     kept: int
-    # A model writes the summary: ``post_tokens`` is an upper bound, not a prediction.
+    # A model writes the summary: ``post_tokens`` is an estimate of its length, not a count.
     bound: bool = False
 
 
@@ -110,7 +113,7 @@ class Decision:
     entries_kept: int
     # The microcompact that runs first (or is the mechanism); None when switched off.
     micro: MicroPlan | None = None
-    # ``estimate_post`` is an upper bound (a model writes the summary).
+    # ``estimate_post`` estimates a summary a model writes (see ``SummaryOutlook.bound``).
     bound: bool = False
 
 
@@ -151,7 +154,29 @@ def gate(s: Situation) -> Decision | None:
             f"below the auto-compact threshold ({status.tokens} of "
             f"{status.auto_compact_threshold} tokens)",
         )
+    refusal = prefix_refusal(status, s.prefix_parts)
+    if refusal is not None:
+        return _nothing(s, "fixedPrefixTooLarge", refusal)
     return None
+
+
+def prefix_refusal(status: p.TokenStatus, parts: str | None = None) -> str | None:
+    """Why no compaction can help when the fixed prefix alone reaches the threshold; else None."""
+    prefix = status.fixed_prefix_tokens
+    threshold = status.auto_compact_threshold
+    if prefix < threshold:
+        return None
+    made_of = f" ({parts})" if parts else " (system prompt, tools and attachments the client sends)"
+    return (
+        f"the fixed prefix alone is {prefix} tokens{made_of}, at or above the auto-compact "
+        f"threshold ({threshold}): compacting the conversation cannot bring the next request "
+        "under it; shorten the system prompt or the tool list, or use a larger window"
+    )
+
+
+def headroom(status: p.TokenStatus) -> int:
+    """The most an automatic compaction may leave (docs/thresholds.md#accounting)."""
+    return int(status.auto_compact_threshold * c.AUTO_COMPACT_HEADROOM)
 
 
 def micro_alone(s: Situation, micro: MicroPlan | None) -> Decision | None:
@@ -161,14 +186,15 @@ def micro_alone(s: Situation, micro: MicroPlan | None) -> Decision | None:
     if micro is None or not micro.cleared or s.force:
         return None
     after = micro_post(s.status.tokens, micro)
-    threshold = s.status.auto_compact_threshold
-    if after >= threshold:
+    limit = headroom(s.status)
+    if after > limit:
         return None
     return Decision(
         "micro",
         "microcompactEnough",
-        f"clearing old tool results ({micro.strategy}) brings the context under the "
-        f"auto-compact threshold ({after} of {threshold} tokens)",
+        f"clearing old tool results ({micro.strategy}) leaves {after} tokens, within the "
+        f"headroom under the auto-compact threshold (at most {limit} of "
+        f"{s.status.auto_compact_threshold})",
         s.status.tokens,
         after,
         0,
@@ -194,15 +220,15 @@ def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
     if outlooks.full is None:
         raise ValueError("past microcompact, decide needs the full compaction's outlook")
     tokens = s.status.tokens
-    threshold = s.status.auto_compact_threshold
+    limit = headroom(s.status)
     micro = outlooks.micro
     notes = outlooks.session_memory
-    if notes is not None and notes.post_tokens < threshold:
+    if notes is not None and notes.post_tokens <= limit:
         return _summarizing(
             "sessionMemory",
             "sessionMemoryFits",
-            f"the session notes and the recent entries fit under the auto-compact threshold "
-            f"(about {notes.post_tokens} of {threshold} tokens)",
+            f"the session notes and the recent entries leave about {notes.post_tokens} tokens, "
+            f"within the headroom under the auto-compact threshold (at most {limit})",
             tokens,
             notes,
             micro,
@@ -213,11 +239,17 @@ def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
     else:
         reason = "sessionMemoryTooLarge"
         why = (
-            f"the session notes and the entries they leave would stay above the auto-compact "
-            f"threshold (about {notes.post_tokens} of {threshold} tokens)"
+            f"the session notes and the entries they keep would leave about "
+            f"{notes.post_tokens} tokens, more than the headroom allows (at most {limit})"
+        )
+    if micro is not None and micro.cleared and not s.force and notes is None:
+        reason = "microcompactTooSmall"
+        why = (
+            f"clearing old tool results would leave {micro_post(tokens, micro)} tokens, more "
+            f"than the headroom allows (at most {limit}), and {why}"
         )
     full = outlooks.full
-    estimate = f"at most {full.post_tokens}" if full.bound else f"about {full.post_tokens}"
+    estimate = f"about {full.post_tokens}"
     return _summarizing(
         "full",
         reason,
@@ -270,13 +302,14 @@ def summary_post(
     kept: Sequence[Record],
     summary_budget: int = 0,
     saving: int = 0,
+    prefix: int = 0,
 ) -> int:
     """The count of the context a compaction leaves, estimated as ``tokens/status`` counts it.
 
     ``continuation``: the text of the summary entry (``summary_budget`` raw tokens are added for
     a summary not written yet); ``attachments``: the attachment entries written after it;
     ``kept``: the entries kept verbatim; ``saving``: what a microcompact boundary among them
-    subtracts. Kept entries lose their API usage when relinked after a boundary, so the whole
+    subtracts; ``prefix``: the fixed prefix the next request carries besides the messages. Kept entries lose their API usage when relinked after a boundary, so the whole
     context is an estimate: raw sizes summed, padded once.
     """
     summary = record_from_dict(
@@ -288,4 +321,4 @@ def summary_post(
         + estimate_entries_raw(record_from_dict(dict(a)).entry for a in attachments)
         + estimate_records_raw(kept)
     )
-    return max(0, pad(raw) - saving)
+    return max(0, prefix + pad(raw) - saving)

@@ -38,6 +38,7 @@ from compactd.protocol import (
     BreakdownCategory,
     BreakdownResult,
     DuplicateRead,
+    PrefixSource,
     ThresholdLevel,
     TokenStatus,
 )
@@ -45,6 +46,8 @@ from compactd.protocol import (
 __all__ = [
     "CATEGORY_ASSISTANT",
     "CATEGORY_ATTACHMENTS",
+    "CATEGORY_CLEARED",
+    "CATEGORY_FIXED_PREFIX",
     "CATEGORY_HUMAN",
     "CATEGORY_LOCAL_COMMAND_OUTPUT",
     "CATEGORY_META",
@@ -176,6 +179,22 @@ def estimate_records_raw(records: Iterable[Record]) -> int:
     return sum(estimate_record_raw(record) for record in records)
 
 
+def prefix_sizes(cache_safe: Mapping[str, Any] | None) -> dict[str, int]:
+    """Estimated tokens of the parts of the fixed prefix the client described in its
+    ``cacheSafeParams``: the system prompt and the tool definitions, as the JSON sent."""
+    sizes: dict[str, int] = {}
+    for key, name in (("system", "system prompt"), ("tools", "tools")):
+        value = (cache_safe or {}).get(key)
+        if value:
+            sizes[name] = pad(_chars_to_tokens(_json_length(value)))
+    return sizes
+
+
+def estimate_prefix(cache_safe: Mapping[str, Any] | None) -> int:
+    """The fixed prefix estimated from ``cacheSafeParams``, before any usage says better."""
+    return sum(prefix_sizes(cache_safe).values())
+
+
 def estimate_entries(entries: Iterable[Entry]) -> int:
     """Padded estimate of a list of entries (the raw estimates are summed, then padded once)."""
     return pad(estimate_entries_raw(entries))
@@ -186,16 +205,32 @@ def estimate_entries(entries: Iterable[Entry]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class TokenCount:
-    """A conversation's size: ``exact`` from API usage, ``estimated`` for what came after it.
+    """What the next request carries, in named parts (docs/thresholds.md#accounting).
 
-    ``saved`` is what microcompact cleared since the usage was reported; ``tokens`` is
-    ``exact + estimated - saved`` (never negative).
+    ``exact`` is the API usage of the latest response in the context and ``estimated`` what
+    came after it; ``saved`` is what microcompact cleared since that usage was reported.
+    ``tokens`` is ``exact + estimated - saved`` (never negative).
+
+    The same total in parts: ``fixed_prefix`` (system prompt, tools and whatever else the
+    client sends besides the messages), ``attachments`` and ``messages``, less ``saved``.
+    While a response's usage anchors the count the prefix is learned from it (its usage minus
+    the estimate of the messages it covered); without one (a compaction just rewrote the
+    context) the prefix carried from before is part of the estimate.
     """
 
     tokens: int
     exact: int
     estimated: int
     saved: int = 0
+    fixed_prefix: int = 0
+    attachments: int = 0
+    # Where the prefix figure comes from: "usage" (learned now), "carried" (learned before a
+    # compaction, or told by the client) or "none" (nothing known yet).
+    prefix_source: PrefixSource = "none"
+
+    @property
+    def messages(self) -> int:
+        return max(0, self.tokens + self.saved - self.fixed_prefix - self.attachments)
 
 
 def has_usable_usage(entry: Entry) -> bool:
@@ -226,10 +261,26 @@ def _response_key(entry: Entry, index: int) -> _ResponseKey | None:
     return message_id if message_id else index
 
 
-def _make_count(exact: int, raw_after: int, saved: int) -> TokenCount:
-    estimated = pad(raw_after)
+def _make_count(
+    exact: int,
+    raw_after: int,
+    saved: int,
+    *,
+    prefix: int = 0,
+    source: PrefixSource = "none",
+    attachment_raw: int = 0,
+    anchored: bool = True,
+) -> TokenCount:
+    estimated = pad(raw_after) + (0 if anchored else prefix)
+    tokens = max(0, exact + estimated - saved)
     return TokenCount(
-        tokens=max(0, exact + estimated - saved), exact=exact, estimated=estimated, saved=saved
+        tokens=tokens,
+        exact=exact,
+        estimated=estimated,
+        saved=saved,
+        fixed_prefix=min(prefix, tokens + saved),
+        attachments=min(pad(attachment_raw), max(0, tokens + saved - prefix)),
+        prefix_source=source,
     )
 
 
@@ -248,21 +299,41 @@ def count_tokens(entries: Sequence[Entry]) -> TokenCount:
             anchor = _response_key(entries[index], index)
             break
     if anchor is None:
-        return _make_count(0, sum(estimate_entry_raw(e) for e in entries), 0)
+        attachment_raw = sum(estimate_entry_raw(e) for e in entries if e.type == "attachment")
+        return _make_count(
+            0,
+            sum(estimate_entry_raw(e) for e in entries),
+            0,
+            attachment_raw=attachment_raw,
+            anchored=False,
+        )
 
     exact = 0
     raw_after = 0
+    covered = 0  # what the anchoring response's usage covers: all before it, and itself
     seen_first = False
     for index, entry in enumerate(entries):
+        raw = estimate_entry_raw(entry)
         same_response = _response_key(entry, index) == anchor
         if same_response:
             if has_usable_usage(entry):
                 exact = max(exact, _usage_total(entry))
             seen_first = True
+            covered += raw
             continue
         if seen_first:
-            raw_after += estimate_entry_raw(entry)
-    return _make_count(exact, raw_after, 0)
+            raw_after += raw
+        else:
+            covered += raw
+    attachment_raw = sum(estimate_entry_raw(e) for e in entries if e.type == "attachment")
+    return _make_count(
+        exact,
+        raw_after,
+        0,
+        prefix=max(0, exact - pad(covered)),
+        source="usage",
+        attachment_raw=attachment_raw,
+    )
 
 
 class TokenCounter:
@@ -276,15 +347,21 @@ class TokenCounter:
 
     __slots__ = (
         "_anchor",
+        "_attachment_raw",
         "_cumulative_raw",
         "_first_cumulative",
         "_later_own_raw",
         "_max_usage",
         "_saved",
         "_seen",
+        "carried_prefix",
     )
 
-    def __init__(self, entries: Iterable[Entry] = ()) -> None:
+    def __init__(self, entries: Iterable[Entry] = (), carried_prefix: int = 0) -> None:
+        # The fixed prefix known from before this context (a compaction, the client's
+        # cacheSafeParams): counted until a response in the context reports usage.
+        self.carried_prefix = carried_prefix
+        self._attachment_raw = 0
         self._seen = 0
         self._cumulative_raw = 0
         self._first_cumulative: dict[_ResponseKey, int] = {}
@@ -295,6 +372,7 @@ class TokenCounter:
         self.extend(entries)
 
     def _clear(self) -> None:
+        self._attachment_raw = 0
         self._seen = 0
         self._cumulative_raw = 0
         self._first_cumulative.clear()
@@ -313,6 +391,8 @@ class TokenCounter:
         index = self._seen
         self._seen += 1
         self._cumulative_raw += raw
+        if entry.type == "attachment":
+            self._attachment_raw += raw
         key = _response_key(entry, index)
         if key is None:
             return
@@ -343,14 +423,44 @@ class TokenCounter:
             self._saved += tokens
 
     @property
+    def learned_prefix(self) -> int | None:
+        """The fixed prefix the anchoring response's usage implies, or None without one."""
+        anchor = self._anchor
+        if anchor is None:
+            return None
+        covered = self._first_cumulative[anchor] + self._later_own_raw[anchor]
+        return max(0, self._max_usage[anchor] - pad(covered))
+
+    @property
+    def fixed_prefix(self) -> int:
+        """The best figure of the fixed prefix now: learned from usage, else carried."""
+        learned = self.learned_prefix
+        return self.carried_prefix if learned is None else learned
+
+    @property
     def current(self) -> TokenCount:
         anchor = self._anchor
         if anchor is None:
-            return _make_count(0, self._cumulative_raw, self._saved)
+            return _make_count(
+                0,
+                self._cumulative_raw,
+                self._saved,
+                prefix=self.carried_prefix,
+                source="carried" if self.carried_prefix else "none",
+                attachment_raw=self._attachment_raw,
+                anchored=False,
+            )
         raw_after = (
             self._cumulative_raw - self._first_cumulative[anchor] - self._later_own_raw[anchor]
         )
-        return _make_count(self._max_usage[anchor], raw_after, self._saved)
+        return _make_count(
+            self._max_usage[anchor],
+            raw_after,
+            self._saved,
+            prefix=self.learned_prefix or 0,
+            source="usage",
+            attachment_raw=self._attachment_raw,
+        )
 
 
 # -- model limits -------------------------------------------------------------------------------
@@ -544,6 +654,11 @@ def token_status(
         compaction_enabled=flags.compaction_enabled,
         circuit_open=circuit_open,
         consecutive_failures=consecutive_failures,
+        fixed_prefix_tokens=count.fixed_prefix,
+        fixed_prefix_source=count.prefix_source,
+        message_tokens=count.messages,
+        attachment_tokens=count.attachments,
+        cleared_tokens=count.saved,
     )
 
 
@@ -597,6 +712,10 @@ CATEGORY_META: Final = "meta"
 CATEGORY_TOOL_REQUESTS: Final = "toolRequests"
 CATEGORY_TOOL_RESULTS: Final = "toolResults"
 CATEGORY_ATTACHMENTS: Final = "attachments"
+# The parts of the accounting that are not conversation: what every request carries besides the
+# messages, and what microcompact cleared since the last usage (a negative row).
+CATEGORY_FIXED_PREFIX: Final = "fixedPrefix"
+CATEGORY_CLEARED: Final = "clearedByMicrocompact"
 
 _CATEGORY_ORDER: Final = (
     CATEGORY_HUMAN,
@@ -662,12 +781,15 @@ def _user_block_category(entry: Entry, block: Block) -> str:
     return CATEGORY_HUMAN
 
 
-def breakdown(entries: Sequence[Entry]) -> BreakdownResult:
-    """Where the context goes, from padded estimates (usage cannot be split by category).
+def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> BreakdownResult:
+    """Where the next request's tokens go, from padded estimates (usage cannot be split).
 
-    Top-level categories partition the conversation, so their tokens sum to the total; tool
-    requests, tool results and attachments are further split by tool name / attachment type.
-    A file read more than once wastes the tokens of every read but the last.
+    Top-level categories partition the conversation; with ``count`` (the session's accounting)
+    they are joined by the fixed prefix and, when microcompact cleared results since the last
+    usage, by that saving as a negative row, so that the total is the status's total
+    (docs/thresholds.md#accounting). Tool requests, tool results and attachments are further
+    split by tool name / attachment type. A file read more than once wastes the tokens of every
+    read but the last.
     """
     tool_names: dict[str, str] = {}
     for entry in entries:
@@ -710,7 +832,24 @@ def breakdown(entries: Sequence[Entry]) -> BreakdownResult:
             else:
                 top.add(_user_block_category(entry, block), raw)
 
-    total = sum(pad(raw) for raw in top.raw.values())
+    conversation = sum(pad(raw) for raw in top.raw.values())
+    prefix = count.fixed_prefix if count is not None else 0
+    cleared = count.saved if count is not None else 0
+    total = max(0, prefix + conversation - cleared)
+    rows = top.categories(total, sort=False)
+    if prefix:
+        rows.insert(
+            0,
+            BreakdownCategory(
+                name=CATEGORY_FIXED_PREFIX, tokens=prefix, percent=_percent_of(prefix, total)
+            ),
+        )
+    if cleared:
+        rows.append(
+            BreakdownCategory(
+                name=CATEGORY_CLEARED, tokens=-cleared, percent=-_percent_of(cleared, total)
+            )
+        )
     duplicates = [
         DuplicateRead(
             path=path,
@@ -723,7 +862,7 @@ def breakdown(entries: Sequence[Entry]) -> BreakdownResult:
     duplicates.sort(key=lambda row: (-row.wasted_tokens, row.path))
     return BreakdownResult(
         total_tokens=total,
-        categories=top.categories(total, sort=False),
+        categories=rows,
         tool_requests=requests.categories(total, sort=True),
         tool_results=results.categories(total, sort=True),
         attachments=attachments.categories(total, sort=True),

@@ -18,7 +18,13 @@ from compactd.core import dispatch, recall
 from compactd.handlers.base import Context, Handler
 from compactd.handlers.compact import decide_auto
 from compactd.handlers.partial import plan_cut, selection_of
-from compactd.services.compaction import CompactionSpec, Selector, predict, select_whole_context
+from compactd.services.compaction import (
+    CompactionSpec,
+    Selector,
+    predict,
+    prefix_parts,
+    select_whole_context,
+)
 from compactd.services.micro import plan_micro
 from compactd.services.undo import undo_last
 
@@ -55,6 +61,18 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
             entries_kept=len(session.context()),
             reason=plan.reason,
         )
+    refusal = dispatch.prefix_refusal(app.status(session), prefix_parts(session))
+    if refusal is not None:
+        return p.PreviewResult(
+            mechanism=requested,
+            would_compact=False,
+            pre_tokens=pre,
+            estimated_post_tokens=pre,
+            entries_summarized=0,
+            entries_kept=len(session.context()),
+            reason=refusal,
+            reason_code="fixedPrefixTooLarge",
+        )
     # What compact/full or compact/partial would leave.
     spec = CompactionSpec(trigger="manual", mechanism=requested, select=_selector(params))
     outlook = await predict(app, session, spec)
@@ -68,8 +86,8 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
         entries_summarized=outlook.summarized,
         entries_kept=outlook.kept,
         reason=(
-            f"{requested} compaction: at most {outlook.post_tokens} tokens after, the summary "
-            "taken at its budget"
+            f"{requested} compaction: about {outlook.post_tokens} tokens after, the model's "
+            "summary estimated from the offline summary of the same entries"
             if outlook.bound
             else f"{requested} compaction: about {outlook.post_tokens} tokens after"
         ),

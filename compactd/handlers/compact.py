@@ -20,7 +20,7 @@ from compactd import protocol as p
 from compactd.core import dispatch
 from compactd.core.prompts import PromptKind
 from compactd.handlers.base import Context, Handler
-from compactd.services.compaction import CompactionSpec, predict, run_compaction
+from compactd.services.compaction import CompactionSpec, predict, prefix_parts, run_compaction
 from compactd.services.micro import microcompact_session, plan_micro
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ async def decide_auto(app: App, session: Session, force: bool) -> dispatch.Decis
         force=force,
         compacting=session.compacting,
         last_error=session.health.last_error,
+        prefix_parts=prefix_parts(session),
     )
     if dispatch.gate(situation) is not None:
         return dispatch.decide(situation)

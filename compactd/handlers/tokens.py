@@ -21,7 +21,8 @@ async def status(app: App, params: p.SessionParams, ctx: Context) -> p.TokenStat
 async def breakdown(app: App, params: p.SessionParams, ctx: Context) -> p.BreakdownResult:
     session = await app.get_session(params.session_id)
     # Inline sub-agent turns (sidechains) are not part of the main context.
-    return tokens.breakdown([r.entry for r in main_thread(session.context())])
+    count = session.counter.current
+    return tokens.breakdown([r.entry for r in main_thread(session.context())], count)
 
 
 HANDLERS: dict[str, Handler] = {

@@ -22,7 +22,6 @@ was; a cancel that arrives during the commit itself is too late and the compacti
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -198,6 +197,10 @@ async def run_compaction(
             f"session {session.session_id!r} is already being compacted; try again when it ends",
             sessionId=session.session_id,
         )
+    refusal = dispatch.prefix_refusal(app.status(session), prefix_parts(session))
+    if refusal is not None:
+        # No model call can help: the prefix alone fills the window up to the threshold.
+        raise p.CompactdError(p.ErrorCode.FIXED_PREFIX_TOO_LARGE, refusal)
     session.compacting = True
     run = _Run(app, session, spec, progress)
     try:
@@ -434,28 +437,41 @@ async def predict(
         cleared |= frozenset(micro.compacted_ids)
     offline = app.summarizer.offline
 
-    def written() -> str | None:
-        known = _summary_without_model(spec, offline, summarized, cleared)
-        if known is None:
-            return None
+    def written() -> tuple[str, bool]:
+        """The summary text and whether it only stands in for one a model would write."""
         ledger = build_ledger(summarized, cleared_tool_ids=cleared)
-        return complete_summary(format_summary(known[0]), ledger)[0]
+        known = _summary_without_model(spec, offline, summarized, cleared)
+        guessed = known is None
+        # A model's summary cannot be known before it is written: the offline summary of the
+        # same entries stands in for its length (both are then completed by the ledger).
+        text = offline_summary(summarized, cleared_tool_ids=cleared) if known is None else known[0]
+        return complete_summary(format_summary(text), ledger)[0], guessed
 
-    summary = await anyio.to_thread.run_sync(written)
+    summary, guessed = await anyio.to_thread.run_sync(written)
     attachments = await rehydration_attachments(app, session, kept)
-    post = dispatch.summary_post(
-        _continuation(session, spec, summary or "", selection.kept),
-        attachments=attachments,
-        kept=kept,
-        summary_budget=dispatch.summary_budget(summarized) if summary is None else 0,
-        # The microcompact boundary is appended last, so it lands among the kept entries.
-        saving=micro.tokens_saved if micro is not None and kept else 0,
-    )
+    # The microcompact boundary is appended last, so it lands among the kept entries.
+    saving = micro.tokens_saved if micro is not None and kept else 0
+    prefix = session.counter.fixed_prefix
+
+    def post_with(text: str, budget: int = 0) -> int:
+        return dispatch.summary_post(
+            _continuation(session, spec, text, selection.kept),
+            attachments=attachments,
+            kept=kept,
+            summary_budget=budget,
+            saving=saving,
+            prefix=prefix,
+        )
+
+    post = post_with(summary)
+    if guessed:
+        # Never more than the summary's budget allows.
+        post = min(post, post_with("", dispatch.summary_budget(summarized)))
     return dispatch.SummaryOutlook(
         post_tokens=post,
         summarized=len(summarized),
         kept=len(selection.kept_before) + len(selection.kept),
-        bound=summary is None,
+        bound=guessed,
     )
 
 
@@ -532,16 +548,12 @@ async def _finish_even_if_cancelled(fn: Callable[[], Awaitable[T]]) -> T:
 # -- the commit ----------------------------------------------------------------------------------
 
 
-def _fixed_prefix_tokens(cache_safe: dict[str, Any] | None) -> int:
-    """Estimate of what every request carries besides the messages: system prompt and tools."""
-    if not cache_safe:
-        return 0
-    chars = 0
-    for key in ("system", "tools"):
-        value = cache_safe.get(key)
-        if value:
-            chars += len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-    return tokens.pad(-(-chars // c.CHARS_PER_TOKEN))
+def prefix_parts(session: Session) -> str | None:
+    """What the fixed prefix is made of, from the client's cacheSafeParams, when it gave them."""
+    sizes = tokens.prefix_sizes(session.meta.cache_safe_params)
+    if not sizes:
+        return None
+    return ", ".join(f"{name} about {size:,} tokens" for name, size in sizes.items())
 
 
 def _discovered_tools(records: Sequence[Record], cache_safe: dict[str, Any] | None) -> list[str]:
@@ -648,6 +660,8 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             + appended_raw
         )
         after = tokens.pad(post_raw)
+        # What the next request carries besides the messages stays; the status counts it.
+        prefix = session.counter.fixed_prefix
         if after >= before:
             raise p.CompactdError(
                 p.ErrorCode.COMPACTION_INEFFECTIVE,
@@ -657,7 +671,6 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
                 postTokens=after,
             )
         warnings = list(prep.warnings)
-        prefix = _fixed_prefix_tokens(cache_safe)
         threshold = app.status(session).auto_compact_threshold
         if prefix + after >= threshold:
             warnings.append(
@@ -672,16 +685,19 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         metadata: dict[str, Any] = {
             "trigger": spec.trigger,
             "preTokens": prep.pre_tokens,
-            "postTokens": after,
+            "postTokens": prefix + after,
             "durationMs": duration_ms,
             "messagesSummarized": sum(
                 1 for r in prep.summarized if r.entry.type in ("user", "assistant")
             ),
             "preCompactDiscoveredTools": _discovered_tools(prep.summarized, cache_safe),
             "cumulativeDroppedTokens": _previous_dropped(prep.context_head)
-            + max(0, prep.pre_tokens - after),
+            + max(0, prep.pre_tokens - prefix - after),
             "mechanism": spec.mechanism,
             "compactionId": run.compaction_id,
+            # Carried to the compacted context until a response reports usage again
+            # (docs/thresholds.md#accounting).
+            "fixedPrefixTokens": prefix,
         }
         if preserved:
             metadata["preservedSegment"] = {

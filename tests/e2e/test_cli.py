@@ -21,7 +21,9 @@ VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e0
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
 # A window small enough that the fixtures (20K tokens at most) cross the auto-compact
 # threshold: 20,000 - 2,000 output = 18,000 effective, auto-compact at 5,000.
-SMALL_WINDOW = ["--context-window", "20000", "--max-output-tokens", "2000"]
+# A window the fixture overflows, whose threshold (19,000) stays above its fixed prefix (about
+# 15,000 tokens of system prompt and tools: below that no compaction could help).
+SMALL_WINDOW = ["--context-window", "34000", "--max-output-tokens", "2000"]
 
 
 async def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -132,7 +134,7 @@ async def test_replay_matches_a_client_driven_replay(spawn_daemon: SpawnDaemon) 
             client,
             plan,
             model="claude-sonnet-4-5",
-            context_window=20_000,
+            context_window=34_000,
             max_output_tokens=2_000,
             quiet=True,
         )

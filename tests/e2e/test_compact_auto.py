@@ -8,7 +8,6 @@ from compactd_client import RpcError
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
-    CACHE_SAFE,
     Harness,
     harness_fixture,
     open_session,
@@ -16,7 +15,7 @@ from tests.e2e.test_compact_support import (
     transcript_path,
 )
 from tests.emulator import Emulator, Reply, empty_reply
-from tests.helpers import transcript_lines
+from tests.helpers import MODEL, assistant, transcript_lines, user
 
 pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
 
@@ -24,6 +23,9 @@ harness = harness_fixture()
 
 # A 40K window: effective 20K, auto-compact threshold 7K; the test sessions hold about 16K.
 SMALL_WINDOW = 40_000
+# A window whose threshold the synthetic session is above, but whose headroom (75% of the
+# threshold) what time-based microcompact leaves of it fits in.
+MICRO_WINDOW = 45_000
 
 
 async def test_below_threshold_nothing_happens_and_force_compacts(h: Harness) -> None:
@@ -66,7 +68,7 @@ async def test_microcompact_alone_can_be_enough(h: Harness) -> None:
     # Stamped long ago: the prompt cache has expired, so time-based microcompact clears all
     # but the newest tool results, which brings the session under the threshold.
     entries = session_entries(recent=False)
-    sid = await open_session(client, entries, contextWindow=SMALL_WINDOW)
+    sid = await open_session(client, entries, contextWindow=MICRO_WINDOW)
     assert (await client.tokens_status(sid)).is_above_auto_compact_threshold
     result = await client.compact_auto(sid)
     assert result.was_compacted and result.mechanism == "micro"
@@ -74,6 +76,23 @@ async def test_microcompact_alone_can_be_enough(h: Harness) -> None:
     assert result.result is None
     assert result.status is not None and not result.status.is_above_auto_compact_threshold
     assert emu.message_requests == []
+
+
+async def test_microcompact_that_leaves_too_little_headroom_gives_way_to_a_summary(
+    spawn_daemon: SpawnDaemon,
+) -> None:
+    # In the 40K window, clearing old results would leave the session under the threshold
+    # but above 75% of it: it would cross again a few turns later. A full compaction runs.
+    async with spawn_daemon(options={"summarizer": {"offline": True}}) as client:
+        sid = await open_session(client, session_entries(recent=False), contextWindow=SMALL_WINDOW)
+        status = await client.tokens_status(sid)
+        micro = await client.compact_preview(sid, mechanism="micro")
+        room = int(status.auto_compact_threshold * 0.75)
+        assert room < micro.estimated_post_tokens < status.auto_compact_threshold
+        result = await client.compact_auto(sid)
+        assert result.was_compacted and result.mechanism == "full"
+        assert result.reason_code == "microcompactTooSmall"
+        assert result.status is not None and result.status.tokens <= room
 
 
 async def test_circuit_breaker_trips_after_three_failures_and_resets(h: Harness) -> None:
@@ -120,15 +139,49 @@ async def test_thrash_guard_refuses_a_summary_that_does_not_shrink(h: Harness) -
     assert (await client.tokens_status(sid)).consecutive_failures == 1
 
 
-async def test_fixed_prefix_above_the_threshold_is_reported(h: Harness) -> None:
-    client = h.client
-    huge_system = [{"type": "text", "text": "Rules of the house. " * 2_000}]
-    sid = await open_session(
-        client, cache_safe={**CACHE_SAFE, "system": huge_system}, contextWindow=SMALL_WINDOW
-    )
-    result = await client.compact_full(sid)
-    assert result.warnings is not None
-    assert any("fixed prefix" in w and "auto-compact threshold" in w for w in result.warnings)
+async def test_a_fixed_prefix_above_the_threshold_is_refused_before_any_model_call(
+    h: Harness,
+) -> None:
+    client, emu = h.client, h.emu
+    probe = await open_session(client, [], contextWindow=SMALL_WINDOW)
+    threshold = (await client.tokens_status(probe)).auto_compact_threshold
+    # A sub-agent whose answers already report more than the threshold for a few hundred
+    # characters of messages: the rest is its system prompt and tools.
+    entries = [
+        user("Find where the config is loaded.", uuid="u1"),
+        assistant(
+            "Looking.",
+            uuid="a1",
+            msg_id="m1",
+            model=MODEL,
+            usage={"input_tokens": threshold + 4_000, "output_tokens": 10},
+        ),
+        user("And its tests?", uuid="u2"),
+        assistant(
+            "They are in tests/config.",
+            uuid="a2",
+            msg_id="m2",
+            model=MODEL,
+            usage={"input_tokens": threshold + 4_030, "output_tokens": 12},
+        ),
+    ]
+    sid = await open_session(client, entries, contextWindow=SMALL_WINDOW)
+    status = await client.tokens_status(sid)
+    assert status.fixed_prefix_source == "usage"
+    assert status.fixed_prefix_tokens >= threshold and status.message_tokens < 100
+    preview = await client.compact_preview(sid)
+    assert not preview.would_compact and preview.reason_code == "fixedPrefixTooLarge"
+    assert f"{status.fixed_prefix_tokens} tokens" in preview.reason
+    assert str(threshold) in preview.reason
+    auto = await client.compact_auto(sid)
+    assert not auto.was_compacted and auto.reason_code == "fixedPrefixTooLarge"
+    forced = await client.compact_auto(sid, force=True)
+    assert not forced.was_compacted and forced.reason_code == "fixedPrefixTooLarge"
+    with pytest.raises(RpcError) as info:
+        await client.compact_full(sid)
+    assert info.value.code == p.ErrorCode.FIXED_PREFIX_TOO_LARGE
+    assert "system prompt" in str(info.value)
+    assert emu.message_requests == []
 
 
 async def test_disable_flags(spawn_emulated: SpawnDaemon, emulator: Emulator) -> None:

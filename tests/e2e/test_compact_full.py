@@ -224,7 +224,9 @@ async def test_bad_input_changes_nothing(h: Harness) -> None:
     assert info.value.code == p.ErrorCode.NOT_ENOUGH_MESSAGES
     assert h.emu.message_requests == []
     # The daemon is still fine.
-    assert (await client.tokens_status(sid)).tokens == 0
+    status = await client.tokens_status(sid)
+    # An empty conversation: the next request carries only the fixed prefix.
+    assert status.message_tokens == 0 and status.tokens == status.fixed_prefix_tokens > 0
 
 
 async def test_betas_and_metadata_of_the_main_loop_are_forwarded(h: Harness) -> None:

@@ -16,7 +16,7 @@ from compactd_client import Client
 
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon
-from tests.e2e.test_compact_auto import SMALL_WINDOW
+from tests.e2e.test_compact_auto import MICRO_WINDOW, SMALL_WINDOW
 from tests.e2e.test_compact_support import (
     Harness,
     harness_fixture,
@@ -73,7 +73,7 @@ async def test_nothing_to_do_below_the_threshold_and_forced(h: Harness) -> None:
 
 async def test_microcompact_alone(h: Harness) -> None:
     # Stamped long ago: time-based microcompact clears enough to get under the threshold.
-    sid = await open_session(h.client, session_entries(recent=False), contextWindow=SMALL_WINDOW)
+    sid = await open_session(h.client, session_entries(recent=False), contextWindow=MICRO_WINDOW)
     preview, auto = await preview_then_auto(h.client, sid)
     assert preview.mechanism == "micro" and preview.reason_code == "microcompactEnough"
     assert auto.micro is not None and auto.status is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import pytest
 
 from compactd.core import constants as c
@@ -16,6 +17,8 @@ from tests.helpers import MODEL, assistant, to_records, tool_call, tool_result, 
 LIMITS = tokens.model_limits(MODEL)
 THRESHOLD = tokens.thresholds(LIMITS).auto_compact_threshold
 ABOVE = THRESHOLD + 10_000
+# The most an automatic compaction may leave (docs/thresholds.md#accounting).
+ROOM = int(THRESHOLD * 0.75)
 
 
 def situation(
@@ -102,27 +105,28 @@ def test_past_the_gate_decide_needs_the_outlooks() -> None:
 # -- the fallback chain ------------------------------------------------------------------------------
 
 
-def test_microcompact_alone_when_it_gets_under_the_threshold() -> None:
+def test_microcompact_alone_when_it_leaves_the_headroom() -> None:
     s = situation(ABOVE)
-    d = decide(s, outlooks(saved=ABOVE - THRESHOLD + 1, notes=NOTES))
+    d = decide(s, outlooks(saved=ABOVE - ROOM, notes=NOTES))
     assert (d.mechanism, d.reason) == ("micro", "microcompactEnough")
-    assert d.micro is not None and d.micro.tokens_saved == ABOVE - THRESHOLD + 1
-    assert d.estimate_post == THRESHOLD - 1 == dispatch.micro_post(ABOVE, d.micro)
+    assert d.micro is not None and d.micro.tokens_saved == ABOVE - ROOM
+    assert d.estimate_post == ROOM == dispatch.micro_post(ABOVE, d.micro)
     assert (d.entries_summarized, d.entries_kept) == (0, s.entries)
 
 
 def test_microcompact_alone_needs_no_prediction_of_a_summary() -> None:
     s = situation(ABOVE)
-    enough = Outlooks(micro=micro_plan(ABOVE - THRESHOLD + 1))
+    enough = Outlooks(micro=micro_plan(ABOVE - ROOM))
     assert decide(s, enough) == dispatch.micro_alone(s, enough.micro)
-    short = Outlooks(micro=micro_plan(ABOVE - THRESHOLD))
+    short = Outlooks(micro=micro_plan(ABOVE - ROOM - 1))
     assert dispatch.micro_alone(s, short.micro) is None
     with pytest.raises(ValueError, match="full compaction's outlook"):
         decide(s, short)
 
 
-def test_microcompact_that_leaves_the_threshold_reached_is_not_enough() -> None:
-    d = decide(situation(ABOVE), outlooks(saved=ABOVE - THRESHOLD, notes=NOTES))
+def test_microcompact_that_leaves_less_headroom_is_not_enough() -> None:
+    # Under the threshold, but above 75% of it: it would cross again within a few turns.
+    d = decide(situation(ABOVE), outlooks(saved=ABOVE - THRESHOLD + 1, notes=NOTES))
     assert (d.mechanism, d.reason) == ("sessionMemory", "sessionMemoryFits")
     # It still runs first: the outlooks of the later mechanisms assume it did.
     assert d.micro is not None and d.micro.cleared
@@ -142,11 +146,23 @@ def test_session_memory_when_the_notes_fit() -> None:
     assert d.micro is not None and not d.micro.cleared  # ran, cleared nothing
 
 
-def test_full_when_the_notes_stay_at_or_above_the_threshold() -> None:
-    large = dataclasses.replace(NOTES, post_tokens=THRESHOLD)
+def test_full_when_the_notes_leave_less_headroom() -> None:
+    large = dataclasses.replace(NOTES, post_tokens=ROOM + 1)
     d = decide(situation(ABOVE), outlooks(notes=large))
     assert (d.mechanism, d.reason) == ("full", "sessionMemoryTooLarge")
-    assert f"about {THRESHOLD} of {THRESHOLD} tokens" in d.message
+    assert f"about {ROOM + 1} tokens" in d.message and f"at most {ROOM}" in d.message
+
+
+def test_a_fixed_prefix_above_the_threshold_stops_before_any_outlook() -> None:
+    s = dataclasses.replace(
+        situation(ABOVE, force=True),
+        prefix_parts="tools about 150,000 tokens",
+    )
+    status = msgspec.structs.replace(s.status, fixed_prefix_tokens=THRESHOLD + 5)
+    d = decide(dataclasses.replace(s, status=status))
+    assert (d.mechanism, d.reason) == ("none", "fixedPrefixTooLarge")
+    assert f"{THRESHOLD + 5} tokens (tools about 150,000 tokens)" in d.message
+    assert str(THRESHOLD) in d.message
 
 
 def test_full_without_notes_reports_its_bound() -> None:
@@ -162,7 +178,7 @@ def test_full_without_notes_reports_its_bound() -> None:
         None,
         bound=True,
     )
-    assert "at most 9000 tokens" in d.message
+    assert "about 9000 tokens" in d.message
 
 
 # -- estimates ----------------------------------------------------------------------------------------

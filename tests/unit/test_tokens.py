@@ -177,8 +177,10 @@ def test_parallel_tool_calls_anchor_at_first_entry_of_the_response() -> None:
 
     count = count_tokens(entries)
     expected_estimate = pad(estimate_entry_raw(r1) + estimate_entry_raw(r2))
-    assert count == TokenCount(
-        tokens=U_TOTAL + expected_estimate, exact=U_TOTAL, estimated=expected_estimate
+    assert (count.tokens, count.exact, count.estimated) == (
+        U_TOTAL + expected_estimate,
+        U_TOTAL,
+        expected_estimate,
     )
     # a2 is the same response as a1: covered by the usage, not estimated again
     assert count.estimated == pad(1_000 + 200)
@@ -205,7 +207,7 @@ def test_latest_response_is_the_anchor() -> None:
     new = assistant("new", msg_id="m2", use=usage(inp=500, out=20))
     tail = user("u" * 40)
     count = count_tokens([user("x" * 4_000), old, user("y" * 400), new, tail])
-    assert count == TokenCount(tokens=520 + pad(10), exact=520, estimated=pad(10))
+    assert (count.tokens, count.exact, count.estimated) == (520 + pad(10), 520, pad(10))
 
 
 @pytest.mark.parametrize(
@@ -221,7 +223,7 @@ def test_latest_response_is_the_anchor() -> None:
 def test_unusable_usage_falls_back_to_estimation(bad: dict[str, Any]) -> None:
     entries = [user("a" * 400), assistant("b" * 40, **bad), user("c" * 80)]
     count = count_tokens(entries)
-    assert count == TokenCount(tokens=pad(100 + 10 + 20), exact=0, estimated=pad(130))
+    assert (count.tokens, count.exact, count.estimated) == (pad(100 + 10 + 20), 0, pad(130))
 
 
 def test_synthetic_entry_after_a_real_response_is_estimated_not_anchored() -> None:
@@ -316,7 +318,8 @@ def test_incremental_new_anchor_whose_first_entry_came_in_the_same_batch() -> No
     counter.extend(batch)
     whole = [user("a" * 400), assistant("x", msg_id="m1", use=usage(inp=900)), *batch]
     assert counter.current == count_tokens(whole)
-    assert counter.current == TokenCount(2_000 + pad(30), 2_000, pad(30))
+    now = counter.current
+    assert (now.tokens, now.exact, now.estimated) == (2_000 + pad(30), 2_000, pad(30))
 
 
 def test_saving_applies_until_the_next_response() -> None:
@@ -330,7 +333,8 @@ def test_saving_applies_until_the_next_response() -> None:
     counter.extend([assistant("more", msg_id="m1", use=usage(inp=10_000))])
     assert counter.current.saved == 3_000
     counter.extend([assistant("next", msg_id="m2", use=usage(inp=8_000))])
-    assert counter.current == TokenCount(8_000, 8_000, 0)
+    now = counter.current
+    assert (now.tokens, now.exact, now.estimated) == (8_000, 8_000, 0)
     counter.apply_saving(100_000)
     assert counter.current.tokens == 0  # never negative
 
@@ -687,3 +691,24 @@ def test_record_estimates_match_entries_and_are_kept_while_live(tmp_path: Path) 
     assert records[0].raw_tokens == -1
     assert estimate_record_raw(records[0]) == 100
     assert records[0].raw_tokens == -1  # a released record keeps nothing
+
+
+def test_the_fixed_prefix_is_learned_from_usage_and_carried_across_a_rewrite() -> None:
+    # 900 input tokens reported for ~100 + ~3 tokens of messages: the rest is the prefix.
+    first = [user("a" * 400), assistant("x" * 12, msg_id="m1", use=usage(inp=900))]
+    counter = TokenCounter(first)
+    now = counter.current
+    covered = pad(100 + 3)
+    assert now.prefix_source == "usage"
+    assert now.fixed_prefix == 900 - covered
+    assert now.fixed_prefix + now.messages + now.attachments - now.saved == now.tokens
+    # A compaction rewrote the context: no usage yet, the prefix is carried.
+    rewritten = TokenCounter([user("s" * 800)], carried_prefix=counter.fixed_prefix)
+    after = rewritten.current
+    assert after.prefix_source == "carried"
+    assert after.tokens == counter.fixed_prefix + pad(200)
+    assert after.fixed_prefix + after.messages == after.tokens
+    # The next response's usage is learned again.
+    rewritten.extend([assistant("y" * 4, msg_id="m2", use=usage(inp=1_000))])
+    assert rewritten.current.prefix_source == "usage"
+    assert rewritten.current.fixed_prefix == 1_000 - pad(200 + 1)

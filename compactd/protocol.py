@@ -693,6 +693,8 @@ class CompactionStat(_Wire, kw_only=True):
     # User prompts after the compaction before the context passed the auto-compact threshold.
     refill_turns: int | None = None
     boundary_uuid: str | None = None
+    # A later compact/undo cancelled this compaction (undo entries themselves are not listed).
+    undone: bool = False
 
 
 class StatsResult(_Wire, kw_only=True):

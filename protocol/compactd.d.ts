@@ -134,6 +134,7 @@ export interface CompactionStat {
   postTokensEstimated?: boolean;
   refillTurns?: number | null;
   boundaryUuid?: string | null;
+  undone?: boolean;
 }
 
 export interface DuplicateRead {

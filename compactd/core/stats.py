@@ -202,9 +202,21 @@ def _refill(
 def compaction_stats(
     records: Sequence[Record], auto_compact_threshold: int
 ) -> list[p.CompactionStat]:
-    """One ``CompactionStat`` per ``compact_boundary`` in the transcript, oldest first."""
+    """One ``CompactionStat`` per compaction in the transcript, oldest first.
+
+    An undo entry is a boundary too, but no compaction: it is not listed, and the compaction it
+    cancelled is marked ``undone``.
+    """
     # Finding boundaries decodes no other line (see ``history.boundary_indices``).
-    boundaries = [i for i in boundary_indices(records) if records[i].subtype == "compact_boundary"]
+    found = [i for i in boundary_indices(records) if records[i].subtype == "compact_boundary"]
+    undone: set[str] = set()
+    boundaries: list[int] = []
+    for i in found:
+        meta_i = records[i].entry.compact_metadata
+        if meta_i is not None and meta_i.undoes:
+            undone.add(meta_i.undoes)
+        else:
+            boundaries.append(i)
     out: list[p.CompactionStat] = []
     for k, b in enumerate(boundaries):
         entry = records[b].entry
@@ -244,6 +256,9 @@ def compaction_stats(
                 boundary_uuid=entry.uuid,
             )
         )
+    for stat in out:
+        if stat.compaction_id in undone or stat.boundary_uuid in undone:
+            stat.undone = True
     return out
 
 

@@ -310,29 +310,21 @@ def count_tokens(entries: Sequence[Entry]) -> TokenCount:
 
     exact = 0
     raw_after = 0
-    covered = 0  # what the anchoring response's usage covers: all before it, and itself
     seen_first = False
     for index, entry in enumerate(entries):
-        raw = estimate_entry_raw(entry)
         same_response = _response_key(entry, index) == anchor
         if same_response:
             if has_usable_usage(entry):
                 exact = max(exact, _usage_total(entry))
             seen_first = True
-            covered += raw
             continue
         if seen_first:
-            raw_after += raw
-        else:
-            covered += raw
+            raw_after += estimate_entry_raw(entry)
     attachment_raw = sum(estimate_entry_raw(e) for e in entries if e.type == "attachment")
+    # The prefix rule (the largest figure any usage implies) is the counter's; not repeated.
+    prefix = TokenCounter(entries).learned_prefix or 0
     return _make_count(
-        exact,
-        raw_after,
-        0,
-        prefix=max(0, exact - pad(covered)),
-        source="usage",
-        attachment_raw=attachment_raw,
+        exact, raw_after, 0, prefix=prefix, source="usage", attachment_raw=attachment_raw
     )
 
 
@@ -348,6 +340,7 @@ class TokenCounter:
     __slots__ = (
         "_anchor",
         "_attachment_raw",
+        "_best_prefix",
         "_cumulative_raw",
         "_first_cumulative",
         "_later_own_raw",
@@ -361,6 +354,7 @@ class TokenCounter:
         # The fixed prefix known from before this context (a compaction, the client's
         # cacheSafeParams): counted until a response in the context reports usage.
         self.carried_prefix = carried_prefix
+        self._best_prefix: int | None = None
         self._attachment_raw = 0
         self._seen = 0
         self._cumulative_raw = 0
@@ -372,6 +366,7 @@ class TokenCounter:
         self.extend(entries)
 
     def _clear(self) -> None:
+        self._best_prefix = None
         self._attachment_raw = 0
         self._seen = 0
         self._cumulative_raw = 0
@@ -411,6 +406,9 @@ class TokenCounter:
                 # A new response's usage already reflects any clearing done before it.
                 self._anchor = key
                 self._saved = 0
+            implied = self._implied_prefix(key)
+            if self._best_prefix is None or implied > self._best_prefix:
+                self._best_prefix = implied
 
     def reset(self, entries: Iterable[Entry] = ()) -> None:
         """Forget everything and recount ``entries`` (after a compaction rewrote the context)."""
@@ -422,14 +420,21 @@ class TokenCounter:
         if tokens > 0:
             self._saved += tokens
 
+    def _implied_prefix(self, key: _ResponseKey) -> int:
+        """What the response's usage says the prefix is: its usage less the padded estimate of
+        the messages it covered (everything before it, and itself)."""
+        covered = self._first_cumulative[key] + self._later_own_raw[key]
+        return max(0, self._max_usage[key] - pad(covered))
+
     @property
     def learned_prefix(self) -> int | None:
-        """The fixed prefix the anchoring response's usage implies, or None without one."""
-        anchor = self._anchor
-        if anchor is None:
-            return None
-        covered = self._first_cumulative[anchor] + self._later_own_raw[anchor]
-        return max(0, self._max_usage[anchor] - pad(covered))
+        """The fixed prefix learned from the usage in this context, or None without any.
+
+        Each response's usage implies a figure; the largest is kept. The padded estimate
+        errs high on the messages, more the more of them a usage covers, so the figure of the
+        response that covered the fewest messages, usually the first, is the truest.
+        """
+        return self._best_prefix
 
     @property
     def fixed_prefix(self) -> int:
@@ -453,11 +458,12 @@ class TokenCounter:
         raw_after = (
             self._cumulative_raw - self._first_cumulative[anchor] - self._later_own_raw[anchor]
         )
+        prefix = self.learned_prefix or 0
         return _make_count(
             self._max_usage[anchor],
             raw_after,
             self._saved,
-            prefix=self.learned_prefix or 0,
+            prefix=prefix,
             source="usage",
             attachment_raw=self._attachment_raw,
         )

@@ -35,7 +35,6 @@ from tests.e2e.test_compact_support import CACHE_SAFE  # noqa: E402
 from tests.emulator.tokens import estimate_tokens, output_tokens_for  # noqa: E402
 from tests.helpers import CWD  # noqa: E402
 
-
 DEBUG = "-v" in sys.argv
 
 

@@ -152,15 +152,25 @@ def _gauge(status: p.TokenStatus, width: int = 40) -> str:
 
 
 def _print_status(status: p.TokenStatus) -> None:
-    print(f"  context   {_gauge(status)}")
-    # Microcompact savings not yet reflected in a newer response's usage are subtracted.
-    cleared = status.exact_tokens + status.estimated_tokens - status.tokens
-    minus = f" - cleared {cleared:,}" if cleared > 0 else ""
+    print(f"  next request {_gauge(status)}")
+    print(f"  {_parts(status)}")
     print(
-        f"  exact {status.exact_tokens:,} + estimated {status.estimated_tokens:,}{minus}; "
-        f"window {status.context_window:,}, effective {status.effective_window:,}, "
+        f"  window {status.context_window:,}, effective {status.effective_window:,}, "
         f"auto-compact at {status.auto_compact_threshold:,}, {status.percent_left}% left"
     )
+
+
+def _parts(status: p.TokenStatus) -> str:
+    """The status's total in its parts (docs/thresholds.md#accounting)."""
+    out = (
+        f"system prompt and tools {status.fixed_prefix_tokens:,} + messages "
+        f"{status.message_tokens:,}"
+    )
+    if status.attachment_tokens:
+        out += f" + attachments {status.attachment_tokens:,}"
+    if status.cleared_tokens:
+        out += f" - cleared by microcompact {status.cleared_tokens:,}"
+    return out
 
 
 def _print_breakdown(bd: p.BreakdownResult) -> None:
@@ -249,8 +259,10 @@ async def _demo_compaction(client: Client, session_id: str) -> None:
         print(f"  not compacted: {exc}")
         return
     summary = result.summary["message"]["content"]
+    status = await client.tokens_status(session_id)
     print(
-        f"  {result.pre_compact_tokens:,} -> {result.post_compact_tokens:,} tokens in "
+        f"  {result.pre_compact_tokens:,} -> {result.post_compact_tokens:,} tokens (the system "
+        f"prompt and tools, {status.fixed_prefix_tokens:,}, are sent either way) in "
         f"{result.duration_ms:,} ms ({result.summarizer} summary, {len(summary):,} characters; "
         f"{len(result.attachments)} attachment(s) re-injected)"
     )
@@ -258,7 +270,7 @@ async def _demo_compaction(client: Client, session_id: str) -> None:
     for line in shown:
         print(f"  | {line}")
     print("  | ...")
-    _print_status(await client.tokens_status(session_id))
+    _print_status(status)
     after = await client.messages(session_id)
     print(f"  API view after compaction: {len(after.messages)} message(s)")
 
@@ -281,7 +293,7 @@ async def _demo_auto(client: Client) -> None:
     outcome = await replay_session(
         client, plan, model="claude-sonnet-4-5", context_window=REPLAY_SYNTHETIC_WINDOW
     )
-    _print_timeline(outcome.events, outcome.saved)
+    _print_timeline(outcome.events, outcome.saved, refused=outcome.refusals > 0)
     print(
         f"model calls: {outcome.model_calls} (summaries), billing about "
         f"{outcome.billed_input_tokens:,} input tokens"
@@ -493,6 +505,8 @@ class ReplayOutcome:
     transcript_path: str
     events: list[ReplayEvent]
     status: p.TokenStatus
+    # Reasons compact/auto gave for not compacting above the threshold.
+    refusals: int = 0
 
     @property
     def saved(self) -> int:
@@ -565,7 +579,7 @@ async def replay_session(
         if not quiet:
             progress.update(done, status)
     progress.finish()
-    return ReplayOutcome(sid, opened.transcript_path, events, status)
+    return ReplayOutcome(sid, opened.transcript_path, events, status, len(reasons))
 
 
 async def replay(
@@ -637,7 +651,7 @@ async def replay(
         }
         print(msgspec.json.encode(out).decode())
         return 0
-    _print_timeline(outcome.events, outcome.saved)
+    _print_timeline(outcome.events, outcome.saved, refused=outcome.refusals > 0)
     print(
         f"model calls: {outcome.model_calls} (summaries), billing about "
         f"{outcome.billed_input_tokens:,} input tokens"
@@ -646,9 +660,13 @@ async def replay(
     return 0
 
 
-def _print_timeline(events: list[ReplayEvent], saved: int) -> None:
+def _print_timeline(events: list[ReplayEvent], saved: int, refused: bool = False) -> None:
     if not events:
-        print("no compactions: the conversation stayed below the auto-compact threshold")
+        print(
+            "no compactions: each one was refused (reasons above)"
+            if refused
+            else "no compactions: the conversation stayed below the auto-compact threshold"
+        )
         return
     print(f"timeline: {len(events)} compaction(s)")
     print(f"  {'entry':>7}  {'mechanism':<13} {'before':>10} -> {'after':>10}")

@@ -1,0 +1,109 @@
+"""Benchmark of one session's long history of compactions and undos, through the real daemon.
+
+Run: ``.venv/bin/python tests/bench/bench_history_ops.py [OPS] [CYCLES]`` (defaults 600 and 20).
+The summarizer is the offline one, so the figures are the daemon's own work.
+
+1. A seeded random mix of ``OPS`` operations on one session (``tests/history_mix.py``):
+   appends, ``compact/full``, ``compact/partial`` ``from`` / ``upTo`` at random prompts,
+   ``compact/micro`` and ``compact/undo``, each followed by ``session/messages`` and
+   ``tokens/status``. For each kind: the median time of its first 50 and last 50 requests
+   (fewer when the kind ran fewer than 100 times) and their ratio. Target: last within 2x.
+2. ``CYCLES`` cycles of ``compact/partial`` (``from`` a fixed prompt) + ``compact/undo`` on one
+   session, then the daemon is restarted on the same data and ``CYCLES`` more run: the first
+   and last cycle of each run, the ratio (target: within 2x), and the first request after the
+   restart, which loads the session from its transcript.
+The baseline of each ratio is measured in the same run: the first requests of the same kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from compactd_client import Client
+
+# Run as a plain script (``make bench``): make the repository's ``tests`` package importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.conftest import daemon_args  # noqa: E402
+from tests.history_mix import KINDS, OPTIONS, Mix, partial_undo_cycle  # noqa: E402
+
+SEED = 18
+WINDOW = 50  # requests at each end of a kind's series
+CYCLE_TURNS = 40  # turns appended before the partial / undo cycles
+CYCLE_PIVOT = "q20"
+
+
+def _arg(index: int, default: int) -> int:
+    return int(sys.argv[index]) if len(sys.argv) > index else default
+
+
+def _ends(samples: list[float]) -> tuple[float, float, int]:
+    n = min(WINDOW, len(samples) // 2)
+    return statistics.median(samples[:n]), statistics.median(samples[-n:]), n
+
+
+async def run_mix(data: Path, ops: int) -> None:
+    started = time.perf_counter()
+    async with Client.spawn(daemon_args(data), initialization_options=OPTIONS) as client:
+        mix = await Mix.open(client, random.Random(SEED))
+        await mix.append(4)
+        for _ in range(ops):
+            await mix.step()
+    wall = time.perf_counter() - started
+    print(f"{ops} random operations on one session ({mix.turns} turns appended), {wall:.1f} s")
+    print(f"  {'request':<18} {'count':>5} {'refused':>7} {'first':>9} {'last':>9} {'ratio':>6}")
+    for kind in (*KINDS, "session/messages", "tokens/status"):
+        samples = mix.times.get(kind, [])
+        if len(samples) < 2:
+            print(f"  {kind:<18} {len(samples):>5} (too few to compare)")
+            continue
+        first, last, n = _ends(samples)
+        print(
+            f"  {kind:<18} {len(samples):>5} {mix.refused.get(kind, 0):>7} {first:>7.1f}ms "
+            f"{last:>7.1f}ms {last / first:>5.2f}x  (medians of {n})"
+        )
+
+
+async def _cycles(client: Client, sid: str, count: int) -> list[tuple[float, float]]:
+    return [await partial_undo_cycle(client, sid, CYCLE_PIVOT) for _ in range(count)]
+
+
+def _report(label: str, cycles: list[tuple[float, float]]) -> None:
+    first, last = cycles[0], cycles[-1]
+    print(
+        f"  {label:<15} first: partial {first[0]:7.1f} ms, undo {first[1]:7.1f} ms | "
+        f"last: partial {last[0]:7.1f} ms, undo {last[1]:7.1f} ms | "
+        f"ratio {sum(last) / sum(first):5.2f}x"
+    )
+
+
+async def run_cycles(data: Path, count: int) -> None:
+    async with Client.spawn(daemon_args(data), initialization_options=OPTIONS) as client:
+        mix = await Mix.open(client, random.Random(SEED))
+        await mix.append(CYCLE_TURNS)
+        before = await _cycles(client, mix.sid, count)
+    async with Client.spawn(daemon_args(data), initialization_options=OPTIONS) as client:
+        start = time.perf_counter()
+        await client.tokens_status(mix.sid)
+        load_ms = (time.perf_counter() - start) * 1000
+        after = await _cycles(client, mix.sid, count)
+    print(f"{count} cycles of compact/partial (from {CYCLE_PIVOT}) + compact/undo, one session")
+    _report("before restart", before)
+    print(f"  first request after the restart (loads the session): {load_ms:.1f} ms")
+    _report("after restart", after)
+
+
+async def main() -> None:
+    ops, cycles = _arg(1, 600), _arg(2, 20)
+    with tempfile.TemporaryDirectory(prefix="compactd-history-") as tmp:
+        await run_mix(Path(tmp) / "mix", ops)
+        await run_cycles(Path(tmp) / "cycles", cycles)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -15,6 +15,7 @@ is truncated on load.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ from typing import Any
 import msgspec
 
 from compactd.history import History, boundary_indices
-from compactd.model import ParseReport, Record, forget_file, parse_buffer
+from compactd.model import ParseReport, Record, forget_file, parse_buffer, read_line
 
 # Session ids become directory names: keep them to a conservative alphabet.
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -200,7 +201,8 @@ def _history_of(
     decoded whole; ``Session.rebuild`` brings back what its context needs (entries a partial
     compaction kept, the view an undo restores).
     """
-    records = History()
+    # The history reads released lines back through the store's descriptor of the file.
+    records = History(reader=functools.partial(read_line, path))
     end = 0
     for offset, record in parse_buffer(data, report):
         if written is None:

@@ -194,7 +194,7 @@ class App:
                 session.meta = _updated_meta(session.meta, params)
                 await anyio.to_thread.run_sync(self.store.write_meta, session.meta)
                 if session.meta.cwd != old_cwd:
-                    session.rebuild()  # read-file state is relative to the cwd
+                    await session.refresh()  # read-file state is relative to the cwd
             return self._open_result(session)
 
         data = b""
@@ -215,7 +215,7 @@ class App:
             created_at=time.time(),
         )
 
-        def create() -> LoadedTranscript:
+        def create() -> Session:
             loaded = self.store.create_transcript(sid, data)
             if not loaded.records and loaded.report.skipped:
                 self.store.discard(sid)
@@ -226,10 +226,10 @@ class App:
                 )
             # The meta file comes last: until it exists the session does not either.
             self.store.write_meta(meta)
-            return loaded
+            # Built here too: the view of a large import takes a while to work out.
+            return self._session(sid, meta, loaded)
 
-        loaded = await anyio.to_thread.run_sync(create)
-        session = self._session(sid, meta, loaded)
+        session = await anyio.to_thread.run_sync(create)
         self.sessions[sid] = session
         return self._open_result(session)
 
@@ -282,7 +282,7 @@ class App:
         if not records:
             return
         await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
-        session.extend(records)
+        await session.add(records)
         for observer in self.append_observers:
             try:
                 observer(session, records)

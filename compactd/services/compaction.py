@@ -241,8 +241,11 @@ async def _prepare(run: _Run) -> _Prepared:
     kept_before = [r for r in selection.kept_before if not r.entry.is_compact_boundary]
     shown = list(selection.request) if selection.request is not None else summarized
     # Exactly what the main loop sends (session/messages), so the cache-sharing request
-    # reads the main loop's cached prefix.
-    messages = to_api_messages(shown, cleared_tool_ids=cleared)
+    # reads the main loop's cached prefix. Built in a worker thread, like the offline summary
+    # below: on a long context it takes a while, and other sessions' requests go on meanwhile.
+    messages = await anyio.to_thread.run_sync(
+        lambda: to_api_messages(shown, cleared_tool_ids=cleared)
+    )
     if not _has_exchange(messages):
         raise p.CompactdError(
             p.ErrorCode.NOT_ENOUGH_MESSAGES,
@@ -286,7 +289,9 @@ async def _prepare(run: _Run) -> _Prepared:
         raw = spec.summary_override
         mode: str = spec.mechanism
     elif summarizer.offline:
-        raw = offline_summary(summarized, cleared_tool_ids=cleared)
+        raw = await anyio.to_thread.run_sync(
+            lambda: offline_summary(summarized, cleared_tool_ids=cleared)
+        )
         mode = "offline"
     else:
         request = SummaryRequest(
@@ -314,7 +319,9 @@ async def _prepare(run: _Run) -> _Prepared:
                 "from the transcript instead"
             )
             run.status("summarizing", "the API failed; building the summary offline")
-            raw = offline_summary(summarized, cleared_tool_ids=cleared)
+            raw = await anyio.to_thread.run_sync(
+                lambda: offline_summary(summarized, cleared_tool_ids=cleared)
+            )
             mode = "offlineFallback"
         else:
             raw = outcome.text

@@ -16,6 +16,7 @@ prompt-cache markers sit, are not part of what an undo restores.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -165,6 +166,26 @@ class Mix:
             for item in self._stack:
                 item.since.extend(added)
 
+    async def grow(self, count: int, batch: int = 50) -> None:
+        """Append ``count`` turns in a few requests, untimed and unchecked (to set a scene)."""
+        assert not self._stack, "grow would leave the account of undos behind"
+        for start in range(0, count, batch):
+            entries = []
+            for _ in range(min(batch, count - start)):
+                entries += turn(self.turns, self.parent)
+                self.turns += 1
+                self.parent = entries[-1]["uuid"]
+            await self.client.append(self.sid, entries)
+        await self.view()
+
+    async def long_history(self, rounds: int, turns: int) -> None:
+        """``rounds`` times: ``turns`` turns, then a full compaction; then ``turns`` more."""
+        for _ in range(rounds):
+            await self.grow(turns)
+            result = await self.client.compact_full(self.sid)
+            self.parent = str(result.summary["uuid"])
+        await self.grow(turns)
+
     async def step(self, kind: str | None = None) -> str:
         """Run one operation (random by ``WEIGHTS`` unless named); returns its kind."""
         if kind is None:
@@ -228,6 +249,35 @@ class Mix:
                 f"before it: {len(view)} blocks, expected {len(expected)}"
             )
             self.undo_checks += 1
+
+    async def undo_all(self) -> int:
+        """Undo every compaction still in effect, newest first; returns how many."""
+        count = len(self._stack)
+        while self._stack:
+            await self.undo()
+        return count
+
+
+async def status_while(client: Client, sid: str, work: Awaitable[T]) -> tuple[T, list[float]]:
+    """Await ``work`` while asking for ``tokens/status`` of ``sid`` over and over; returns the
+    result of ``work`` and how long each status answer took, in milliseconds."""
+    answers: list[float] = []
+    done = asyncio.Event()
+
+    async def poll() -> None:
+        while not done.is_set():
+            start = time.perf_counter()
+            await client.tokens_status(sid)
+            answers.append((time.perf_counter() - start) * 1000)
+            await asyncio.sleep(0.002)
+
+    poller = asyncio.create_task(poll())
+    try:
+        result = await work
+    finally:
+        done.set()
+        await poller
+    return result, answers
 
 
 async def partial_undo_cycle(client: Client, sid: str, pivot: str) -> tuple[float, float]:

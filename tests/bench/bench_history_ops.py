@@ -1,7 +1,7 @@
 """Benchmark of one session's long history of compactions and undos, through the real daemon.
 
-Run: ``.venv/bin/python tests/bench/bench_history_ops.py [OPS] [CYCLES]`` (defaults 600 and 20).
-The summarizer is the offline one, so the figures are the daemon's own work.
+Run: ``.venv/bin/python tests/bench/bench_history_ops.py [OPS] [CYCLES] [IMPORT_MB]`` (defaults
+600, 20 and 200). The summarizer is the offline one, so the figures are the daemon's own work.
 
 1. A seeded random mix of ``OPS`` operations on one session (``tests/history_mix.py``):
    appends, ``compact/full``, ``compact/partial`` ``from`` / ``upTo`` at random prompts,
@@ -12,12 +12,16 @@ The summarizer is the offline one, so the figures are the daemon's own work.
    session, then the daemon is restarted on the same data and ``CYCLES`` more run: the first
    and last cycle of each run, the ratio (target: within 2x), and the first request after the
    restart, which loads the session from its transcript.
+3. ``tokens/status`` of an idle session, asked over and over while another session works:
+   during ten partial / undo cycles on a long history, and during the import of an
+   ``IMPORT_MB`` MB transcript. Target: every answer within a few milliseconds.
 The baseline of each ratio is measured in the same run: the first requests of the same kind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import statistics
 import sys
@@ -30,7 +34,15 @@ from compactd_client import Client
 # Run as a plain script (``make bench``): make the repository's ``tests`` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.conftest import daemon_args  # noqa: E402
-from tests.history_mix import KINDS, OPTIONS, Mix, partial_undo_cycle  # noqa: E402
+from tests.helpers import MODEL  # noqa: E402
+from tests.history_mix import (  # noqa: E402
+    KINDS,
+    OPTIONS,
+    Mix,
+    partial_undo_cycle,
+    status_while,
+    turn,
+)
 
 SEED = 18
 WINDOW = 50  # requests at each end of a kind's series
@@ -98,11 +110,55 @@ async def run_cycles(data: Path, count: int) -> None:
     _report("after restart", after)
 
 
+def _answers(label: str, answers: list[float]) -> None:
+    print(
+        f"  {label:<44} {len(answers):>4} answers, median {statistics.median(answers):5.1f} ms, "
+        f"max {max(answers):6.1f} ms"
+    )
+
+
+def _write_transcript(path: Path, megabytes: int) -> int:
+    """A linked transcript of about ``megabytes`` MB; returns its number of turns."""
+    count, parent = 0, None
+    with path.open("w") as fh:
+        while fh.tell() < megabytes * 1_000_000:
+            for entry in turn(count, parent, output_lines=200):
+                fh.write(json.dumps(entry) + "\n")
+            parent = f"a{count}"
+            count += 1
+    return count
+
+
+async def run_stalls(data: Path, megabytes: int) -> None:
+    source = data / "import.jsonl"
+    data.mkdir(parents=True)
+    turns = _write_transcript(source, megabytes)
+    print("tokens/status of an idle session while another one works")
+    async with Client.spawn(daemon_args(data), initialization_options=OPTIONS) as client:
+        idle = await Mix.open(client, random.Random(SEED))
+        await idle.append(2)
+        busy = await Mix.open(client, random.Random(SEED))
+        await busy.long_history(rounds=8, turns=40)
+
+        async def cycles() -> None:
+            for _ in range(10):
+                await partial_undo_cycle(client, busy.sid, "q330")
+
+        _, answers = await status_while(client, idle.sid, cycles())
+        _answers("during 10 partial/undo cycles (long history)", answers)
+        imported = client.open_session(
+            cwd="/w", model=MODEL, context_window=2_000_000, transcript_path=str(source)
+        )
+        _, answers = await status_while(client, idle.sid, imported)
+        _answers(f"during the import of {megabytes} MB ({turns} turns)", answers)
+
+
 async def main() -> None:
-    ops, cycles = _arg(1, 600), _arg(2, 20)
+    ops, cycles, megabytes = _arg(1, 600), _arg(2, 20), _arg(3, 200)
     with tempfile.TemporaryDirectory(prefix="compactd-history-") as tmp:
         await run_mix(Path(tmp) / "mix", ops)
         await run_cycles(Path(tmp) / "cycles", cycles)
+        await run_stalls(Path(tmp) / "stalls", megabytes)
 
 
 if __name__ == "__main__":

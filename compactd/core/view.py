@@ -258,27 +258,24 @@ class ViewIndex:
 
     def preserved(self, b: int) -> list[Record]:
         """``preserved_records(records, b)``."""
-        meta = self.records[b].entry.compact_metadata
-        segment = meta.preserved_segment if meta is not None else None
-        if segment is None:
-            return []
-        try:
-            self._sync()
-            self._resolve(b - 1)
-            return [self.records[i] for i in self._kept(b, segment)]
-        finally:
-            self._facts.clear()
+        return self._relinked(b, prefix=False)
 
     def preserved_prefix(self, b: int) -> list[Record]:
         """``preserved_prefix_records(records, b)``."""
+        return self._relinked(b, prefix=True)
+
+    def _relinked(self, b: int, *, prefix: bool) -> list[Record]:
         meta = self.records[b].entry.compact_metadata
-        segment = meta.preserved_prefix if meta is not None else None
+        if meta is None:
+            return []
+        segment = meta.preserved_prefix if prefix else meta.preserved_segment
         if segment is None:
             return []
         try:
             self._sync()
             self._resolve(b - 1)
-            return [self.records[i] for i in self._prefix(b, segment)]
+            lines = self._prefix(b, segment) if prefix else self._kept(b, segment)
+            return [self.records[i] for i in lines]
         finally:
             self._facts.clear()
 

@@ -46,6 +46,7 @@ from tests.history_mix import (  # noqa: E402
 
 SEED = 18
 WINDOW = 50  # requests at each end of a kind's series
+PROGRESS_EVERY = 100  # operations between two lines of progress
 CYCLE_TURNS = 40  # turns appended before the partial / undo cycles
 CYCLE_PIVOT = "q20"
 
@@ -60,14 +61,20 @@ def _ends(samples: list[float]) -> tuple[float, float, int]:
 
 
 async def run_mix(data: Path, ops: int) -> None:
+    print(f"{ops} random operations on one session (seed {SEED})")
     started = time.perf_counter()
     async with Client.spawn(daemon_args(data), initialization_options=OPTIONS) as client:
         mix = await Mix.open(client, random.Random(SEED))
         await mix.append(4)
-        for _ in range(ops):
+        block = time.perf_counter()
+        for done in range(1, ops + 1):
             await mix.step()
+            if done % PROGRESS_EVERY == 0:
+                now = time.perf_counter()
+                print(f"  operations {done - PROGRESS_EVERY + 1}-{done}: {now - block:.1f} s")
+                block = now
     wall = time.perf_counter() - started
-    print(f"{ops} random operations on one session ({mix.turns} turns appended), {wall:.1f} s")
+    print(f"  in all {wall:.1f} s, {mix.turns} turns appended")
     print(f"  {'request':<18} {'count':>5} {'refused':>7} {'first':>9} {'last':>9} {'ratio':>6}")
     for kind in (*KINDS, "session/messages", "tokens/status"):
         samples = mix.times.get(kind, [])
@@ -154,6 +161,7 @@ async def run_stalls(data: Path, megabytes: int) -> None:
 
 
 async def main() -> None:
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
     ops, cycles, megabytes = _arg(1, 600), _arg(2, 20), _arg(3, 200)
     with tempfile.TemporaryDirectory(prefix="compactd-history-") as tmp:
         await run_mix(Path(tmp) / "mix", ops)

@@ -123,6 +123,9 @@ class Mix:
     parent: str | None = None
     # Milliseconds per request kind, in order; refused operations are counted, not timed.
     times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    # Beside each time: the context's tokens (tokens/status) when the request was sent.
+    sizes: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    tokens: int = 0
     refused: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     undo_checks: int = 0
     _stack: list[_Undoable] = field(default_factory=list)
@@ -137,12 +140,14 @@ class Mix:
         start = time.perf_counter()
         result = await call
         self.times[kind].append((time.perf_counter() - start) * 1000)
+        self.sizes[kind].append(self.tokens)
         return result
 
     async def view(self) -> list[Block]:
         """The current view (timed as ``session/messages``) and, after it, ``tokens/status``."""
         got = await self._timed("session/messages", self.client.messages(self.sid))
-        await self._timed("tokens/status", self.client.tokens_status(self.sid))
+        status = await self._timed("tokens/status", self.client.tokens_status(self.sid))
+        self.tokens = status.tokens
         self._view = flat_blocks(got.messages)
         return self._view
 
@@ -226,6 +231,7 @@ class Mix:
             return
         if result.boundary is None:  # a microcompact with nothing to clear writes nothing
             self.times[kind].pop()
+            self.sizes[kind].pop()
             self.refused[kind] += 1
             return
         if kind != "micro":

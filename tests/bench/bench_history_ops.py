@@ -8,6 +8,10 @@ Run: ``.venv/bin/python tests/bench/bench_history_ops.py [OPS] [CYCLES] [IMPORT_
    ``compact/micro`` and ``compact/undo``, each followed by ``session/messages`` and
    ``tokens/status``. For each kind: the median time of its first 50 and last 50 requests
    (fewer when the kind ran fewer than 100 times) and their ratio. Target: last within 2x.
+   Beside them, the median size of the context those requests saw: a compaction's own work
+   (summarizing, counting) follows the context, and the offline summary of a long session
+   keeps every prompt, so the context grows along the run even though the history does not
+   weigh on the view.
 2. ``CYCLES`` cycles of ``compact/partial`` (``from`` a fixed prompt) + ``compact/undo`` on one
    session, then the daemon is restarted on the same data and ``CYCLES`` more run: the first
    and last cycle of each run, the ratio (target: within 2x), and the first request after the
@@ -75,16 +79,21 @@ async def run_mix(data: Path, ops: int) -> None:
                 block = now
     wall = time.perf_counter() - started
     print(f"  in all {wall:.1f} s, {mix.turns} turns appended")
-    print(f"  {'request':<18} {'count':>5} {'refused':>7} {'first':>9} {'last':>9} {'ratio':>6}")
+    print(
+        f"  {'request':<18} {'count':>5} {'refused':>7} {'first':>9} {'last':>9} {'ratio':>6}"
+        f"   context tokens, first -> last"
+    )
     for kind in (*KINDS, "session/messages", "tokens/status"):
         samples = mix.times.get(kind, [])
         if len(samples) < 2:
             print(f"  {kind:<18} {len(samples):>5} (too few to compare)")
             continue
         first, last, n = _ends(samples)
+        small, large, _ = _ends([float(t) for t in mix.sizes[kind]])
         print(
             f"  {kind:<18} {len(samples):>5} {mix.refused.get(kind, 0):>7} {first:>7.1f}ms "
-            f"{last:>7.1f}ms {last / first:>5.2f}x  (medians of {n})"
+            f"{last:>7.1f}ms {last / first:>5.2f}x   {small:>7,.0f} -> {large:>7,.0f}"
+            f"  (medians of {n})"
         )
 
 

@@ -48,7 +48,13 @@ __all__ = [
 ]
 
 
-class _BlockBase(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
+# The structs of a decoded line are not tracked by the cycle collector (``gc=False``): a line
+# decodes to a tree that never refers back to itself, and a long context holds hundreds of
+# thousands of them, which the collector would otherwise walk again and again while a large
+# transcript loads, stopping every thread (other sessions' requests included) each time.
+
+
+class _BlockBase(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True, gc=False):
     cache_control: dict[str, Any] | None = None
 
 
@@ -112,7 +118,7 @@ _KNOWN_BLOCK_TYPES = frozenset(
 )
 
 
-class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
+class Usage(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
     input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
@@ -128,7 +134,7 @@ class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
         )
 
 
-class Message(msgspec.Struct, omit_defaults=True, kw_only=True):
+class Message(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
     role: str = ""
     content: str | list[Block] = ""
     id: str | None = None
@@ -137,13 +143,13 @@ class Message(msgspec.Struct, omit_defaults=True, kw_only=True):
     stop_reason: str | None = None
 
 
-class PreservedSegment(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+class PreservedSegment(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
     head_uuid: str | None = None
     anchor_uuid: str | None = None
     tail_uuid: str | None = None
 
 
-class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
     trigger: str | None = None
     pre_tokens: int | None = None
     post_tokens: int | None = None
@@ -162,7 +168,7 @@ class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_onl
     undoes: str | None = None
 
 
-class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
     """The fields of a transcript line that compactd reads. Unknown ones live in the raw line."""
 
     type: str = ""

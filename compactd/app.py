@@ -216,7 +216,7 @@ class App:
                 await anyio.to_thread.run_sync(self.store.write_meta, meta)
                 session.meta = meta
             if session.meta.cwd != old_cwd:
-                session.rebuild()  # read-file state is relative to the cwd
+                await session.refresh()  # read-file state is relative to the cwd
         return self._open_result(session)
 
     async def _create(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
@@ -238,7 +238,7 @@ class App:
             created_at=time.time(),
         )
 
-        def create() -> LoadedTranscript:
+        def create() -> Session:
             loaded = self.store.create_transcript(sid, data)
             if source is not None and loaded.report.entries == 0:
                 self.store.discard(sid)
@@ -248,11 +248,11 @@ class App:
                 )
             # The meta file comes last: until it exists the session does not either.
             self.store.write_meta(meta)
-            return loaded
+            # Built here too: the view of a large import takes a while to work out.
+            return self._session(sid, meta, loaded)
 
         await point_of_no_return()
-        loaded = await anyio.to_thread.run_sync(create)
-        session = self._session(sid, meta, loaded)
+        session = await anyio.to_thread.run_sync(create)
         self.sessions[sid] = session
         return self._open_result(session)
 
@@ -320,7 +320,7 @@ class App:
             return
         await point_of_no_return()
         await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
-        session.extend(records)
+        await session.add(records)
         for observer in self.append_observers:
             try:
                 observer(session, records)

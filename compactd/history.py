@@ -9,6 +9,10 @@ string cost some 350.
 Asking for a released line gives a ``Record`` that reads the line back when its content is
 needed (``Record.stored``). While anyone holds that object, asking again gives the same one,
 so code that tells records apart by identity keeps working.
+
+``History`` opens no file itself: released lines come back through the ``reader`` it is given
+by whoever owns the transcript file (the store). Without one, a released record reads the file
+it was located in.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, overload
 
-from compactd.model import Record, read_line
+from compactd.model import LineReader, Record
 
 __all__ = ["BOUNDARY_SUBTYPES", "History", "UuidIndex", "boundary_indices"]
 
@@ -103,8 +107,9 @@ class UuidIndex:
 class History(Sequence[Record]):
     """Every record of one transcript in file order; released lines cost a few bytes each."""
 
-    def __init__(self, records: Iterable[Record] = ()) -> None:
+    def __init__(self, records: Iterable[Record] = (), reader: LineReader | None = None) -> None:
         self._path: str | None = None
+        self._reader = reader
         self._offsets: array[int] = array("q")  # -1: never written, so always live
         self._lengths: array[int] = array("I")
         self._kinds: array[int] = array("B")  # code into _kind_pairs
@@ -189,12 +194,14 @@ class History(Sequence[Record]):
         record = self._live.get(line)
         if record is not None:
             return record.raw
-        assert self._path is not None  # only written lines are ever released
-        return read_line(self._path, self._offsets[line], self._lengths[line])
+        if self._reader is None:
+            return self._get(line).raw
+        return self._reader(self._offsets[line], self._lengths[line])
 
-    def boundary_lines(self) -> list[int]:
-        """Lines of every compact and microcompact boundary, in file order."""
-        return list(self._boundaries)
+    def boundary_lines(self, start: int = 0) -> list[int]:
+        """Lines of the compact and microcompact boundaries in file order, from the
+        ``start``-th one on (the caller has seen the ones before)."""
+        return self._boundaries[start:]
 
     def live_count(self) -> int:
         """How many records are kept in memory (the rest are read back from the file)."""
@@ -228,7 +235,7 @@ class History(Sequence[Record]):
             if self._offsets[line] < 0:
                 live[line] = record
                 continue
-            record.release()
+            record.release(self._reader)
             # Whoever still holds it gets the same object back from ``_get``.
             self._handed[line] = weakref.ref(record)
 
@@ -250,7 +257,7 @@ class History(Sequence[Record]):
             kind, subtype = self._kind_of(line)
             assert self._path is not None  # only written lines are ever released
             record = Record.stored(
-                self._path, self._offsets[line], self._lengths[line], kind, subtype
+                self._path, self._offsets[line], self._lengths[line], kind, subtype, self._reader
             )
             record.line = line
             self._handed[line] = weakref.ref(record)
@@ -260,7 +267,9 @@ class History(Sequence[Record]):
 
     def _sweep(self) -> None:
         """Forget handed-out records that died; a new dict gives back the room they took."""
-        self._handed = {line: ref for line, ref in self._handed.items() if ref() is not None}
+        # From a copy of the items: a worker thread reading history may add to the dict.
+        handed = list(self._handed.items())
+        self._handed = {line: ref for line, ref in handed if ref() is not None}
         self._handed_sweep_at = max(_HANDED_SWEEP_MIN, 2 * len(self._handed))
 
     def _uuid_at(self, line: int) -> str | None:

@@ -10,7 +10,8 @@ it, because a transcript truncated by a crash must still open.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -23,6 +24,7 @@ __all__ = [
     "DocumentBlock",
     "Entry",
     "ImageBlock",
+    "LineReader",
     "Message",
     "ParseReport",
     "PreservedSegment",
@@ -46,7 +48,13 @@ __all__ = [
 ]
 
 
-class _BlockBase(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
+# The structs of a decoded line are not tracked by the cycle collector (``gc=False``): a line
+# decodes to a tree that never refers back to itself, and a long context holds hundreds of
+# thousands of them, which the collector would otherwise walk again and again while a large
+# transcript loads, stopping every thread (other sessions' requests included) each time.
+
+
+class _BlockBase(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True, gc=False):
     cache_control: dict[str, Any] | None = None
 
 
@@ -110,7 +118,7 @@ _KNOWN_BLOCK_TYPES = frozenset(
 )
 
 
-class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
+class Usage(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
     input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     cache_read_input_tokens: int | None = None
@@ -126,7 +134,7 @@ class Usage(msgspec.Struct, omit_defaults=True, kw_only=True):
         )
 
 
-class Message(msgspec.Struct, omit_defaults=True, kw_only=True):
+class Message(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
     role: str = ""
     content: str | list[Block] = ""
     id: str | None = None
@@ -135,13 +143,13 @@ class Message(msgspec.Struct, omit_defaults=True, kw_only=True):
     stop_reason: str | None = None
 
 
-class PreservedSegment(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+class PreservedSegment(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
     head_uuid: str | None = None
     anchor_uuid: str | None = None
     tail_uuid: str | None = None
 
 
-class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
     trigger: str | None = None
     pre_tokens: int | None = None
     post_tokens: int | None = None
@@ -163,7 +171,7 @@ class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_onl
     fixed_prefix_tokens: int | None = None
 
 
-class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
     """The fields of a transcript line that compactd reads. Unknown ones live in the raw line."""
 
     type: str = ""
@@ -215,6 +223,10 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
         return self.type == "system" and self.subtype == "microcompact_boundary"
 
 
+# Reads the ``length`` bytes at ``offset`` of one transcript: how released lines come back.
+LineReader = Callable[[int, int], bytes]
+
+
 class Record:
     """One transcript line: the typed view plus the exact bytes to write back.
 
@@ -234,6 +246,7 @@ class Record:
         "_path",
         "_offset",
         "_length",
+        "_reader",
         "_api",
         "raw_tokens",
         "line",
@@ -250,6 +263,7 @@ class Record:
         self._path: str | None = None
         self._offset = -1
         self._length = len(raw)
+        self._reader: LineReader | None = None
         self._api: list[dict[str, Any]] | None = None
         # The unpadded token estimate of the entry, -1 until ``tokens.estimate_record_raw``
         # computes it. Like ``api_blocks``, computed once while the record is live.
@@ -258,8 +272,19 @@ class Record:
         self.line = -1
 
     @classmethod
-    def stored(cls, path: str, offset: int, length: int, kind: str, subtype: str | None) -> Record:
-        """A released record for the line at ``offset`` in ``path``; nothing is read yet."""
+    def stored(
+        cls,
+        path: str,
+        offset: int,
+        length: int,
+        kind: str,
+        subtype: str | None,
+        reader: LineReader | None = None,
+    ) -> Record:
+        """A released record for the line at ``offset`` in ``path``; nothing is read yet.
+
+        ``reader`` reads the line back; without one, the file at ``path`` is read.
+        """
         record = cls.__new__(cls)
         record._entry = None
         record._raw = None
@@ -269,6 +294,7 @@ class Record:
         record._path = path
         record._offset = offset
         record._length = length
+        record._reader = reader
         record._api = None
         record.raw_tokens = -1
         record.line = -1
@@ -283,17 +309,25 @@ class Record:
             self._uuid = value
         return value
 
+    # ``raw`` and ``entry`` read each field once: another thread may release the record between
+    # a test and a second read.
+
     @property
     def raw(self) -> bytes:
-        if self._raw is not None:
-            return self._raw
+        raw = self._raw
+        if raw is not None:
+            return raw
+        reader = self._reader
+        if reader is not None:
+            return reader(self._offset, self._length)
         assert self._path is not None
         return read_line(self._path, self._offset, self._length)
 
     @property
     def entry(self) -> Entry:
-        if self._entry is not None:
-            return self._entry
+        entry = self._entry
+        if entry is not None:
+            return entry
         # Decoded on each access and not kept: released records are history, read rarely.
         return record_from_line(self.raw)[0].entry
 
@@ -312,9 +346,14 @@ class Record:
         self._path = path
         self._offset = offset
 
-    def release(self) -> None:
-        """Drop the in-memory copy if the line can be read back from the file."""
+    def release(self, reader: LineReader | None = None) -> None:
+        """Drop the in-memory copy if the line can be read back from the file.
+
+        ``reader`` is how to read it back (else the file the record was located in).
+        """
         if self._path is not None:
+            if reader is not None:
+                self._reader = reader
             self._entry = None
             self._raw = None
             self._api = None
@@ -364,25 +403,29 @@ _READ_FDS: dict[str, int] = {}
 # At most this many descriptors stay open (compactd's own bound: one per transcript a daemon
 # reads from at once, far below the usual limit of 1,024 open files).
 _READ_FDS_MAX: Final = 64
+# Worker threads read history too: opening, evicting and reading a descriptor happen under it.
+_READ_FDS_LOCK: Final = threading.Lock()
 
 
 def forget_file(path: str) -> None:
     """Close the cached descriptor of a transcript that is about to be replaced."""
-    fd = _READ_FDS.pop(path, None)
-    if fd is not None:
-        os.close(fd)
+    with _READ_FDS_LOCK:
+        fd = _READ_FDS.pop(path, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def read_line(path: str, offset: int, length: int) -> bytes:
     """The ``length`` bytes of a transcript line at ``offset`` (through a cached descriptor)."""
-    fd = _READ_FDS.get(path)
-    if fd is None:
-        if len(_READ_FDS) >= _READ_FDS_MAX:
-            # Dicts keep insertion order: the first key is the descriptor opened longest ago.
-            os.close(_READ_FDS.pop(next(iter(_READ_FDS))))
-        fd = os.open(path, os.O_RDONLY)
-        _READ_FDS[path] = fd
-    data = os.pread(fd, length, offset)
+    with _READ_FDS_LOCK:
+        fd = _READ_FDS.get(path)
+        if fd is None:
+            if len(_READ_FDS) >= _READ_FDS_MAX:
+                # Dicts keep insertion order: the first key is the descriptor opened longest ago.
+                os.close(_READ_FDS.pop(next(iter(_READ_FDS))))
+            fd = os.open(path, os.O_RDONLY)
+            _READ_FDS[path] = fd
+        data = os.pread(fd, length, offset)
     if len(data) != length:
         raise OSError(f"transcript {path} is shorter than expected at offset {offset}")
     return data

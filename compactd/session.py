@@ -4,7 +4,9 @@ A ``Session`` holds its transcript as a ``History``: the current context decoded
 older lines read back from the file when asked for. It keeps derived state incrementally so
 that ``tokens/status`` never rescans: the token counter of the current context and the tool ids
 cleared by microcompact. Anything that rewrites the context (a compaction, an undo) calls
-``rebuild``.
+``rebuild``, or ``refresh`` from the event loop: the work then runs in a worker thread. The
+views themselves are memoized per boundary (``core.view.ViewIndex``), so a rebuild costs time in
+proportion to the context, however long the history.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from compactd import protocol as p
 from compactd.core import tokens
 from compactd.core.cachebreak import CacheBreakDetector
 from compactd.core.microcompact import CachedState
-from compactd.core.view import context_records, undone_ids, undone_target
+from compactd.core.view import ViewIndex, undone_target
 from compactd.history import History
 from compactd.model import Entry, Record
 from compactd.services.files import FileState, build_file_state
@@ -66,6 +68,7 @@ class Session:
     # Prompt-cache break detection: a baseline per query source and the breaks found (in
     # memory only; a restarted daemon starts new baselines).
     cache_detector: CacheBreakDetector = field(default_factory=CacheBreakDetector)
+    _views: ViewIndex | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.records, History):
@@ -77,11 +80,36 @@ class Session:
 
     # -- derived state ---------------------------------------------------------------------------
 
+    @property
+    def views(self) -> ViewIndex:
+        """The memo of this session's views: each boundary is resolved once for its life."""
+        views = self._views
+        if views is None or views.records is not self.records:
+            views = self._views = ViewIndex(self.records)
+        return views
+
     def rebuild(self) -> None:
         """Recompute every derived field from the records (load, compaction, undo)."""
+        self._apply(self.derive())
+
+    async def refresh(self) -> None:
+        """``rebuild`` with the work done in a worker thread, so other sessions' requests go on.
+
+        The caller holds the lock. The result is applied in one step on the event loop, and a
+        cancellation cannot leave the records and the derived state apart.
+        """
+        with anyio.CancelScope(shield=True):
+            derived = await anyio.to_thread.run_sync(self.derive)
+        self._apply(derived)
+
+    def derive(self) -> Derived:
+        """Every derived field, worked out from the records without changing the session.
+
+        Only the records' memory changes: the new context is what stays decoded.
+        """
         records = self.records
-        ctx = context_records(records)
-        self._context = ctx
+        views = self.views
+        ctx = views.context()
         # Only the current context stays decoded in memory; history is read back on demand.
         records.retain(ctx)
         # The boundary heading the view (after an undo it is not the last one in the file).
@@ -89,14 +117,30 @@ class Session:
         start = None
         if head is not None and head.subtype == "compact_boundary" and head.uuid:
             start = records.index_of(head.uuid)
-        self.context_start = start or 0
-        ctx = _without_stale_usage(ctx, records, self.context_start)
-        self.cleared_tool_ids = set()
-        self.undone_micro = undone_ids(records[i] for i in records.boundary_lines())
-        self.has_main_thread = any(_is_main_conversation(r.entry) for r in ctx)
-        self.counter = tokens.TokenCounter(carried_prefix=self._carried_prefix(head))
-        self._feed(ctx)
-        self.file_state = build_file_state(ctx, self.meta.cwd, self.cleared_tool_ids)
+        derived = Derived(context=ctx, context_start=start or 0, undone_micro=views.undone_ids())
+        derived.counter = tokens.TokenCounter(carried_prefix=self._carried_prefix(head))
+        counted = _without_stale_usage(ctx, records, derived.context_start)
+        derived.has_main_thread = any(_is_main_conversation(r.entry) for r in counted)
+        _feed(derived, counted)
+        derived.file_state = build_file_state(counted, self.meta.cwd, derived.cleared_tool_ids)
+        return derived
+
+    def _apply(self, derived: Derived) -> None:
+        self._context = derived.context
+        self.context_start = derived.context_start
+        self.undone_micro = derived.undone_micro
+        self.has_main_thread = derived.has_main_thread
+        self.counter = derived.counter
+        self.cleared_tool_ids = derived.cleared_tool_ids
+        self.file_state = derived.file_state
+
+    def _rebuilds(self, new: Sequence[Record]) -> bool:
+        """Whether appending ``new`` changes the view other than by adding to its end."""
+        if any(r.entry.is_compact_boundary or undone_target(r) is not None for r in new):
+            return True
+        # Sidechain entries were counted while they were all there was (a sub-agent's own
+        # transcript); once the main thread shows up, they stop counting.
+        return not self.has_main_thread and any(_is_main_conversation(r.entry) for r in new)
 
     def _carried_prefix(self, head: Record | None) -> int:
         """The fixed prefix to count until a response in the new context reports usage.
@@ -117,51 +161,31 @@ class Session:
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""
         self.records.extend(new)
-        if any(r.entry.is_compact_boundary or undone_target(r) is not None for r in new):
+        if self._rebuilds(new):
             self.rebuild()
-            return
-        if not self.has_main_thread and any(_is_main_conversation(r.entry) for r in new):
-            # Sidechain entries were counted while they were all there was (a sub-agent's own
-            # transcript); now that the main thread shows up, they stop counting.
-            self.rebuild()
-            return
+        else:
+            self._add_to_view(new)
+
+    async def add(self, new: Sequence[Record]) -> None:
+        """``extend``, with a rebuild (a compaction or an undo came in) done by ``refresh``."""
+        self.records.extend(new)
+        if self._rebuilds(new):
+            await self.refresh()
+        else:
+            self._add_to_view(new)
+
+    def _add_to_view(self, new: Sequence[Record]) -> None:
         # Appended records that are neither boundaries nor undo entries join the view's end.
         self._context.extend(new)
-        self._feed(new)
-
-    def _feed(self, records: Sequence[Record]) -> None:
-        """Count records in order; a microcompact boundary subtracts what it cleared.
-
-        Order matters: a saving only holds until the next response reports usage (that usage
-        already reflects the clearing), so the counter must see the boundary between the
-        responses before and after it.
-        """
-        counter = self.counter
-        for r in records:
-            entry = r.entry
-            if entry.is_sidechain and self.has_main_thread:
-                # An inline sub-agent's turns live in its own context, not the main one.
-                continue
-            if tokens.counts_toward_context(entry):
-                counter.add(entry, tokens.estimate_record_raw(r))
-            elif entry.is_microcompact_boundary:
-                self._note_microcompact(entry)
-
-    def _note_microcompact(self, entry: Entry) -> None:
-        if not entry.is_microcompact_boundary or not entry.microcompact_metadata:
-            return
-        if entry.uuid in self.undone_micro:
-            return
-        restored = entry.microcompact_metadata.get("restoredToolIds")
-        if isinstance(restored, list):
-            # An undo entry (compact/undo of a microcompact): those results are shown again.
-            self.cleared_tool_ids.difference_update(i for i in restored if isinstance(i, str))
-        ids = entry.microcompact_metadata.get("compactedToolIds")
-        if isinstance(ids, list):
-            self.cleared_tool_ids.update(i for i in ids if isinstance(i, str))
-        saved = entry.microcompact_metadata.get("tokensSaved")
-        if isinstance(saved, int) and not isinstance(saved, bool):
-            self.counter.apply_saving(saved)
+        state = Derived(
+            context=self._context,
+            context_start=self.context_start,
+            undone_micro=self.undone_micro,
+            has_main_thread=self.has_main_thread,
+            counter=self.counter,
+            cleared_tool_ids=self.cleared_tool_ids,
+        )
+        _feed(state, new)
 
     def last_uuid(self) -> str | None:
         """Uuid of the newest record that has one (the parent of what gets appended next)."""
@@ -210,6 +234,55 @@ class Session:
             open=loaded,
             tokens=self.counter.current.tokens,
         )
+
+
+@dataclass(slots=True)
+class Derived:
+    """What a session derives from its records (``Session.derive``), applied in one step."""
+
+    context: list[Record]
+    context_start: int
+    undone_micro: set[str]
+    has_main_thread: bool = False
+    counter: tokens.TokenCounter = field(default_factory=tokens.TokenCounter)
+    cleared_tool_ids: set[str] = field(default_factory=set)
+    file_state: FileState = field(default_factory=FileState)
+
+
+def _feed(state: Derived, records: Sequence[Record]) -> None:
+    """Count records in order; a microcompact boundary subtracts what it cleared.
+
+    Order matters: a saving only holds until the next response reports usage (that usage
+    already reflects the clearing), so the counter must see the boundary between the
+    responses before and after it.
+    """
+    counter = state.counter
+    for r in records:
+        entry = r.entry
+        if entry.is_sidechain and state.has_main_thread:
+            # An inline sub-agent's turns live in its own context, not the main one.
+            continue
+        if tokens.counts_toward_context(entry):
+            counter.add(entry, tokens.estimate_record_raw(r))
+        elif entry.is_microcompact_boundary:
+            _note_microcompact(state, entry)
+
+
+def _note_microcompact(state: Derived, entry: Entry) -> None:
+    if not entry.is_microcompact_boundary or not entry.microcompact_metadata:
+        return
+    if entry.uuid in state.undone_micro:
+        return
+    restored = entry.microcompact_metadata.get("restoredToolIds")
+    if isinstance(restored, list):
+        # An undo entry (compact/undo of a microcompact): those results are shown again.
+        state.cleared_tool_ids.difference_update(i for i in restored if isinstance(i, str))
+    ids = entry.microcompact_metadata.get("compactedToolIds")
+    if isinstance(ids, list):
+        state.cleared_tool_ids.update(i for i in ids if isinstance(i, str))
+    saved = entry.microcompact_metadata.get("tokensSaved")
+    if isinstance(saved, int) and not isinstance(saved, bool):
+        state.counter.apply_saving(saved)
 
 
 def _is_main_conversation(entry: Entry) -> bool:

@@ -7,7 +7,8 @@ returns entries by uuid. Each hit says whether the entry is still in the current
 
 Speed: on a long transcript most entries do not match, so a query made only of characters that
 JSON writes unescaped is first looked for in the raw line bytes (lower-cased), and only the
-lines that pass are turned into text. Pure: no I/O.
+lines that pass are turned into text. Pure: no I/O of its own; released lines of a ``History``
+come back through its reader, so the server runs these in a worker thread.
 """
 
 from __future__ import annotations

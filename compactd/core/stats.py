@@ -6,7 +6,8 @@ compaction id. ``session_stats`` reads those boundaries (so it works on imported
 transcripts and after a restart), counts the user prompts between them to find re-compactions,
 sums what microcompact saved, and walks the entries after each compaction to find thrash: a
 compaction whose result refills past the auto-compact threshold within a few turns, named with
-the largest contributors to the refill. Pure: no I/O, the threshold is passed in.
+the largest contributors to the refill. Pure: no I/O, the threshold is passed in; released lines
+of a ``History`` come back through its reader, so the server runs this in a worker thread.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Final
 
 from compactd import protocol as p
 from compactd.core import tokens
-from compactd.core.view import context_records, preserved_records
+from compactd.core.view import ViewIndex
 from compactd.history import boundary_indices
 from compactd.model import CompactMetadata, Entry, Record, TextBlock, ToolResultBlock
 
@@ -112,23 +113,24 @@ def _prompts(records: Sequence[Record], start: int, stop: int) -> int:
     )
 
 
-def _entries_summarized(records: Sequence[Record], b: int, meta: CompactMetadata) -> int:
+def _entries_summarized(views: ViewIndex, b: int, meta: CompactMetadata) -> int:
     if meta.messages_summarized is not None:
         return meta.messages_summarized
-    before = [r for r in context_records(records, b) if _countable(r.entry)]
-    kept = {r.entry.uuid for r in preserved_records(records, b) if r.entry.uuid}
+    before = [r for r in views.context(b) if _countable(r.entry)]
+    kept = {r.entry.uuid for r in views.preserved(b) if r.entry.uuid}
     return sum(1 for r in before if r.entry.uuid is None or r.entry.uuid not in kept)
 
 
-def _post_estimate(records: Sequence[Record], b: int, stop: int) -> int:
+def _post_estimate(views: ViewIndex, b: int, stop: int) -> int:
     """Estimated size right after the compaction: its view up to the first new turn."""
+    records = views.records
     end = b + 1
     while end < stop:
         entry = records[end].entry
         if entry.type == "assistant" or is_user_prompt(entry):
             break
         end += 1
-    view = context_records(records, end)
+    view = views.context(end)
     return tokens.estimate_entries(r.entry for r in view if _countable(r.entry))
 
 
@@ -200,13 +202,16 @@ def _refill(
 
 
 def compaction_stats(
-    records: Sequence[Record], auto_compact_threshold: int
+    records: Sequence[Record], auto_compact_threshold: int, views: ViewIndex | None = None
 ) -> list[p.CompactionStat]:
     """One ``CompactionStat`` per compaction in the transcript, oldest first.
 
     An undo entry is a boundary too, but no compaction: it is not listed, and the compaction it
-    cancelled is marked ``undone``.
+    cancelled is marked ``undone``. ``views`` is the transcript's ``ViewIndex`` when the caller
+    keeps one (a session does): the views before each boundary are then not worked out again.
     """
+    if views is None or views.records is not records:
+        views = ViewIndex(records)
     # Finding boundaries decodes no other line (see ``history.boundary_indices``).
     found = [i for i in boundary_indices(records) if records[i].subtype == "compact_boundary"]
     undone: set[str] = set()
@@ -224,9 +229,7 @@ def compaction_stats(
         stop = boundaries[k + 1] if k + 1 < len(boundaries) else len(records)
         pre = meta.pre_tokens or 0
         post_estimated = meta.post_tokens is None
-        post = (
-            meta.post_tokens if meta.post_tokens is not None else _post_estimate(records, b, stop)
-        )
+        post = meta.post_tokens if meta.post_tokens is not None else _post_estimate(views, b, stop)
         if meta.pre_tokens is not None and meta.post_tokens is not None:
             dropped = max(0, meta.pre_tokens - meta.post_tokens)
         elif meta.cumulative_dropped_tokens is not None:
@@ -244,7 +247,7 @@ def compaction_stats(
                 pre_tokens=pre,
                 post_tokens=post,
                 duration_ms=meta.duration_ms or 0,
-                entries_summarized=_entries_summarized(records, b, meta),
+                entries_summarized=_entries_summarized(views, b, meta),
                 dropped_tokens=dropped,
                 recompaction=k > 0,
                 turns_since_previous=turns,
@@ -266,11 +269,12 @@ def session_stats(
     records: Sequence[Record],
     auto_compact_threshold: int,
     cache_breaks: Sequence[p.CacheBreak] = (),
+    views: ViewIndex | None = None,
 ) -> p.StatsResult:
-    """The ``session/stats`` result for a transcript."""
+    """The ``session/stats`` result for a transcript (``views`` as for ``compaction_stats``)."""
     saved, count = microcompact_savings(records)
     return p.StatsResult(
-        compactions=compaction_stats(records, auto_compact_threshold),
+        compactions=compaction_stats(records, auto_compact_threshold, views),
         microcompact_tokens_saved=saved,
         microcompactions=count,
         cache_breaks=list(cache_breaks),

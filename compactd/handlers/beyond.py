@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import anyio
+
 from compactd import protocol as p
 from compactd.core import dispatch, recall
 from compactd.handlers.base import Context, Handler
@@ -118,33 +120,38 @@ async def search(app: App, params: p.RecallParams, ctx: Context) -> p.RecallResu
             p.ErrorCode.INVALID_PARAMS,
             f"limit must be between 1 and {recall.RECALL_MAX_LIMIT} (got {limit})",
         )
-    if params.uuids is not None:
-        hits = recall.fetch(session.records, params.uuids[:limit])
-    elif params.query is not None and params.query.strip():
-        hits = recall.search(
-            session.records,
-            params.query,
-            limit=limit,
-            cleared_tool_ids=frozenset(session.cleared_tool_ids),
-        )
-    else:
+    query = params.query
+    if params.uuids is None and (query is None or not query.strip()):
         raise p.CompactdError(
             p.ErrorCode.INVALID_PARAMS, "recall/search needs a non-empty query or a list of uuids"
         )
-    in_view = {id(r) for r in session.context()}
-    return p.RecallResult(
-        hits=[
-            p.RecallHit(
-                uuid=h.record.entry.uuid or "",
-                type=h.record.entry.type,
-                timestamp=h.record.entry.timestamp,
-                compacted=h.hidden_part or id(h.record) not in in_view,
-                snippet=h.snippet,
-                entry=h.record.to_builtins() if params.uuids is not None else None,
-            )
-            for h in hits
-        ]
-    )
+
+    def find() -> p.RecallResult:
+        if params.uuids is not None:
+            hits = recall.fetch(session.records, params.uuids[:limit])
+        else:
+            assert query is not None
+            cleared = frozenset(session.cleared_tool_ids)
+            hits = recall.search(session.records, query, limit=limit, cleared_tool_ids=cleared)
+        in_view = {id(r) for r in session.context()}
+        return p.RecallResult(
+            hits=[
+                p.RecallHit(
+                    uuid=h.record.entry.uuid or "",
+                    type=h.record.entry.type,
+                    timestamp=h.record.entry.timestamp,
+                    compacted=h.hidden_part or id(h.record) not in in_view,
+                    snippet=h.snippet,
+                    entry=h.record.to_builtins() if params.uuids is not None else None,
+                )
+                for h in hits
+            ]
+        )
+
+    # A search may read the whole released history back from the file: in a worker thread,
+    # under the lock so that no compaction changes the records meanwhile.
+    async with session.lock:
+        return await anyio.to_thread.run_sync(find)
 
 
 HANDLERS: dict[str, Handler] = {

@@ -5,7 +5,9 @@ back; the session's ``CacheBreakDetector`` (``compactd.core.cachebreak``) keeps 
 decides whether cache reads broke. A break is sent as a ``cache/break`` notification and also
 returned in the ``cache/afterResponse`` result. These reports do not take the session lock: they
 touch only detector state, synchronously, and must not wait behind a running compaction.
-``session/stats`` derives compaction health from the transcript (``compactd.core.stats``).
+``session/stats`` derives compaction health from the transcript (``compactd.core.stats``); it
+reads released history back from the file, so it runs in a worker thread, under the session's
+lock (the session's views are shared with its compactions).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import math
 import time
 from typing import TYPE_CHECKING, Any, Final
+
+import anyio
 
 from compactd import protocol as p
 from compactd.core import cachebreak, stats
@@ -119,7 +123,10 @@ async def session_stats(app: App, params: p.SessionParams, ctx: Context) -> p.St
     session = await app.get_session(params.session_id)
     threshold = app.status(session).auto_compact_threshold
     breaks = [to_wire(session.session_id, f) for f in session.cache_detector.breaks]
-    return stats.session_stats(session.records, threshold, breaks)
+    async with session.lock:
+        return await anyio.to_thread.run_sync(
+            lambda: stats.session_stats(session.records, threshold, breaks, session.views)
+        )
 
 
 HANDLERS: dict[str, Handler] = {

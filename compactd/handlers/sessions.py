@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import anyio
+
 from compactd import protocol as p
 from compactd.core.normalize import to_api_messages
 from compactd.handlers.base import Context, Handler
@@ -27,8 +29,13 @@ async def messages(app: App, params: p.SessionParams, ctx: Context) -> p.Message
     ctx_records = session.context()
     boundary = next((r.entry.uuid for r in ctx_records if r.entry.is_compact_boundary), None)
     extras = await micro.messages_extras(app, session)
+    cleared = frozenset(session.cleared_tool_ids)
+    # In a worker thread: a long context takes a while, and other sessions' requests go on.
+    messages = await anyio.to_thread.run_sync(
+        lambda: to_api_messages(ctx_records, cleared_tool_ids=cleared)
+    )
     return p.MessagesResult(
-        messages=to_api_messages(ctx_records, cleared_tool_ids=frozenset(session.cleared_tool_ids)),
+        messages=messages,
         boundary_uuid=boundary,
         cache_edits=extras.cache_edits,
         context_management=extras.context_management,

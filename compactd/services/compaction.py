@@ -254,8 +254,11 @@ async def _prepare(run: _Run) -> _Prepared:
     kept_before = _kept_before(selection)
     shown = list(selection.request) if selection.request is not None else summarized
     # Exactly what the main loop sends (session/messages), so the cache-sharing request
-    # reads the main loop's cached prefix.
-    messages = to_api_messages(shown, cleared_tool_ids=cleared)
+    # reads the main loop's cached prefix. Built in a worker thread, like the offline summary
+    # below: on a long context it takes a while, and other sessions' requests go on meanwhile.
+    messages = await anyio.to_thread.run_sync(
+        lambda: to_api_messages(shown, cleared_tool_ids=cleared)
+    )
     if not _has_exchange(messages):
         raise p.CompactdError(
             p.ErrorCode.NOT_ENOUGH_MESSAGES,
@@ -294,7 +297,9 @@ async def _prepare(run: _Run) -> _Prepared:
     warnings: list[str] = []
     summarizer = app.summarizer
     usage: dict[str, Any] | None = None
-    known = _summary_without_model(spec, summarizer.offline, summarized, cleared, instructions)
+    known = await anyio.to_thread.run_sync(
+        lambda: _summary_without_model(spec, summarizer.offline, summarized, cleared, instructions)
+    )
     if known is not None:
         raw, mode = known
         if mode == "offline" and instructions:
@@ -325,7 +330,11 @@ async def _prepare(run: _Run) -> _Prepared:
                 "from the transcript instead"
             )
             run.status("summarizing", "the API failed; building the summary offline")
-            raw = offline_summary(summarized, cleared_tool_ids=cleared, instructions=instructions)
+            raw = await anyio.to_thread.run_sync(
+                lambda: offline_summary(
+                    summarized, cleared_tool_ids=cleared, instructions=instructions
+                )
+            )
             mode = "offlineFallback"
             if instructions:
                 warnings.append(OFFLINE_INSTRUCTIONS_WARNING)

@@ -15,6 +15,7 @@ is truncated on load.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -32,6 +33,7 @@ from compactd.model import (
     Record,
     forget_file,
     parse_buffer,
+    read_line,
     record_from_dict,
 )
 
@@ -204,7 +206,8 @@ def _history_of(
     decoded whole; ``Session.rebuild`` brings back what its context needs (entries a partial
     compaction kept, the view an undo restores).
     """
-    records = History()
+    # The history reads released lines back through the store's descriptor of the file.
+    records = History(reader=functools.partial(read_line, path))
     end = 0
     for offset, record in parse_buffer(data, report):
         if written is None:

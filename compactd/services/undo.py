@@ -16,7 +16,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from compactd import protocol as p
-from compactd.core.view import compaction_key, last_undoable
+from compactd.core.view import compaction_key
 from compactd.model import Record, record_from_dict
 from compactd.services.compaction import _common
 
@@ -95,7 +95,7 @@ async def undo_last(app: App, session: Session) -> p.UndoResult:
                 f"session {session.session_id!r} is being compacted; undo when it ends",
                 sessionId=session.session_id,
             )
-        at = last_undoable(session.records)
+        at = session.views.last_undoable()
         if at is None:
             raise p.CompactdError(
                 p.ErrorCode.NOTHING_TO_UNDO,

@@ -760,12 +760,12 @@ class _Tally:
         self.raw[name] = self.raw.get(name, 0) + raw
         self.count[name] = self.count.get(name, 0) + 1
 
-    def categories(self, total: int, *, sort: bool) -> list[BreakdownCategory]:
+    def categories(self, total: int, *, sort: bool, scale: float = 1.0) -> list[BreakdownCategory]:
         rows = [
             BreakdownCategory(
                 name=name,
-                tokens=pad(raw),
-                percent=_percent_of(pad(raw), total),
+                tokens=round(pad(raw) * scale),
+                percent=_percent_of(round(pad(raw) * scale), total),
                 count=self.count[name],
             )
             for name, raw in self.raw.items()
@@ -841,8 +841,13 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
     conversation = sum(pad(raw) for raw in top.raw.values())
     prefix = count.fixed_prefix if count is not None else 0
     cleared = count.saved if count is not None else 0
-    total = max(0, prefix + conversation - cleared)
-    rows = top.categories(total, sort=False)
+    # Usage measures the conversation as a whole; the estimates only say how it divides. With
+    # the session's count, the categories share out what the count gives the conversation.
+    scale = 1.0
+    if count is not None and conversation > 0:
+        scale = max(0, count.tokens + cleared - prefix) / conversation
+    total = max(0, prefix + round(conversation * scale) - cleared)
+    rows = top.categories(total, sort=False, scale=scale)
     if prefix:
         rows.insert(
             0,
@@ -860,7 +865,9 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
         DuplicateRead(
             path=path,
             reads=len(ids),
-            wasted_tokens=sum(pad(result_raw.get(tool_id, 0)) for tool_id in ids[:-1]),
+            wasted_tokens=round(
+                sum(pad(result_raw.get(tool_id, 0)) for tool_id in ids[:-1]) * scale
+            ),
         )
         for path, ids in reads.items()
         if len(ids) > 1
@@ -869,9 +876,9 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
     return BreakdownResult(
         total_tokens=total,
         categories=rows,
-        tool_requests=requests.categories(total, sort=True),
-        tool_results=results.categories(total, sort=True),
-        attachments=attachments.categories(total, sort=True),
+        tool_requests=requests.categories(total, sort=True, scale=scale),
+        tool_results=results.categories(total, sort=True, scale=scale),
+        attachments=attachments.categories(total, sort=True, scale=scale),
         duplicate_reads=duplicates,
         duplicate_read_tokens=sum(row.wasted_tokens for row in duplicates),
     )

@@ -29,7 +29,7 @@ from typing import Any, Final, TypeVar
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
-from tests.helpers import MODEL, assistant, text_block, tool_call, tool_result, user
+from tests.helpers import CWD, MODEL, assistant, text_block, tool_call, tool_result, user
 
 T = TypeVar("T")
 
@@ -133,7 +133,7 @@ class Mix:
 
     @classmethod
     async def open(cls, client: Client, rng: random.Random, *, check: bool = False) -> Mix:
-        opened = await client.open_session(cwd="/w", model=MODEL, context_window=CONTEXT_WINDOW)
+        opened = await client.open_session(cwd=CWD, model=MODEL, context_window=CONTEXT_WINDOW)
         return cls(client, opened.session_id, rng, check)
 
     async def _timed(self, kind: str, call: Awaitable[T]) -> T:

@@ -36,6 +36,7 @@ from compactd.synthetic import make_session
 # Run as a plain script (``make bench``): make the repository's ``tests`` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.emulator import Emulator, RecordedRequest  # noqa: E402
+from tests.helpers import CWD  # noqa: E402
 
 RUNS = 5
 # The SDK warns on every call naming a deprecated model; the figures are what matters here.
@@ -136,7 +137,7 @@ def _main_loop_request(view: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _open(client: Client, entries: list[dict[str, Any]], cache_safe: bool) -> str:
-    params: dict[str, Any] = {"cwd": "/home/dev/project", "model": MODEL}
+    params: dict[str, Any] = {"cwd": CWD, "model": MODEL}
     if cache_safe:
         params["cacheSafeParams"] = CACHE_SAFE
     sid = str((await client.request(p.SESSION_OPEN, params))["sessionId"])

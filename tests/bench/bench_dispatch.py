@@ -32,6 +32,7 @@ from compactd_client import Client  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
 from compactd.synthetic import make_session  # noqa: E402
+from tests.helpers import CWD  # noqa: E402
 
 MODEL = "claude-sonnet-4-5"
 STATUS_CALLS = 500
@@ -71,7 +72,7 @@ async def bench(name: str, summarizer: dict[str, Any], entries: list[dict[str, A
             sids = {}
             for case, window in (("below", 1_000_000), ("above", 200_000)):
                 opened = await client.request(
-                    p.SESSION_OPEN, {"cwd": "/w", "model": MODEL, "contextWindow": window}
+                    p.SESSION_OPEN, {"cwd": CWD, "model": MODEL, "contextWindow": window}
                 )
                 sids[case] = str(opened["sessionId"])
                 await client.append(sids[case], entries)

@@ -38,7 +38,10 @@ from compactd_client import Client
 # Run as a plain script (``make bench``): make the repository's ``tests`` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.conftest import daemon_args  # noqa: E402
-from tests.helpers import MODEL  # noqa: E402
+from tests.helpers import (
+    CWD,  # noqa: E402
+    MODEL,  # noqa: E402
+)
 from tests.history_mix import (  # noqa: E402
     KINDS,
     OPTIONS,
@@ -163,7 +166,7 @@ async def run_stalls(data: Path, megabytes: int) -> None:
         _, answers = await status_while(client, idle.sid, cycles())
         _answers("during 10 partial/undo cycles (long history)", answers)
         imported = client.open_session(
-            cwd="/w", model=MODEL, context_window=2_000_000, transcript_path=str(source)
+            cwd=CWD, model=MODEL, context_window=2_000_000, transcript_path=str(source)
         )
         _, answers = await status_while(client, idle.sid, imported)
         _answers(f"during the import of {megabytes} MB ({turns} turns)", answers)

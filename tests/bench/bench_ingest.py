@@ -20,6 +20,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 from compactd_client import Client  # noqa: E402
 
 from compactd.synthetic import make_session, to_jsonl  # noqa: E402
+from tests.helpers import CWD  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "data" / "transcripts"
 RUNS = 7
@@ -46,7 +47,7 @@ async def daemon_import_seconds(path: Path, data_dir: Path) -> tuple[float, int]
             t = time.perf_counter()
             opened = await client.open_session(
                 session_id=f"bench-{i}",
-                cwd="/w",
+                cwd=CWD,
                 model="claude-sonnet-4-5",
                 transcript_path=str(path),
             )

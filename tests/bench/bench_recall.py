@@ -27,6 +27,7 @@ from compactd.synthetic import make_session
 # Run as a plain script (``make bench``): make the repository's ``tests`` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.conftest import daemon_args  # noqa: E402
+from tests.helpers import CWD  # noqa: E402
 
 RUNS = 7
 
@@ -53,7 +54,7 @@ async def main() -> None:
         async with Client.spawn(daemon_args(Path(tmp)), initialization_options=options) as c:
             opened = await c.request(
                 p.SESSION_OPEN,
-                {"cwd": "/w", "model": "claude-sonnet-4-5", "contextWindow": 2_000_000},
+                {"cwd": CWD, "model": "claude-sonnet-4-5", "contextWindow": 2_000_000},
             )
             sid = str(opened["sessionId"])
             for i in range(0, len(entries), 2_000):

@@ -36,6 +36,7 @@ from compactd.synthetic import make_session
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.e2e.test_compact_support import CACHE_SAFE, MODEL  # noqa: E402
 from tests.emulator import Emulator  # noqa: E402
+from tests.helpers import CWD  # noqa: E402
 
 warnings.filterwarnings(
     "ignore", message=r"The model .* is deprecated", category=DeprecationWarning
@@ -100,7 +101,7 @@ async def _open(client: Client, sid: str, pool: Pool) -> str | None:
         "session/open",
         {
             "sessionId": sid,
-            "cwd": "/home/dev/project",
+            "cwd": CWD,
             "model": MODEL,
             "cacheSafeParams": CACHE_SAFE,
         },

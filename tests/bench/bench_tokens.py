@@ -24,6 +24,7 @@ from compactd.core import tokens  # noqa: E402
 from compactd.core.view import context_records  # noqa: E402
 from compactd.model import record_from_dict  # noqa: E402
 from compactd.synthetic import make_session  # noqa: E402
+from tests.helpers import CWD  # noqa: E402
 
 CALLS = 2000
 
@@ -56,7 +57,7 @@ async def main() -> None:
         async with Client.spawn(
             [sys.executable, "-m", "compactd", "serve", "--data-dir", tmp]
         ) as client:
-            opened = await client.open_session(cwd="/w", model="claude-sonnet-4-5")
+            opened = await client.open_session(cwd=CWD, model="claude-sonnet-4-5")
             await client.append(opened.session_id, entries)
             params = {"sessionId": opened.session_id}
             for _ in range(200):  # warm up

@@ -8,10 +8,9 @@ every session it had without reading them all at start-up.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,21 +20,17 @@ import msgspec
 import platformdirs
 
 from compactd import protocol as p
-from compactd.cancellation import point_of_no_return
-from compactd.core import constants, tokens
-from compactd.model import Record, record_from_dict, without_bookkeeping
-from compactd.services.files import FilesService
-from compactd.services.micro import micro_config
-from compactd.services.session_memory import SessionMemoryService
-from compactd.services.store import LoadedTranscript, SessionMeta, Store, valid_session_id
-from compactd.services.summarizer import Summarizer
-from compactd.session import Session
+from compactd.core import tokens
+from compactd.engine.cancellation import point_of_no_return
+from compactd.engine.files import FilesService
+from compactd.engine.runtime import Runtime
+from compactd.engine.session import Session
+from compactd.engine.session_memory import SessionMemoryService
+from compactd.services.store import LoadedTranscript, SessionMeta, valid_session_id
+from compactd.transcript.model import Record, record_from_dict, without_bookkeeping
 
 log = logging.getLogger(__name__)
 
-Notifier = Callable[[str, msgspec.Struct], None]
-# Called after records are durably appended to a session (file-state inference, watchers...).
-AppendObserver = Callable[[Session, list[Record]], None]
 
 # Largest transcript ``session/open`` imports. Real sessions reach tens of MB; this guards the
 # daemon's memory against a wrong path (a disk image, a log file).
@@ -46,71 +41,24 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("compactd", appauthor=False))
 
 
-class App:
+class App(Runtime):
+    """The wiring: a ``Runtime`` with the loaded sessions and the services that follow them."""
+
     def __init__(
         self,
         options: p.InitializationOptions,
         base_env: Mapping[str, str] | None = None,
         data_dir: Path | None = None,
     ) -> None:
-        self.options = options
-        env = dict(os.environ if base_env is None else base_env)
-        env.update(options.env or {})
-        self.env: dict[str, str] = env
-        # Which compaction mechanisms the environment leaves on; the environment is fixed for
-        # the life of the daemon, so this is read once, not on every tokens/status.
-        self.flags = tokens.flags(env)
         root = Path(options.data_dir) if options.data_dir else (data_dir or default_data_dir())
-        self.store = Store(root.expanduser())
+        super().__init__(options, root.expanduser(), base_env)
         self.sessions: dict[str, Session] = {}
         self._loading = anyio.Lock()
         # One lock (and its number of holders and waiters) per session id being opened.
         self._id_locks: dict[str, list[Any]] = {}
-        self.notifier: Notifier = lambda method, params: None
-        self.task_group: anyio.abc.TaskGroup | None = None
-        # The summarizer: one SDK client for the life of the process.
-        self.summarizer = Summarizer(options.summarizer, self.env)
-        # ``initializationOptions.microcompact`` over the defaults.
-        self.micro_config = micro_config(options.microcompact)
         self.files = FilesService(self)  # read-file state, nested memory, watching
         self.session_memory = SessionMemoryService(self)  # background note extraction
-        self.append_observers: list[AppendObserver] = [
-            self.files.observe,
-            self.session_memory.observe,
-        ]
-
-    # -- notifications -----------------------------------------------------------------------
-
-    def notify(self, method: str, params: msgspec.Struct) -> None:
-        try:
-            self.notifier(method, params)
-        except Exception:  # a closed pipe must not take a handler down
-            log.exception("failed to send %s", method)
-
-    # -- sessions ----------------------------------------------------------------------------
-
-    def status(self, session: Session) -> p.TokenStatus:
-        return session.status(self.env, self.flags, constants.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES)
-
-    def check_thresholds(self, session: Session, status: p.TokenStatus) -> None:
-        """Send ``tokens/threshold`` once per upward crossing of each level."""
-        levels = {
-            "warning": status.warning_threshold,
-            "error": status.error_threshold,
-            "autoCompact": status.auto_compact_threshold,
-            "blocking": status.blocking_limit,
-        }
-        for level in session.threshold_tracker.update(status):
-            self.notify(
-                p.NOTIFY_TOKENS_THRESHOLD,
-                p.ThresholdNotification(
-                    session_id=session.session_id,
-                    level=level,
-                    tokens=status.tokens,
-                    threshold=levels[level],
-                    status=status,
-                ),
-            )
+        self.append_observers += [self.files.observe, self.session_memory.observe]
 
     async def get_session(self, session_id: str) -> Session:
         if not valid_session_id(session_id):
@@ -313,19 +261,6 @@ class App:
         return p.AppendResult(
             appended=len(fresh), status=status, skipped_duplicates=len(records) - len(fresh)
         )
-
-    async def commit(self, session: Session, records: list[Record]) -> None:
-        """Write records durably, then add them to the session. Caller holds the lock."""
-        if not records:
-            return
-        await point_of_no_return()
-        await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
-        await session.add(records)
-        for observer in self.append_observers:
-            try:
-                observer(session, records)
-            except Exception:  # one broken observer must not fail the append
-                log.exception("append observer %r failed", observer)
 
     async def close_session(self, session_id: str) -> bool:
         session = self.sessions.pop(session_id, None)

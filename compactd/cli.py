@@ -22,9 +22,9 @@ from compactd_client import Client, RpcError
 from compactd import __version__
 from compactd import protocol as p
 from compactd.core.split import group_rounds
-from compactd.model import ParseReport, parse_lines
+from compactd.core.synthetic import make_session, to_jsonl
 from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
-from compactd.synthetic import make_session, to_jsonl
+from compactd.transcript.model import ParseReport, parse_lines
 
 
 def _setup_logging(verbosity: int, log_file: str | None) -> None:

@@ -31,10 +31,11 @@ from pygls.protocol import (
     lsp_method,
 )
 
-from compactd import __version__, cancellation
+from compactd import __version__
 from compactd import protocol as p
 from compactd.app import App
-from compactd.cancellation import Guard
+from compactd.engine import cancellation
+from compactd.engine.cancellation import Guard
 from compactd.framing import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameReader
 from compactd.handlers import HANDLERS, Handler
 

@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pytest
 from compactd_client import Client
 
-from compactd.model import Record, parse_lines
+from compactd.transcript.model import Record, parse_lines
 from tests.emulator import Emulator
 from tests.emulator.fixtures import emulator  # noqa: F401 - fixture
 from tests.helpers import emulator_options

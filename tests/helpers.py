@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compactd.model import Entry, Record, record_from_dict
 from compactd.services.store import Store
+from compactd.transcript.model import Entry, Record, record_from_dict
 
 if TYPE_CHECKING:
     from tests.emulator import Emulator

@@ -23,7 +23,7 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core import constants as c
-from compactd.model import Record
+from compactd.transcript.model import Record
 
 __all__ = [
     "CAUSE_BETAS",

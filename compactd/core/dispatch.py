@@ -35,7 +35,7 @@ from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core.microcompact import MicroPlan
 from compactd.core.tokens import estimate_entries_raw, estimate_records_raw, pad
-from compactd.model import Record, record_from_dict
+from compactd.transcript.model import Record, record_from_dict
 
 __all__ = [
     "Decision",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from compactd.core.offline_summary import Command, ToolError, collect_ledger
-from compactd.model import Record
+from compactd.transcript.model import Record
 
 __all__ = [
     "LEDGER_SECTION_TITLE",

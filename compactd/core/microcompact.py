@@ -19,14 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
+from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from compactd.core.tokens import estimate_block_raw, pad
-from compactd.model import Entry, ToolResultBlock, ToolUseBlock
+from compactd.transcript.model import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
     "API_CONTEXT_MANAGEMENT_BETA",
@@ -584,3 +585,37 @@ def context_management(
         }
     )
     return {"edits": edits}
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def micro_config(options: p.MicrocompactOptions | None) -> MicroConfig:
+    """The daemon's microcompact settings: ``initializationOptions.microcompact`` over defaults
+    (built once, by the runtime)."""
+    opts = options or p.MicrocompactOptions()
+    base = MicroConfig()
+    return MicroConfig(
+        clearable_tools=(
+            frozenset(opts.clearable_tools)
+            if opts.clearable_tools is not None
+            else base.clearable_tools
+        ),
+        keep_recent=_pick(opts.keep_recent, base.keep_recent),
+        protected_tokens=_pick(opts.protected_tokens, base.protected_tokens),
+        min_savings=_pick(opts.min_savings, base.min_savings),
+        idle_minutes=_pick(opts.idle_minutes, base.idle_minutes),
+        idle_keep_recent=_pick(opts.idle_keep_recent, base.idle_keep_recent),
+        cached_trigger=_pick(opts.cached_trigger, base.cached_trigger),
+        cached_keep_recent=_pick(opts.cached_keep_recent, base.cached_keep_recent),
+        cache_edits=_pick(opts.cache_edits, base.cache_edits),
+        api_trigger_tokens=opts.api_trigger_tokens,
+        api_clear_tool_inputs=_pick(opts.api_clear_tool_inputs, base.api_clear_tool_inputs),
+    )
+
+
+_T = TypeVar("_T")
+
+
+def _pick(value: _T | None, default: _T) -> _T:
+    return default if value is None else value

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from compactd.core.constants import SYNTHETIC_MODEL
 from compactd.core.view import context_records, main_thread
-from compactd.model import Record
+from compactd.transcript.model import Record
 
 __all__ = [
     "CLEARED_TOOL_RESULT_PLACEHOLDER",

@@ -23,7 +23,7 @@ from compactd.core import constants as c
 from compactd.core.normalize import DOCUMENT_MARKER, IMAGE_MARKER
 from compactd.core.prompts import strip_continuation
 from compactd.core.view import main_thread
-from compactd.model import (
+from compactd.transcript.model import (
     Block,
     DocumentBlock,
     ImageBlock,

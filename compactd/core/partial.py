@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from compactd.core.split import safe_cut_points
-from compactd.model import Entry, Record
+from compactd.transcript.model import Entry, Record
 
 __all__ = [
     "Direction",

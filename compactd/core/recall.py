@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from compactd.history import History
-from compactd.model import Block, Record, TextBlock, ToolResultBlock, ToolUseBlock
+from compactd.transcript.history import History
+from compactd.transcript.model import Block, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
 __all__ = [
     "RECALL_DEFAULT_LIMIT",

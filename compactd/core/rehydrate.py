@@ -5,7 +5,7 @@ After a compaction the model has only the summary, so the agent's working set is
 file and plan mode, the skills it invoked, background agents still running and the announcements of
 tools, agents and MCP servers. This module decides which and how much, from facts gathered by
 scanning the transcript (``scan_context``) and file contents already read by the I/O layer
-(``compactd/services/rehydration.py``). It returns attachment payloads in Claude Code's
+(``compactd/engine/rehydration.py``). It returns attachment payloads in Claude Code's
 attachment shape (``{"type": "file", ...}``) and renders the text the model reads.
 
 Pure: no I/O, deterministic, paths are only joined and normalized as strings.
@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from compactd.core import constants as c
 from compactd.core.tokens import estimate_text_tokens
-from compactd.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
+from compactd.transcript.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
 __all__ = [
     "MIN_PARTIAL_TOKENS",

@@ -28,7 +28,7 @@ from compactd.core.offline_summary import (
     _files_section,
     _todo_lines,
 )
-from compactd.model import Entry, TextBlock, ToolUseBlock
+from compactd.transcript.model import Entry, TextBlock, ToolUseBlock
 
 __all__ = [
     "DEFAULT_MIN_INIT_TOKENS",

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from compactd.model import Entry, ToolResultBlock, ToolUseBlock
+from compactd.transcript.model import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
     "PTL_DROP_FRACTION",

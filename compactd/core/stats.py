@@ -19,8 +19,8 @@ from typing import Final
 from compactd import protocol as p
 from compactd.core import tokens
 from compactd.core.view import ViewIndex
-from compactd.history import boundary_indices
-from compactd.model import CompactMetadata, Entry, Record, TextBlock, ToolResultBlock
+from compactd.transcript.history import boundary_indices
+from compactd.transcript.model import CompactMetadata, Entry, Record, TextBlock, ToolResultBlock
 
 __all__ = [
     "DEFAULT_MECHANISM",

@@ -21,7 +21,15 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core import constants as c
-from compactd.model import (
+from compactd.protocol import (
+    BreakdownCategory,
+    BreakdownResult,
+    DuplicateRead,
+    PrefixSource,
+    ThresholdLevel,
+    TokenStatus,
+)
+from compactd.transcript.model import (
     Block,
     DocumentBlock,
     Entry,
@@ -33,14 +41,6 @@ from compactd.model import (
     ToolResultBlock,
     ToolUseBlock,
     UnknownBlock,
-)
-from compactd.protocol import (
-    BreakdownCategory,
-    BreakdownResult,
-    DuplicateRead,
-    PrefixSource,
-    ThresholdLevel,
-    TokenStatus,
 )
 
 __all__ = [

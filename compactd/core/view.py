@@ -33,8 +33,8 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from compactd.history import BOUNDARY_SUBTYPES, History
-from compactd.model import PreservedSegment, Record
+from compactd.transcript.history import BOUNDARY_SUBTYPES, History
+from compactd.transcript.model import PreservedSegment, Record
 
 __all__ = [
     "ViewIndex",

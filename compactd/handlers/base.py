@@ -7,20 +7,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from compactd.engine.progress import WorkDone
+
 if TYPE_CHECKING:
     from compactd.app import App
-
-
-class WorkDone(Protocol):
-    """A work-done progress the server started on the client (``$/progress``)."""
-
-    def report(self, message: str, percentage: int | None = None) -> None: ...
-
-    def end(self, message: str) -> None:
-        """Finish the progress (idempotent) and forget its token."""
-
-    def on_cancel(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` when the client cancels this progress."""
 
 
 class Context(Protocol):

@@ -4,7 +4,7 @@
 mechanism "auto" it reports ``compact/auto``'s own decision (``handlers/compact.decide_auto``);
 with "micro", "full" or "partial" what that operation would leave, predicted by the functions
 the operations plan with (``services/micro.plan_micro``, ``services/compaction.predict``).
-``compact/undo`` appends an entry that cancels the last compaction (``services/undo.py``).
+``compact/undo`` appends an entry that cancels the last compaction (``engine/undo.py``).
 ``recall/search`` finds or fetches any entry of the transcript, including those compactions hid
 (``core/recall.py``).
 """
@@ -17,18 +17,18 @@ import anyio
 
 from compactd import protocol as p
 from compactd.core import dispatch, recall
-from compactd.handlers.base import Context, Handler
-from compactd.handlers.compact import decide_auto
-from compactd.handlers.partial import plan_cut, selection_of
-from compactd.services.compaction import (
+from compactd.engine.compaction import (
     CompactionSpec,
     Selector,
     predict,
     prefix_parts,
     select_whole_context,
 )
-from compactd.services.micro import plan_micro
-from compactd.services.undo import undo_last
+from compactd.engine.micro import plan_micro
+from compactd.engine.undo import undo_last
+from compactd.handlers.base import Context, Handler
+from compactd.handlers.compact import decide_auto
+from compactd.handlers.partial import plan_cut, selection_of
 
 if TYPE_CHECKING:
     from compactd.app import App

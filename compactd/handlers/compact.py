@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 from compactd import protocol as p
 from compactd.core import dispatch
 from compactd.core.prompts import PromptKind
+from compactd.engine.compaction import CompactionSpec, predict, prefix_parts, run_compaction
+from compactd.engine.micro import microcompact_session, plan_micro
 from compactd.handlers.base import Context, Handler
-from compactd.services.compaction import CompactionSpec, predict, prefix_parts, run_compaction
-from compactd.services.micro import microcompact_session, plan_micro
 
 if TYPE_CHECKING:
     from compactd.app import App
-    from compactd.session import Session
+    from compactd.engine.session import Session
 
 log = logging.getLogger(__name__)
 

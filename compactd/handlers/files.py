@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
+from compactd.engine import rehydration
 from compactd.handlers.base import Context, Handler
-from compactd.services import rehydration
 
 if TYPE_CHECKING:
     from compactd.app import App

@@ -1,7 +1,7 @@
 """compact/micro: clear old tool results now, without a model call.
 
 The handler validates, takes the session's lock (microcompact appends a boundary, so it is
-serialized with appends and compactions) and lets ``services/micro.py`` do the work. An explicit
+serialized with appends and compactions) and lets ``engine/micro.py`` do the work. An explicit
 request while microcompact is switched off is an error, not a silent no-op, so a user asking for
 it learns why nothing happened.
 """
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core.constants import ENV_DISABLE_COMPACT, ENV_DISABLE_MICROCOMPACT
+from compactd.engine.micro import microcompact_session
 from compactd.handlers.base import Context, Handler
-from compactd.services.micro import microcompact_session
 
 if TYPE_CHECKING:
     from compactd.app import App

@@ -19,13 +19,13 @@ import msgspec
 from compactd import protocol as p
 from compactd.core.partial import Direction, PartialError, PartialPlan, plan_partial
 from compactd.core.prompts import PromptKind
+from compactd.engine.compaction import CompactionSpec, Selection, run_compaction
 from compactd.handlers.base import Context, Handler
-from compactd.services.compaction import CompactionSpec, Selection, run_compaction
 
 if TYPE_CHECKING:
     from compactd.app import App
-    from compactd.model import Record
-    from compactd.session import Session
+    from compactd.engine.session import Session
+    from compactd.transcript.model import Record
 
 log = logging.getLogger(__name__)
 

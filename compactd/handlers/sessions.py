@@ -8,8 +8,8 @@ import anyio
 
 from compactd import protocol as p
 from compactd.core.normalize import to_api_messages
+from compactd.engine import micro
 from compactd.handlers.base import Context, Handler
-from compactd.services import micro
 
 if TYPE_CHECKING:
     from compactd.app import App

@@ -26,8 +26,8 @@ from typing import Any
 
 import msgspec
 
-from compactd.history import History, boundary_indices
-from compactd.model import (
+from compactd.transcript.history import History, boundary_indices
+from compactd.transcript.model import (
     GROUP_SIZE_FIELD,
     ParseReport,
     Record,

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from compactd.core import microcompact as mc
+from compactd.core.synthetic import make_session
 from compactd.core.tokens import count_tokens, estimate_entries
-from compactd.model import record_from_dict
-from compactd.synthetic import make_session
+from compactd.transcript.model import record_from_dict
 
 RUNS = 50
 

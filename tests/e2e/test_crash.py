@@ -25,8 +25,8 @@ import pytest
 from compactd_client import Client
 
 from compactd import protocol as p
-from compactd.model import GROUP_SIZE_FIELD, ParseReport, parse_lines
 from compactd.services.store import Store
+from compactd.transcript.model import GROUP_SIZE_FIELD, ParseReport, parse_lines
 from tests.conftest import daemon_args, daemon_log
 from tests.e2e.test_compact_support import session_entries
 from tests.emulator import Emulator, Reply

@@ -17,7 +17,7 @@ import pytest
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
-from compactd.model import parse_lines
+from compactd.transcript.model import parse_lines
 from tests.conftest import SpawnDaemon, daemon_args, fixture_transcripts
 from tests.helpers import CWD, assistant, text_block, user
 

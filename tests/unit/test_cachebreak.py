@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from compactd.core import cachebreak as cb
-from compactd.model import Record, record_from_dict
+from compactd.transcript.model import Record, record_from_dict
 from tests.helpers import user
 
 T0 = 1_700_000_000.0

@@ -12,9 +12,9 @@ import pytest
 
 from compactd.core.recall import fetch
 from compactd.core.view import context_records, last_undoable
-from compactd.history import History, UuidIndex, boundary_indices
-from compactd.model import Record, record_from_dict
 from compactd.services.store import Store
+from compactd.transcript.history import History, UuidIndex, boundary_indices
+from compactd.transcript.model import Record, record_from_dict
 
 
 def _entry(i: int, **extra: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from compactd.core.ledger import (
 )
 from compactd.core.offline_summary import offline_summary
 from compactd.core.prompts import format_summary
-from compactd.model import Record, record_from_dict
+from compactd.transcript.model import Record, record_from_dict
 
 
 def _user(uid: str, content: Any, **extra: Any) -> Record:

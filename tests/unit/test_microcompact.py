@@ -12,9 +12,9 @@ import pytest
 from compactd.core import microcompact as mc
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from compactd.core.tokens import pad
-from compactd.model import Entry, record_from_dict
+from compactd.engine.session import Session
 from compactd.services.store import SessionMeta
-from compactd.session import Session
+from compactd.transcript.model import Entry, record_from_dict
 from tests.helpers import (
     MODEL,
     assistant,

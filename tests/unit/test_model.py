@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactd.model import (
+from compactd.transcript.model import (
     ParseReport,
     TextBlock,
     ToolResultBlock,
@@ -233,7 +233,7 @@ def test_transcript_timestamps_have_milliseconds_and_a_z() -> None:
 
 
 def test_read_line_closes_the_oldest_descriptor_when_full(tmp_path: Any) -> None:
-    from compactd import model
+    from compactd.transcript import model
 
     paths = []
     for i in range(model._READ_FDS_MAX + 1):

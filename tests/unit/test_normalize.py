@@ -17,7 +17,7 @@ from compactd.core.normalize import (
     to_api_messages,
 )
 from compactd.core.view import context_records
-from compactd.model import Record, record_from_dict
+from compactd.transcript.model import Record, record_from_dict
 from tests import helpers
 from tests.conftest import fixture_transcripts, load_fixture
 from tests.helpers import numbering, text_block, tool_result_block, tool_use_block

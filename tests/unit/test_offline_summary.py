@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from compactd.core import prompts
 from compactd.core.offline_summary import collect_ledger, offline_summary
-from compactd.model import Record, record_from_dict
-from compactd.synthetic import make_session
+from compactd.core.synthetic import make_session
+from compactd.transcript.model import Record, record_from_dict
 from tests.helpers import (
     assistant,
     text_block,

@@ -17,7 +17,7 @@ from compactd.core.partial import (
     plan_partial,
 )
 from compactd.core.view import context_records, preserved_prefix_records
-from compactd.model import Record, ToolResultBlock, ToolUseBlock, record_from_dict
+from compactd.transcript.model import Record, ToolResultBlock, ToolUseBlock, record_from_dict
 from tests.helpers import assistant, text_block, tool_result, tool_use_block, user, uuids
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from compactd.core.recall import SNIPPET_CONTEXT_CHARS, entry_text, fetch, search
-from compactd.model import record_from_dict
-from compactd.synthetic import make_session
+from compactd.core.synthetic import make_session
+from compactd.transcript.model import record_from_dict
 from tests.helpers import assistant, to_records, tool_result, tool_use_block, user
 
 RECORDS = to_records(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from compactd.core import rehydrate as rh
-from compactd.model import Record, record_from_dict
+from compactd.transcript.model import Record, record_from_dict
 from tests.helpers import assistant, numbering, tool_result, tool_use_block
 
 # -- helpers ------------------------------------------------------------------------------------

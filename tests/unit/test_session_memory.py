@@ -7,7 +7,7 @@ from typing import Any
 from compactd.core import session_memory as sm
 from compactd.core import split, tokens
 from compactd.core.offline_summary import collect_ledger
-from compactd.model import Entry
+from compactd.transcript.model import Entry
 from tests.helpers import (
     assistant,
     text_block,

@@ -22,7 +22,7 @@ from compactd.core.split import (
     truncate_head_for_ptl,
 )
 from compactd.core.view import context_records, main_thread
-from compactd.model import (
+from compactd.transcript.model import (
     Entry,
     Record,
     ToolResultBlock,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from compactd.core import stats
-from compactd.model import Record, record_from_dict
+from compactd.transcript.model import Record, record_from_dict
 from tests import helpers
 from tests.conftest import load_fixture
 from tests.helpers import numbering, text_block, to_records, tool_use_block

@@ -38,7 +38,7 @@ from compactd.core.tokens import (
     thresholds,
     token_status,
 )
-from compactd.model import (
+from compactd.transcript.model import (
     Block,
     Entry,
     ImageBlock,

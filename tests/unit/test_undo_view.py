@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from compactd.core.view import context_records, last_undoable, undone_ids
-from compactd.model import Record, record_from_dict
+from compactd.transcript.model import Record, record_from_dict
 from tests.helpers import linked_record, uuids
 
 

@@ -10,7 +10,7 @@ from compactd.core.view import (
     main_thread,
     preserved_records,
 )
-from compactd.model import Record, record_from_dict
+from compactd.transcript.model import Record, record_from_dict
 from tests.conftest import load_fixture
 from tests.helpers import linked_record, uuids
 

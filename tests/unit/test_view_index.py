@@ -8,9 +8,9 @@ from typing import Any
 
 from compactd.core.partial import PartialError, plan_partial
 from compactd.core.view import ViewIndex, context_records, last_undoable
-from compactd.history import History
-from compactd.model import Record, record_from_dict
 from compactd.services.store import Store
+from compactd.transcript.history import History
+from compactd.transcript.model import Record, record_from_dict
 from tests.helpers import linked_record, uuids
 
 

@@ -7,7 +7,7 @@ calls ``point_of_no_return()``: from then on a cancel is ignored and the request
 its real result. A cancel that came before that moment stops the request before it writes.
 
 The guard of the running request is found through a context variable, so the code that writes
-(``App.commit`` and the few other writers) needs no extra parameter.
+(``Runtime.commit`` and the few other writers) needs no extra parameter.
 """
 
 from __future__ import annotations

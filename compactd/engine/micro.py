@@ -22,22 +22,22 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import msgspec
 
 from compactd import protocol as p
-from compactd.cancellation import point_of_no_return
 from compactd.core import microcompact as mc
 from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
-from compactd.model import Record, ToolUseBlock, record_from_dict, transcript_timestamp
+from compactd.engine.cancellation import point_of_no_return
 from compactd.services.store import atomic_write
+from compactd.transcript.model import Record, ToolUseBlock, record_from_dict, transcript_timestamp
 
 if TYPE_CHECKING:
-    from compactd.app import App
-    from compactd.session import Session
+    from compactd.engine.runtime import Runtime
+    from compactd.engine.session import Session
 
 __all__ = [
     "STATE_FILE",
@@ -45,7 +45,6 @@ __all__ = [
     "forget_cleared_reads",
     "load_cached_state",
     "messages_extras",
-    "micro_config",
     "microcompact_session",
     "plan_micro",
     "reset_cached_edits",
@@ -65,45 +64,11 @@ _STRATEGY_API: Final = "api"
 _STRATEGIES: Final[dict[str, mc.Strategy]] = {"count": "count", "time": "time", "cached": "cached"}
 
 
-# -- configuration ------------------------------------------------------------------------------
-
-
-def micro_config(options: p.MicrocompactOptions | None) -> mc.MicroConfig:
-    """The daemon's microcompact settings: ``initializationOptions.microcompact`` over defaults
-    (built once, by ``App``)."""
-    opts = options or p.MicrocompactOptions()
-    base = mc.MicroConfig()
-    return mc.MicroConfig(
-        clearable_tools=(
-            frozenset(opts.clearable_tools)
-            if opts.clearable_tools is not None
-            else base.clearable_tools
-        ),
-        keep_recent=_pick(opts.keep_recent, base.keep_recent),
-        protected_tokens=_pick(opts.protected_tokens, base.protected_tokens),
-        min_savings=_pick(opts.min_savings, base.min_savings),
-        idle_minutes=_pick(opts.idle_minutes, base.idle_minutes),
-        idle_keep_recent=_pick(opts.idle_keep_recent, base.idle_keep_recent),
-        cached_trigger=_pick(opts.cached_trigger, base.cached_trigger),
-        cached_keep_recent=_pick(opts.cached_keep_recent, base.cached_keep_recent),
-        cache_edits=_pick(opts.cache_edits, base.cache_edits),
-        api_trigger_tokens=opts.api_trigger_tokens,
-        api_clear_tool_inputs=_pick(opts.api_clear_tool_inputs, base.api_clear_tool_inputs),
-    )
-
-
-_T = TypeVar("_T")
-
-
-def _pick(value: _T | None, default: _T) -> _T:
-    return default if value is None else value
-
-
 # -- the engine ---------------------------------------------------------------------------------
 
 
 async def plan_micro(
-    app: App, session: Session, strategy: str | None = None, now: float | None = None
+    app: Runtime, session: Session, strategy: str | None = None, now: float | None = None
 ) -> mc.MicroPlan:
     """What a microcompact of ``session`` would clear now; nothing is written.
 
@@ -140,7 +105,7 @@ async def plan_micro(
 
 
 async def microcompact_session(
-    app: App, session: Session, strategy: str | None, trigger: str
+    app: Runtime, session: Session, strategy: str | None, trigger: str
 ) -> p.MicroResult:
     """Run microcompact; the caller holds ``session.lock``.
 
@@ -292,7 +257,7 @@ def forget_cleared_reads(session: Session, tool_ids: Sequence[str]) -> list[str]
 # -- cached state -------------------------------------------------------------------------------
 
 
-def _state_path(app: App, session: Session) -> Path:
+def _state_path(app: Runtime, session: Session) -> Path:
     return app.store.session_dir(session.session_id) / STATE_FILE
 
 
@@ -319,7 +284,7 @@ def _read_state(path: Path) -> mc.CachedState | None:
         return None
 
 
-async def load_cached_state(app: App, session: Session) -> mc.CachedState:
+async def load_cached_state(app: Runtime, session: Session) -> mc.CachedState:
     """The session's cached-strategy state; void (empty) after a full compaction."""
     state = session.cached_micro
     if state is None:
@@ -335,14 +300,14 @@ async def load_cached_state(app: App, session: Session) -> mc.CachedState:
     return state
 
 
-async def _save_state(app: App, session: Session, state: mc.CachedState) -> None:
+async def _save_state(app: Runtime, session: Session, state: mc.CachedState) -> None:
     data = msgspec.json.encode(state)
     await point_of_no_return()
     await anyio.to_thread.run_sync(atomic_write, _state_path(app, session), data)
     session.cached_micro = state
 
 
-async def reset_cached_edits(app: App, session: Session) -> bool:
+async def reset_cached_edits(app: Runtime, session: Session) -> bool:
     """Forget the cached strategy's state and pinned edits; True if there was any.
 
     Call it when the prompt cache broke (the edits then refer to a cache that is gone) or the
@@ -368,7 +333,7 @@ class MessagesExtras:
     betas: list[str] | None = None
 
 
-async def messages_extras(app: App, session: Session) -> MessagesExtras:
+async def messages_extras(app: Runtime, session: Session) -> MessagesExtras:
     """Pinned cache edits, or the API-native ``context_management`` edits and beta."""
     if not app.flags.microcompact_enabled:
         return MessagesExtras()
@@ -382,7 +347,7 @@ async def messages_extras(app: App, session: Session) -> MessagesExtras:
     return MessagesExtras(cache_edits=edits or None)
 
 
-def _context_management(app: App, session: Session) -> dict[str, Any]:
+def _context_management(app: Runtime, session: Session) -> dict[str, Any]:
     config = app.micro_config
     entries = [r.entry for r in main_thread(session.context())]
     params = session.meta.cache_safe_params or {}

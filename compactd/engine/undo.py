@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from compactd import protocol as p
 from compactd.core.view import compaction_key
-from compactd.model import Record, record_from_dict
-from compactd.services.compaction import _common
+from compactd.engine.compaction import _common
+from compactd.transcript.model import Record, record_from_dict
 
 if TYPE_CHECKING:
-    from compactd.app import App
-    from compactd.session import Session
+    from compactd.engine.runtime import Runtime
+    from compactd.engine.session import Session
 
 __all__ = ["UNDO_BOUNDARY_CONTENT", "undo_last"]
 
@@ -85,7 +85,7 @@ def _undo_entry(session: Session, target: Record, pre_tokens: int) -> tuple[str,
     }
 
 
-async def undo_last(app: App, session: Session) -> p.UndoResult:
+async def undo_last(app: Runtime, session: Session) -> p.UndoResult:
     """Undo the most recent compaction still in effect. Raises ``nothingToUndo`` or
     ``sessionBusy``; on error nothing is written."""
     async with session.lock:

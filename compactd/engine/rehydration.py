@@ -27,42 +27,40 @@ import anyio
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import rehydrate as rh
-from compactd.model import Record, transcript_timestamp
-from compactd.services import files
+from compactd.services import fs
+from compactd.transcript.model import Record, transcript_timestamp
 
 if TYPE_CHECKING:
-    from compactd.app import App
-    from compactd.session import Session
+    from compactd.engine.runtime import Runtime
+    from compactd.engine.session import Session
 
 # A skill name that can safely become a directory name.
 _SKILL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-def claude_config_dir(app: App) -> Path:
+def claude_config_dir(app: Runtime) -> Path:
     raw = app.env.get(c.ENV_CLAUDE_CONFIG_DIR) or c.DEFAULT_CLAUDE_CONFIG_DIR
     return Path(raw).expanduser()
 
 
 async def rehydration_attachments(
-    app: App, session: Session, kept: Sequence[Record]
+    app: Runtime, session: Session, kept: Sequence[Record]
 ) -> list[dict[str, Any]]:
     """The attachments to write after a compaction of ``session`` that keeps ``kept``.
 
     Call it before the boundary is committed: it reads the read-file state and the context
     the compaction is about to replace.
     """
-    rt = app.files.runtime(session)
-    return await _build(app, session, kept, rt.extras)
+    return await _build(app, session, kept, session.rehydration_extras)
 
 
 async def rehydrate_now(
-    app: App, session: Session, extras: p.RehydrationExtras | None
+    app: Runtime, session: Session, extras: p.RehydrationExtras | None
 ) -> list[dict[str, Any]]:
     """``attachments/rehydrate``: what a full compaction now would re-inject.
 
     ``extras`` (validated here) are remembered for the session's later compactions.
     """
-    rt = app.files.runtime(session)
     if extras is not None:
         for i, item in enumerate(extras.announcements or []):
             kind = item.get("type")
@@ -78,8 +76,8 @@ async def rehydrate_now(
             raise p.CompactdError(
                 p.ErrorCode.INVALID_PARAMS, "extras.planFilePath must be a non-empty path"
             )
-        rt.extras = extras
-    return await _build(app, session, (), rt.extras)
+        session.rehydration_extras = extras
+    return await _build(app, session, (), session.rehydration_extras)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +88,11 @@ class _DiskFacts:
 
 
 async def _build(
-    app: App,
+    app: Runtime,
     session: Session,
     kept: Sequence[Record],
     extras: p.RehydrationExtras | None,
 ) -> list[dict[str, Any]]:
-    svc = app.files
     cwd = session.meta.cwd
     config = claude_config_dir(app)
     plan_dir = str(config / "plans")
@@ -113,14 +110,14 @@ async def _build(
         exclude_paths=rh.read_paths(kept, cwd),
         plan_paths=[plan_path] if plan_path else [],
         plan_dirs=[plan_dir],
-        memory_names=svc.memory_names,
+        memory_names=app.memory_names,
     )
     wanted_skills = [s.name for s in facts.skills if not s.content]
     disk = await anyio.to_thread.run_sync(
         _read_disk,
         candidates,
         cwd,
-        svc.roots(session),
+        app.roots(session),
         budgets.max_files,
         plan_path,
         Path(plan_dir),
@@ -170,27 +167,27 @@ def _read_disk(
 ) -> _DiskFacts:
     """Blocking: read the candidates in order until ``max_files`` take a slot, the plan and
     skill files. Missing files and files outside the roots are passed over."""
-    resolved_roots = files.resolve_roots(cwd, roots)
+    resolved_roots = fs.resolve_roots(cwd, roots)
     out: list[rh.FileSnapshot | rh.FileNotice] = []
     seen: set[Path] = set()
     for cand in candidates:
         if len(out) >= max_files:
             break
         try:
-            real = files.confine(cand.path, cwd, resolved_roots)
+            real = fs.confine(cand.path, cwd, resolved_roots)
         except p.CompactdError:
             continue
         if real in seen:
             continue
         seen.add(real)
-        got = files.read_file(real)
+        got = fs.read_file(real)
         if got is None:
             continue
         shown = rh.display_path(cand.path, cwd)
         if got.text is None:
             out.append(rh.FileNotice(path=cand.path, display_path=shown, reason=got.reason or ""))
             continue
-        text, start, total = files.slice_lines(got.text, cand.offset, cand.limit)
+        text, start, total = fs.slice_lines(got.text, cand.offset, cand.limit)
         out.append(
             rh.FileSnapshot(
                 path=cand.path,
@@ -229,8 +226,8 @@ def _resolved(path: Path) -> list[Path]:
 
 def _read_confined(path: str, cwd: str, roots: list[Path]) -> str | None:
     try:
-        real = files.confine(path, cwd, roots)
+        real = fs.confine(path, cwd, roots)
     except p.CompactdError:
         return None
-    got = files.read_file(real)
+    got = fs.read_file(real)
     return got.text if got is not None else None

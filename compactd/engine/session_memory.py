@@ -36,14 +36,14 @@ from compactd.core.microcompact import MicroPlan
 from compactd.core.normalize import to_api_messages
 from compactd.core.offline_summary import collect_ledger
 from compactd.core.prompts import PromptKind
-from compactd.model import Record, transcript_timestamp
-from compactd.services.compaction import CompactionSpec, Selection, predict, run_compaction
+from compactd.engine.compaction import CompactionSpec, Selection, predict, run_compaction
 from compactd.services.store import atomic_write
 from compactd.services.summarizer import SummarizerError, SummaryRequest
+from compactd.transcript.model import Record, transcript_timestamp
 
 if TYPE_CHECKING:
-    from compactd.app import App
-    from compactd.session import Session
+    from compactd.engine.runtime import Runtime
+    from compactd.engine.session import Session
 
 __all__ = ["SessionMemoryService"]
 
@@ -74,7 +74,7 @@ class _Runtime:
 
 
 class SessionMemoryService:
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Runtime) -> None:
         self.app = app
         opts = app.options.session_memory or p.SessionMemoryOptions()
         self.enabled = bool(opts.enabled)

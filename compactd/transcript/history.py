@@ -23,7 +23,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, overload
 
-from compactd.model import LineReader, Record
+from compactd.transcript.model import LineReader, Record
 
 __all__ = ["BOUNDARY_SUBTYPES", "History", "UuidIndex", "boundary_indices"]
 

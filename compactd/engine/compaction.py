@@ -45,21 +45,21 @@ from compactd.core.prompts import (
     format_summary,
     join_instructions,
 )
-from compactd.model import (
+from compactd.engine.rehydration import rehydration_attachments
+from compactd.services import hooks
+from compactd.services.summarizer import SummarizerError, SummaryRequest
+from compactd.transcript.model import (
     GROUP_SIZE_FIELD,
     Record,
     ToolUseBlock,
     record_from_dict,
     transcript_timestamp,
 )
-from compactd.services import hooks
-from compactd.services.rehydration import rehydration_attachments
-from compactd.services.summarizer import SummarizerError, SummaryRequest
 
 if TYPE_CHECKING:
-    from compactd.app import App
-    from compactd.handlers.base import WorkDone
-    from compactd.session import Session
+    from compactd.engine.progress import WorkDone
+    from compactd.engine.runtime import Runtime
+    from compactd.engine.session import Session
 
 __all__ = [
     "CompactionSpec",
@@ -142,7 +142,7 @@ class _Run:
     """One compaction: its id, clock, status notifications and progress bar."""
 
     def __init__(
-        self, app: App, session: Session, spec: CompactionSpec, progress: WorkDone | None
+        self, app: Runtime, session: Session, spec: CompactionSpec, progress: WorkDone | None
     ) -> None:
         self.app = app
         self.session = session
@@ -176,7 +176,7 @@ class _Run:
 
 
 async def run_compaction(
-    app: App, session: Session, spec: CompactionSpec, *, progress: WorkDone | None = None
+    app: Runtime, session: Session, spec: CompactionSpec, *, progress: WorkDone | None = None
 ) -> p.CompactResult:
     """Compact ``session`` as ``spec`` says. Raises ``CompactdError`` when it cannot.
 
@@ -428,7 +428,7 @@ def _continuation(
 
 
 async def predict(
-    app: App, session: Session, spec: CompactionSpec, *, micro: MicroPlan | None = None
+    app: Runtime, session: Session, spec: CompactionSpec, *, micro: MicroPlan | None = None
 ) -> dispatch.SummaryOutlook:
     """What ``run_compaction(app, session, spec)`` would leave now; nothing is written, no model
     is called and no hook runs.

@@ -9,8 +9,7 @@ cleared by a compaction (the state is rebuilt from the new context) and by micro
 (resolving symlinks, confinement, reading, hashing) runs in worker threads.
 
 ``FilesService`` (one per daemon, ``App.files``) keeps per-session runtime state:
-nested-memory attachments queued for ``attachments/pending``, the set of watched files, and
-the extras a client supplied for rehydration. When the agent reads a file, the memory files
+nested-memory attachments queued for ``attachments/pending`` and the set of watched files. When the agent reads a file, the memory files
 (``CLAUDE.md`` and the like) in the directories from the session's working directory down to
 that file are queued once as ``nested_memory`` attachments and registered in the state. Those
 memory files and the files in the state are watched (``services/watch.py``); a change queues
@@ -23,13 +22,11 @@ included) before the check, files above a size cap are not read, binary files ar
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -37,33 +34,28 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import anyio
 
 from compactd import protocol as p
-from compactd.core import constants as c
 from compactd.core import rehydrate as rh
-from compactd.core.microcompact import parse_timestamp
-from compactd.model import (
+from compactd.core.file_state import FILE_READ_ENTRY, FileState, content_hash
+from compactd.services.fs import (
+    confine,
+    memory_chain_dirs,
+    read_file,
+    resolve_roots,
+)
+from compactd.services.watch import DirWatcher
+from compactd.transcript.model import (
     Record,
-    ToolResultBlock,
-    ToolUseBlock,
     record_from_dict,
     transcript_timestamp,
 )
-from compactd.services.watch import DirWatcher
 
 if TYPE_CHECKING:
-    from compactd.app import App
-    from compactd.session import Session
+    from compactd.engine.runtime import Runtime
+    from compactd.engine.session import Session
 
 log = logging.getLogger(__name__)
 
-# The transcript entry ``fileState/record`` appends. Like Claude Code's own bookkeeping lines
-# (``file-history-snapshot``, ``queue-operation``) it is not part of the model's view.
-FILE_READ_ENTRY: Final = "compactd-file-read"
 
-# Files larger than this are never read whole (rehydration needs at most a few tens of KB of
-# text; a larger file is announced by reference instead). compactd's choice.
-MAX_READ_BYTES: Final = 8 << 20
-# A NUL byte in the first 8 KiB marks a file as binary (the heuristic git and grep use).
-BINARY_SNIFF_BYTES: Final = 8192
 # Memory files above this are cut (compactd's choice; Claude Code warns about memory files
 # above 40,000 characters because they crowd the context).
 MAX_MEMORY_CHARS: Final = 40_000
@@ -71,346 +63,6 @@ MAX_MEMORY_CHARS: Final = 40_000
 CHANGED_FILE_SNIPPET_TOKENS: Final = 2_000
 # How many files of the read-file state are watched (most recent first).
 MAX_WATCHED_FILES: Final = 256
-# Longest path accepted from a client.
-MAX_PATH_CHARS: Final = 4096
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-# -- read-file state (pure) ---------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class FileRead:
-    """The latest thing the agent did with one file."""
-
-    path: str
-    timestamp: float
-    seq: int
-    offset: int | None = None
-    limit: int | None = None
-    content_hash: str | None = None
-    source: str = "Read"
-    tool_use_id: str | None = None
-    stub: bool = False
-    memory: bool = False
-
-    def candidate(self) -> rh.FileCandidate:
-        return rh.FileCandidate(
-            path=self.path,
-            timestamp=self.timestamp,
-            seq=self.seq,
-            offset=self.offset,
-            limit=self.limit,
-            stub=self.stub,
-            memory=self.memory,
-        )
-
-
-@dataclass(slots=True)
-class StateChanges:
-    """What ``FileState.apply`` saw: files read (for nested memory) and files written."""
-
-    read: list[str] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)
-    changed: bool = False
-
-
-class FileState:
-    """Read-file state of one session, keyed by normalized absolute path."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, FileRead] = {}
-        self._seq = 0
-        # Tool calls whose result has not been seen yet: tool_use id -> path.
-        self._awaiting: dict[str, str] = {}
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def touch(self, path: str, timestamp: float, **fields: Any) -> FileRead:
-        self._seq += 1
-        read = FileRead(path=path, timestamp=timestamp, seq=self._seq, **fields)
-        self.files[path] = read
-        return read
-
-    def remove(self, path: str) -> None:
-        self.files.pop(path, None)
-
-    def drop_tool_ids(self, ids: Iterable[str]) -> list[str]:
-        """Forget files whose latest read is one of the cleared tool results (microcompact)."""
-        wanted = set(ids)
-        gone = [p for p, r in self.files.items() if r.tool_use_id in wanted]
-        for path in gone:
-            del self.files[path]
-        return gone
-
-    def recent(self) -> list[FileRead]:
-        return sorted(self.files.values(), key=lambda r: (r.timestamp, r.seq), reverse=True)
-
-    def candidates(self) -> list[rh.FileCandidate]:
-        return [r.candidate() for r in self.files.values()]
-
-    def apply(self, records: Sequence[Record], cwd: str) -> StateChanges:
-        """Fold appended records into the state (see the module docstring for the sources)."""
-        out = StateChanges()
-        now = time.time()
-        for record in records:
-            entry = record.entry
-            stamp = parse_timestamp(entry.timestamp)
-            ts = now if stamp is None else stamp
-            if entry.type == "assistant":
-                for block in entry.blocks:
-                    if isinstance(block, ToolUseBlock):
-                        self._tool_use(block, ts, cwd, out)
-            elif entry.type == "user":
-                for block in entry.blocks:
-                    if isinstance(block, ToolResultBlock):
-                        self._tool_result(block, entry.tool_use_result, out)
-            elif entry.type == "attachment" and entry.attachment:
-                self._attachment(entry.attachment, ts, cwd, out)
-            elif entry.type == FILE_READ_ENTRY:
-                self._recorded(record.to_builtins(), ts, cwd, out)
-            elif entry.is_microcompact_boundary and entry.microcompact_metadata:
-                ids = entry.microcompact_metadata.get("compactedToolIds")
-                if isinstance(ids, list) and self.drop_tool_ids(
-                    i for i in ids if isinstance(i, str)
-                ):
-                    out.changed = True
-        return out
-
-    def _tool_use(self, block: ToolUseBlock, ts: float, cwd: str, out: StateChanges) -> None:
-        name = block.name
-        if name not in c.FILE_READ_TOOLS and name not in c.FILE_WRITE_TOOLS:
-            return
-        args = block.input if isinstance(block.input, dict) else {}
-        target = args.get("file_path") or args.get("notebook_path")
-        if not isinstance(target, str) or not target or "\x00" in target:
-            return
-        path = rh.normalize_path(target, cwd)
-        fields: dict[str, Any] = {"source": name, "tool_use_id": block.id or None}
-        if name in c.FILE_READ_TOOLS:
-            fields["offset"] = _int_or_none(args.get("offset"))
-            fields["limit"] = _int_or_none(args.get("limit"))
-            out.read.append(path)
-        else:
-            content = args.get("content")
-            if name == "Write" and isinstance(content, str):
-                fields["content_hash"] = _sha256(content.encode())
-            out.written.append(path)
-        self.touch(path, ts, **fields)
-        if block.id:
-            self._awaiting[block.id] = path
-        out.changed = True
-
-    def _tool_result(self, block: ToolResultBlock, result: Any, out: StateChanges) -> None:
-        path = self._awaiting.pop(block.tool_use_id, None)
-        read = self.files.get(path) if path else None
-        if read is None or read.tool_use_id != block.tool_use_id:
-            return
-        if block.is_error:
-            # The call failed: the agent saw nothing of the file.
-            del self.files[read.path]
-            out.changed = True
-            return
-        text = _result_text(block)
-        if read.source in c.FILE_READ_TOOLS and text.lstrip().startswith(
-            c.FILE_UNCHANGED_STUB_PREFIX
-        ):
-            read.stub = True
-        file_info = result.get("file") if isinstance(result, dict) else None
-        if isinstance(file_info, dict) and isinstance(file_info.get("content"), str):
-            read.content_hash = _sha256(file_info["content"].encode())
-
-    def _attachment(self, payload: dict[str, Any], ts: float, cwd: str, out: StateChanges) -> None:
-        kind = payload.get("type")
-        if kind == "file" and isinstance(payload.get("filename"), str):
-            inner = payload.get("content")
-            text = inner.get("file", {}).get("content") if isinstance(inner, dict) else None
-            self.touch(
-                rh.normalize_path(payload["filename"], cwd),
-                ts,
-                source="attachment",
-                content_hash=_sha256(text.encode()) if isinstance(text, str) else None,
-            )
-            out.changed = True
-        elif kind == "nested_memory" and isinstance(payload.get("path"), str):
-            inner = payload.get("content")
-            text = inner.get("content") if isinstance(inner, dict) else None
-            self.touch(
-                rh.normalize_path(payload["path"], cwd),
-                ts,
-                source="nested_memory",
-                memory=True,
-                content_hash=_sha256(text.encode()) if isinstance(text, str) else None,
-            )
-            out.changed = True
-
-    def _recorded(self, raw: dict[str, Any], ts: float, cwd: str, out: StateChanges) -> None:
-        target = raw.get("path")
-        if not isinstance(target, str) or not target:
-            return
-        path = rh.normalize_path(target, cwd)
-        at = raw.get("readAt")
-        self.touch(
-            path,
-            float(at) if isinstance(at, int | float) and not isinstance(at, bool) else ts,
-            offset=_int_or_none(raw.get("offset")),
-            limit=_int_or_none(raw.get("limit")),
-            content_hash=raw.get("contentHash")
-            if isinstance(raw.get("contentHash"), str)
-            else None,
-            source="record",
-        )
-        out.read.append(path)
-        out.changed = True
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _result_text(block: ToolResultBlock) -> str:
-    content = block.content
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(getattr(b, "text", "") for b in content)
-    return ""
-
-
-def build_file_state(
-    records: Sequence[Record], cwd: str, cleared_tool_ids: Iterable[str] = ()
-) -> FileState:
-    """The read-file state of a context (``Session.rebuild`` calls this)."""
-    state = FileState()
-    state.apply(records, cwd)
-    state.drop_tool_ids(cleared_tool_ids)
-    return state
-
-
-# -- confinement and reading (blocking: call from worker threads) -------------------------------
-
-
-def resolve_roots(cwd: str, workspace_roots: Sequence[str]) -> list[Path]:
-    """The directories reads are confined to, symlinks resolved."""
-    roots: list[Path] = []
-    for raw in [cwd, *workspace_roots]:
-        if not raw:
-            continue
-        try:
-            root = Path(raw).expanduser().resolve()
-        except (OSError, RuntimeError):
-            continue
-        if root not in roots:
-            roots.append(root)
-    return roots
-
-
-def _inside(path: Path, roots: Sequence[Path]) -> Path | None:
-    for root in roots:
-        if path == root or path.is_relative_to(root):
-            return root
-    return None
-
-
-def confine(path: str, cwd: str, roots: Sequence[Path]) -> Path:
-    """Resolve ``path`` (relative to ``cwd``) and check it lies inside one of ``roots``.
-
-    Raises ``CompactdError``: ``invalidParams`` for an unusable path, ``pathOutsideRoots`` when
-    the path, or the target of a symlink on the way, leaves the roots.
-    """
-    if not path or "\x00" in path or len(path) > MAX_PATH_CHARS:
-        raise p.CompactdError(
-            p.ErrorCode.INVALID_PARAMS,
-            "path must be a non-empty string without NUL characters, "
-            f"at most {MAX_PATH_CHARS} characters long",
-        )
-    candidate = Path(rh.normalize_path(path, cwd))
-    try:
-        resolved = candidate.resolve()
-    except (OSError, RuntimeError) as exc:  # symlink loops, unreadable components
-        raise p.CompactdError(
-            p.ErrorCode.PATH_OUTSIDE_ROOTS, f"cannot resolve {path!r}: {exc}", path=path
-        ) from exc
-    if _inside(resolved, roots) is None:
-        via = f" (it resolves to {resolved})" if resolved != candidate else ""
-        raise p.CompactdError(
-            p.ErrorCode.PATH_OUTSIDE_ROOTS,
-            f"{path!r} is outside the session's working directory and workspace roots{via}; "
-            f"allowed: {', '.join(str(r) for r in roots) or 'none'}",
-            path=path,
-            resolved=str(resolved),
-            roots=[str(r) for r in roots],
-        )
-    return resolved
-
-
-@dataclass(frozen=True, slots=True)
-class FileText:
-    """A file read from disk: its text or, for a file not shown, why (``binary``,
-    ``tooLarge``); ``digest`` hashes the bytes on disk."""
-
-    text: str | None
-    digest: str
-    reason: str | None = None
-
-
-def read_file(path: Path, max_bytes: int = MAX_READ_BYTES) -> FileText | None:
-    """Read a regular file; None when it is missing or not a regular file."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    if not path.is_file():
-        return None
-    if st.st_size > max_bytes:
-        return FileText(text=None, digest=f"size:{st.st_size}:{st.st_mtime_ns}", reason="tooLarge")
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-        return FileText(text=None, digest=_sha256(data), reason="binary")
-    return FileText(text=data.decode("utf-8", errors="replace"), digest=_sha256(data))
-
-
-def slice_lines(text: str, offset: int | None, limit: int | None) -> tuple[str, int, int]:
-    """The lines a Read call with ``offset`` (1-based first line) and ``limit`` returned.
-
-    Returns the text, its first line number and the file's line count.
-    """
-    lines = text.splitlines(keepends=True)
-    start = max(1, offset or 1)
-    end = start - 1 + limit if limit and limit > 0 else len(lines)
-    return "".join(lines[start - 1 : end]), start, len(lines)
-
-
-def memory_chain_dirs(file: Path, cwd: Path, roots: Sequence[Path]) -> list[Path]:
-    """Directories from the session's cwd (or the root holding ``file``) down to its folder."""
-    base = cwd if file.is_relative_to(cwd) else _inside(file, roots)
-    if base is None:
-        return []
-    dirs = [base]
-    for part in file.parent.relative_to(base).parts:
-        dirs.append(dirs[-1] / part)
-    return dirs
-
-
-def valid_memory_names(names: Sequence[str] | None) -> tuple[str, ...]:
-    """Configured memory file names; names that could leave their directory are dropped."""
-    if names is None:
-        return tuple(c.DEFAULT_MEMORY_FILE_NAMES)
-    out = []
-    for name in names:
-        parts = Path(name).parts
-        if not name or os.path.isabs(name) or ".." in parts or "\x00" in name:
-            log.warning("ignoring memory file name %r: it must be a relative path", name)
-            continue
-        out.append(os.path.normpath(name))
-    return tuple(dict.fromkeys(out))
 
 
 # -- per-session runtime ------------------------------------------------------------------------
@@ -438,7 +90,6 @@ class SessionFiles:
     resolved: dict[str, str] = field(default_factory=dict)  # state path -> resolved path
     # The state object last processed: ``Session.rebuild`` replaces it (load, compaction).
     processed_state: FileState | None = None
-    extras: p.RehydrationExtras | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,9 +104,9 @@ class _WatchPlan:
 class FilesService:
     """Per-daemon owner of the sessions' file runtime, the watcher and the append observer."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Runtime) -> None:
         self.app = app
-        self.memory_names = valid_memory_names(app.options.memory_file_names)
+        self.memory_names = app.memory_names
         self.runtimes: dict[str, SessionFiles] = {}
         self.watcher = DirWatcher(self._on_change, self._interesting)
         self._send, self._receive = anyio.create_memory_object_stream[SessionFiles](math.inf)
@@ -497,9 +148,6 @@ class FilesService:
                     except Exception:
                         log.exception("file processing failed for %s", rt.session.session_id)
 
-    def roots(self, session: Session) -> list[str]:
-        return [session.meta.cwd, *(self.app.options.workspace_roots or [])]
-
     def observe(self, session: Session, records: list[Record]) -> None:
         """Append observer: update the state and schedule nested-memory discovery."""
         rt = self.runtime(session)
@@ -534,7 +182,11 @@ class FilesService:
             attached = {r.path for r in session.file_state.files.values() if r.memory}
             attached |= rt.queued_memory
             found = await anyio.to_thread.run_sync(
-                self._discover_blocking, session.meta.cwd, self.roots(session), discover, attached
+                self._discover_blocking,
+                session.meta.cwd,
+                self.app.roots(session),
+                discover,
+                attached,
             )
             for path, shown, text, digest in found:
                 rt.queued_memory.add(path)
@@ -546,7 +198,7 @@ class FilesService:
             plan = await anyio.to_thread.run_sync(
                 self._watch_plan_blocking,
                 session.meta.cwd,
-                self.roots(session),
+                self.app.roots(session),
                 [(r.path, r.memory) for r in recent],
                 set(rt.last_seen),
                 written,
@@ -770,12 +422,12 @@ class FilesService:
                 p.ErrorCode.INVALID_PARAMS, "timestamp must be positive epoch seconds"
             )
         cwd = session.meta.cwd
-        roots = self.roots(session)
+        roots = self.app.roots(session)
 
         def check() -> tuple[str, str | None]:
             real = confine(params.path, cwd, resolve_roots(cwd, roots))
             if params.content is not None:
-                return str(real), _sha256(params.content.encode())
+                return str(real), content_hash(params.content.encode())
             got = read_file(real)
             if got is None:
                 raise p.CompactdError(

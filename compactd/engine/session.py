@@ -21,12 +21,12 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import tokens
 from compactd.core.cachebreak import CacheBreakDetector
+from compactd.core.file_state import FileState, build_file_state
 from compactd.core.microcompact import CachedState
 from compactd.core.view import ViewIndex, undone_target
-from compactd.history import History
-from compactd.model import Entry, Record
-from compactd.services.files import FileState, build_file_state
 from compactd.services.store import SessionMeta
+from compactd.transcript.history import History
+from compactd.transcript.model import Entry, Record
 
 
 @dataclass(slots=True)
@@ -60,14 +60,17 @@ class Session:
     _context: list[Record] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
-    # by the files service's append observer (``services/files.py``).
+    # by the files service's append observer (``engine/files.py``).
     file_state: FileState = field(default_factory=FileState)
     # Cached-microcompact state (registered / deleted tool results, pinned cache edits);
-    # loaded lazily from its state file by ``services/micro.py``.
+    # loaded lazily from its state file by ``engine/micro.py``.
     cached_micro: CachedState | None = None
     # Prompt-cache break detection: a baseline per query source and the breaks found (in
     # memory only; a restarted daemon starts new baselines).
     cache_detector: CacheBreakDetector = field(default_factory=CacheBreakDetector)
+    # What the client told ``attachments/rehydrate`` to re-inject besides what compactd finds
+    # (announcements, plan file): remembered for the session's later compactions.
+    rehydration_extras: p.RehydrationExtras | None = None
     _views: ViewIndex | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:

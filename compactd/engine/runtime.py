@@ -1,0 +1,111 @@
+"""What every operation needs, handed to it explicitly: the daemon's runtime.
+
+A ``Runtime`` holds the options, the environment and its compaction switches, the store, the
+summarizer, the microcompact settings, the notification sink and the task group, and it is the
+one writer of transcript lines (``commit``). The engine's operations take a Runtime and the
+session they work on; ``App`` (the wiring) is a Runtime with the sessions and services added,
+so nothing in the engine imports the app, the handlers or the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import msgspec
+
+from compactd import protocol as p
+from compactd.core import constants, tokens
+from compactd.core.microcompact import MicroConfig, micro_config
+from compactd.engine.cancellation import point_of_no_return
+from compactd.engine.session import Session
+from compactd.services.fs import valid_memory_names
+from compactd.services.store import Store
+from compactd.services.summarizer import Summarizer
+from compactd.transcript.model import Record
+
+log = logging.getLogger(__name__)
+
+Notifier = Callable[[str, msgspec.Struct], None]
+# Called after records are durably appended to a session (file-state inference, watchers...).
+AppendObserver = Callable[[Session, list[Record]], None]
+
+
+class Runtime:
+    def __init__(
+        self,
+        options: p.InitializationOptions,
+        data_dir: Path,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.options = options
+        env = dict(os.environ if base_env is None else base_env)
+        env.update(options.env or {})
+        self.env: dict[str, str] = env
+        # Which compaction mechanisms the environment leaves on; the environment is fixed for
+        # the life of the daemon, so this is read once, not on every tokens/status.
+        self.flags = tokens.flags(env)
+        self.store = Store(data_dir)
+        self.notifier: Notifier = lambda method, params: None
+        self.task_group: anyio.abc.TaskGroup | None = None
+        # The summarizer: one SDK client for the life of the process.
+        self.summarizer = Summarizer(options.summarizer, self.env)
+        # ``initializationOptions.microcompact`` over the defaults.
+        self.micro_config: MicroConfig = micro_config(options.microcompact)
+        # Memory file names looked for near the files the agent reads (CLAUDE.md, ...).
+        self.memory_names = valid_memory_names(options.memory_file_names)
+        self.append_observers: list[AppendObserver] = []
+
+    def roots(self, session: Session) -> list[str]:
+        """The directories a session's file access is confined to."""
+        return [session.meta.cwd, *(self.options.workspace_roots or [])]
+
+    def notify(self, method: str, params: msgspec.Struct) -> None:
+        try:
+            self.notifier(method, params)
+        except Exception:  # a closed pipe must not take a handler down
+            log.exception("failed to send %s", method)
+
+    def status(self, session: Session) -> p.TokenStatus:
+        return session.status(self.env, self.flags, constants.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES)
+
+    def check_thresholds(self, session: Session, status: p.TokenStatus) -> None:
+        """Send ``tokens/threshold`` once per upward crossing of each level."""
+        levels = {
+            "warning": status.warning_threshold,
+            "error": status.error_threshold,
+            "autoCompact": status.auto_compact_threshold,
+            "blocking": status.blocking_limit,
+        }
+        for level in session.threshold_tracker.update(status):
+            self.notify(
+                p.NOTIFY_TOKENS_THRESHOLD,
+                p.ThresholdNotification(
+                    session_id=session.session_id,
+                    level=level,
+                    tokens=status.tokens,
+                    threshold=levels[level],
+                    status=status,
+                ),
+            )
+
+    async def commit(self, session: Session, records: list[Record]) -> None:
+        """Write records durably, then add them to the session. Caller holds the lock.
+
+        The one writer of transcript lines: appends, compactions, microcompacts, undos and
+        file-state lines all come through here.
+        """
+        if not records:
+            return
+        await point_of_no_return()
+        await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
+        await session.add(records)
+        for observer in self.append_observers:
+            try:
+                observer(session, records)
+            except Exception:  # one broken observer must not fail the append
+                log.exception("append observer %r failed", observer)

@@ -1,34 +1,35 @@
-"""Protocol method handlers, one module per area; ``HANDLERS`` maps each method to its handler.
+"""Protocol method handlers, one module per wire prefix; ``HANDLERS`` maps each method to one.
 
 A handler takes the ``App``, its decoded params Struct and a request context, and returns a
-result Struct. It raises ``protocol.CompactdError`` for errors the client should see.
+result Struct: a thin decode -> engine / core -> encode. It raises ``protocol.CompactdError``
+for errors the client should see.
 """
 
 from __future__ import annotations
 
 from compactd.handlers import (
-    beyond,
+    attachments,
     cache,
     compact,
-    files,
-    micro,
-    partial,
+    file_state,
+    recall,
+    session,
     session_memory,
-    sessions,
+    stats,
     tokens,
 )
 from compactd.handlers.base import Handler
 
 HANDLERS: dict[str, Handler] = {
-    **sessions.HANDLERS,
+    **session.HANDLERS,
     **tokens.HANDLERS,
-    **micro.HANDLERS,
-    **cache.HANDLERS,
     **compact.HANDLERS,
-    **partial.HANDLERS,
-    **files.HANDLERS,
+    **recall.HANDLERS,
+    **attachments.HANDLERS,
+    **file_state.HANDLERS,
+    **cache.HANDLERS,
+    **stats.HANDLERS,
     **session_memory.HANDLERS,
-    **beyond.HANDLERS,
 }
 
 __all__ = ["HANDLERS", "Handler"]

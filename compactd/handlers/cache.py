@@ -1,13 +1,10 @@
-"""cache/beforeRequest, cache/afterResponse (prompt-cache break detection) and session/stats.
+"""cache/beforeRequest and cache/afterResponse: prompt-cache break detection.
 
 The client reports each request's cache-key inputs before sending it and the usage that came
 back; the session's ``CacheBreakDetector`` (``compactd.core.cachebreak``) keeps only hashes and
 decides whether cache reads broke. A break is sent as a ``cache/break`` notification and also
 returned in the ``cache/afterResponse`` result. These reports do not take the session lock: they
 touch only detector state, synchronously, and must not wait behind a running compaction.
-``session/stats`` derives compaction health from the transcript (``compactd.core.stats``); it
-reads released history back from the file, so it runs in a worker thread, under the session's
-lock (the session's views are shared with its compactions).
 """
 
 from __future__ import annotations
@@ -16,10 +13,8 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
-
 from compactd import protocol as p
-from compactd.core import cachebreak, stats
+from compactd.core import cachebreak
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:
@@ -119,18 +114,7 @@ async def after_response(app: App, params: p.CacheAfterParams, ctx: Context) -> 
     return p.CacheAck(recorded=True, cache_break=wire)
 
 
-async def session_stats(app: App, params: p.SessionParams, ctx: Context) -> p.StatsResult:
-    session = await app.get_session(params.session_id)
-    threshold = app.status(session).auto_compact_threshold
-    breaks = [to_wire(session.session_id, f) for f in session.cache_detector.breaks]
-    async with session.lock:
-        return await anyio.to_thread.run_sync(
-            lambda: stats.session_stats(session.records, threshold, breaks, session.views)
-        )
-
-
 HANDLERS: dict[str, Handler] = {
     p.CACHE_BEFORE_REQUEST: before_request,
     p.CACHE_AFTER_RESPONSE: after_response,
-    p.SESSION_STATS: session_stats,
 }

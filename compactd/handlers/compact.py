@@ -1,14 +1,11 @@
-"""compact/full and compact/auto: thin handlers over the compaction engine.
+"""compact/*: full, auto, micro, partial, preview and undo, each a thin handler over the engine.
 
-``compact/full`` is the user's explicit request: every failure is a JSON-RPC error with a
-stable code. ``compact/auto`` is what the agent calls before each turn: ``decide_auto`` gathers
-what ``core.dispatch.decide`` needs and gets the decision (whether to compact and how: the
-fallback chain microcompact, session memory, full compaction of
-docs/compaction.md#fallback-chain), which
-``compact/preview`` reports and ``compact/auto`` carries out. Auto never fails for a compaction
-that did not happen: it answers ``wasCompacted: false`` with the reason, and counts the failure
-toward the circuit breaker (three consecutive failures stop automatic compaction until one
-succeeds, docs/compaction.md#circuit-breaker).
+``compact/full`` and ``compact/partial`` are the user's explicit requests: every failure is a
+JSON-RPC error with a stable code. ``compact/auto`` carries out ``engine.auto``'s decision and
+never fails for a compaction that did not happen; ``compact/preview`` reports the same decision
+(or what an explicit mechanism would leave) without changing anything. ``compact/micro``
+clears old tool results now; an explicit request while microcompact is switched off is an
+error, not a silent no-op. ``compact/undo`` appends an entry that cancels the last compaction.
 """
 
 from __future__ import annotations
@@ -18,22 +15,25 @@ from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core import dispatch
-from compactd.core.prompts import PromptKind
-from compactd.engine.compaction import CompactionSpec, predict, prefix_parts, run_compaction
+from compactd.core.constants import ENV_DISABLE_COMPACT, ENV_DISABLE_MICROCOMPACT
+from compactd.engine.auto import decide_auto, prompt_kind, run_auto
+from compactd.engine.compaction import (
+    CompactionSpec,
+    Selector,
+    predict,
+    prefix_parts,
+    run_compaction,
+    select_whole_context,
+)
 from compactd.engine.micro import microcompact_session, plan_micro
+from compactd.engine.partial import plan_cut, run_partial, selection_of
+from compactd.engine.undo import undo_last
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:
     from compactd.app import App
-    from compactd.engine.session import Session
 
 log = logging.getLogger(__name__)
-
-
-def _kind(session: Session) -> PromptKind:
-    # A sub-agent resumes its delegated task from a continuation summary
-    # (docs/partial.md#sub-agent-summaries).
-    return "subagent" if session.meta.agent_kind == "subagent" else "full"
 
 
 async def full(app: App, params: p.FullParams, ctx: Context) -> p.CompactResult:
@@ -46,7 +46,7 @@ async def full(app: App, params: p.FullParams, ctx: Context) -> p.CompactResult:
         )
     progress = await ctx.begin_progress("Compacting conversation", "starting")
     spec = CompactionSpec(
-        trigger="manual", kind=_kind(session), custom_instructions=params.custom_instructions
+        trigger="manual", kind=prompt_kind(session), custom_instructions=params.custom_instructions
     )
     try:
         return await run_compaction(app, session, spec, progress=progress)
@@ -55,98 +55,119 @@ async def full(app: App, params: p.FullParams, ctx: Context) -> p.CompactResult:
             progress.end("done")
 
 
-async def decide_auto(app: App, session: Session, force: bool) -> dispatch.Decision:
-    """What ``compact/auto`` does to ``session`` now (``core.dispatch.decide``); nothing changes.
-
-    ``compact/preview`` reports this decision and ``compact/auto`` carries it out. Each
-    outlook is gathered only when the decision gets that far: none when the gate stops the
-    session, no prediction of a summary when microcompact alone is enough.
-    """
-    situation = dispatch.Situation(
-        status=app.status(session),
-        entries=len(session.context()),
-        force=force,
-        compacting=session.compacting,
-        last_error=session.health.last_error,
-        prefix_parts=prefix_parts(session),
-    )
-    if dispatch.gate(situation) is not None:
-        return dispatch.decide(situation)
-    micro = await plan_micro(app, session) if app.flags.microcompact_enabled else None
-    if dispatch.micro_alone(situation, micro) is not None:
-        return dispatch.decide(situation, dispatch.Outlooks(micro))
-    kind = _kind(session)
-    full = await predict(app, session, CompactionSpec(trigger="auto", kind=kind), micro=micro)
-    notes = await app.session_memory.outlook(session, kind, micro)
-    return dispatch.decide(
-        situation, dispatch.Outlooks(micro=micro, full=full, session_memory=notes)
-    )
-
-
 async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
     session = await app.get_session(params.session_id)
-    decision = await decide_auto(app, session, bool(params.force))
+    return await run_auto(
+        app,
+        app.session_memory,
+        session,
+        bool(params.force),
+        lambda title: ctx.begin_progress(title, "starting"),
+    )
 
-    def done(
-        mechanism: p.Mechanism, micro: p.MicroResult | None, result: p.CompactResult | None = None
-    ) -> p.AutoResult:
-        return p.AutoResult(
-            was_compacted=True,
-            mechanism=mechanism,
-            result=result,
-            micro=micro,
-            reason_code=decision.reason,
-            status=app.status(session),
+
+async def micro(app: App, params: p.MicroParams, ctx: Context) -> p.MicroResult:
+    session = await app.get_session(params.session_id)
+    if not app.flags.microcompact_enabled:
+        raise p.CompactdError(
+            p.ErrorCode.COMPACTION_DISABLED,
+            f"microcompact is disabled ({ENV_DISABLE_MICROCOMPACT} or {ENV_DISABLE_COMPACT} "
+            "is set in the daemon's environment)",
         )
+    async with session.lock:
+        return await microcompact_session(app, session, params.strategy, "manual")
 
-    def no(reason: str, micro: p.MicroResult | None = None) -> p.AutoResult:
-        return p.AutoResult(
-            was_compacted=False,
-            reason=reason,
-            reason_code=decision.reason,
-            micro=micro,
-            status=app.status(session),
+
+async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactResult:
+    session = await app.get_session(params.session_id)
+    return await run_partial(
+        app, session, params, lambda title: ctx.begin_progress(title, "starting")
+    )
+
+
+async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewResult:
+    session = await app.get_session(params.session_id)
+    requested = params.mechanism or "auto"
+    if requested == "auto":
+        # compact/auto's own decision, without carrying it out.
+        d = await decide_auto(app, app.session_memory, session, bool(params.force))
+        return p.PreviewResult(
+            mechanism=d.mechanism,
+            would_compact=d.mechanism != "none",
+            pre_tokens=d.pre_tokens,
+            estimated_post_tokens=d.estimate_post,
+            entries_summarized=d.entries_summarized,
+            entries_kept=d.entries_kept,
+            reason=d.message,
+            reason_code=d.reason,
         )
+    pre = app.status(session).tokens
+    if requested == "micro":
+        # What compact/micro with the default strategy would clear.
+        plan = await plan_micro(app, session)
+        return p.PreviewResult(
+            mechanism="micro",
+            would_compact=bool(plan.cleared),
+            pre_tokens=pre,
+            estimated_post_tokens=dispatch.micro_post(pre, plan),
+            entries_summarized=0,
+            entries_kept=len(session.context()),
+            reason=plan.reason,
+        )
+    refusal = dispatch.prefix_refusal(app.status(session), prefix_parts(session))
+    if refusal is not None:
+        return p.PreviewResult(
+            mechanism=requested,
+            would_compact=False,
+            pre_tokens=pre,
+            estimated_post_tokens=pre,
+            entries_summarized=0,
+            entries_kept=len(session.context()),
+            reason=refusal,
+            reason_code="fixedPrefixTooLarge",
+        )
+    # What compact/full or compact/partial would leave.
+    spec = CompactionSpec(trigger="manual", mechanism=requested, select=_selector(params))
+    outlook = await predict(app, session, spec)
+    return p.PreviewResult(
+        mechanism=requested,
+        # A summary the model writes may still fail the thrash guard; one known in advance
+        # is checked here.
+        would_compact=outlook.summarized > 0 and (outlook.bound or outlook.post_tokens < pre),
+        pre_tokens=pre,
+        estimated_post_tokens=outlook.post_tokens,
+        entries_summarized=outlook.summarized,
+        entries_kept=outlook.kept,
+        reason=(
+            f"{requested} compaction: about {outlook.post_tokens} tokens after, the model's "
+            "summary estimated from the offline summary of the same entries"
+            if outlook.bound
+            else f"{requested} compaction: about {outlook.post_tokens} tokens after"
+        ),
+    )
 
-    if decision.mechanism == "none":
-        return no(decision.message)
 
-    micro: p.MicroResult | None = None
-    if decision.micro is not None:
-        try:
-            async with session.lock:
-                micro = await microcompact_session(app, session, decision.micro.strategy, "auto")
-        except p.CompactdError as err:
-            # Microcompact is only the first stage: when it cannot run, a full compaction can.
-            log.warning("session %s: auto microcompact failed: %s", session.session_id, err)
-    if decision.mechanism == "micro":
-        if micro is None or micro.tokens_saved <= 0:
-            # The session changed since the decision: there is nothing left to clear.
-            return no(micro.reason if micro and micro.reason else "nothing to clear", micro)
-        return done("micro", micro)
+def _selector(params: p.PreviewParams) -> Selector:
+    if params.mechanism != "partial":
+        return select_whole_context
+    if not params.pivot_uuid:
+        raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "a partial preview needs pivotUuid")
+    pivot, direction = params.pivot_uuid, params.direction or "upTo"
+    # The cut compact/partial would make: a pivot that would split a tool call from its result
+    # moves to the nearest safe place, the same way.
+    return lambda context: selection_of(plan_cut(context, pivot, direction))
 
-    if decision.mechanism == "sessionMemory":
-        remembered = await app.session_memory.compact(session, _kind(session))
-        if remembered is not None:
-            return done("sessionMemory", micro, remembered)
 
-    progress = await ctx.begin_progress("Compacting conversation (auto)", "starting")
-    spec = CompactionSpec(trigger="auto", kind=_kind(session))
-    try:
-        result = await run_compaction(app, session, spec, progress=progress)
-    except p.CompactdError as err:
-        if err.code == p.ErrorCode.SESSION_BUSY:
-            return no(err.message, micro)
-        if err.code != p.ErrorCode.CANCELLED:
-            session.health.consecutive_failures += 1
-        return no(f"{err.code}: {err.message}", micro)
-    finally:
-        if progress is not None:
-            progress.end("done")
-    return done("full", micro, result)
+async def undo(app: App, params: p.SessionParams, ctx: Context) -> p.UndoResult:
+    session = await app.get_session(params.session_id)
+    return await undo_last(app, session)
 
 
 HANDLERS: dict[str, Handler] = {
     p.COMPACT_FULL: full,
     p.COMPACT_AUTO: auto,
+    p.COMPACT_MICRO: micro,
+    p.COMPACT_PARTIAL: partial,
+    p.COMPACT_PREVIEW: preview,
+    p.COMPACT_UNDO: undo,
 }

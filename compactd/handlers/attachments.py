@@ -1,7 +1,9 @@
-"""fileState/record, fileState/list, attachments/rehydrate and attachments/pending."""
+"""attachments/rehydrate and attachments/pending: what is re-injected after a compaction, and
+the nested-memory and changed-file attachments the watchers queued."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
@@ -11,15 +13,7 @@ from compactd.handlers.base import Context, Handler
 if TYPE_CHECKING:
     from compactd.app import App
 
-
-async def record(app: App, params: p.FileRecordParams, ctx: Context) -> p.FileStateResult:
-    session = await app.get_session(params.session_id)
-    return await app.files.record(session, params)
-
-
-async def list_files(app: App, params: p.SessionParams, ctx: Context) -> p.FileStateResult:
-    session = await app.get_session(params.session_id)
-    return await app.files.listing(session)
+log = logging.getLogger(__name__)
 
 
 async def rehydrate(app: App, params: p.RehydrateParams, ctx: Context) -> p.AttachmentsResult:
@@ -35,8 +29,6 @@ async def pending(app: App, params: p.SessionParams, ctx: Context) -> p.Attachme
 
 
 HANDLERS: dict[str, Handler] = {
-    p.FILESTATE_RECORD: record,
-    p.FILESTATE_LIST: list_files,
     p.ATTACHMENTS_REHYDRATE: rehydrate,
     p.ATTACHMENTS_PENDING: pending,
 }

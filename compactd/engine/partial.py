@@ -1,7 +1,7 @@
-"""compact/partial: summarize one side of a pivot entry and keep the other side verbatim.
+"""Partial compaction: summarize one side of a pivot entry and keep the other side verbatim.
 
-A thin handler over ``core.partial.plan_partial`` (where to cut) and the compaction engine
-(``services.compaction.run_compaction``). The pivot is checked against the session's current
+Over ``core.partial.plan_partial`` (where to cut) and the compaction engine
+(``engine.compaction.run_compaction``). The pivot is checked against the session's current
 context before anything starts, so a pivot that does not exist or leaves nothing to summarize
 is refused with ``pivotNotFound`` / ``notEnoughMessages`` and nothing is written or announced.
 The selector plans again on the engine's snapshot, which is the context the summary replaces.
@@ -12,6 +12,7 @@ inside one response), the result says so in ``partial`` and in ``warnings``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -20,10 +21,10 @@ from compactd import protocol as p
 from compactd.core.partial import Direction, PartialError, PartialPlan, plan_partial
 from compactd.core.prompts import PromptKind
 from compactd.engine.compaction import CompactionSpec, Selection, run_compaction
-from compactd.handlers.base import Context, Handler
+from compactd.engine.progress import WorkDone
 
 if TYPE_CHECKING:
-    from compactd.app import App
+    from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session
     from compactd.transcript.model import Record
 
@@ -64,8 +65,13 @@ def _moved_note(plan: PartialPlan, requested: str) -> str:
     )
 
 
-async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactResult:
-    session = await app.get_session(params.session_id)
+async def run_partial(
+    app: Runtime,
+    session: Session,
+    params: p.PartialParams,
+    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+) -> p.CompactResult:
+    """Summarize one side of ``params.pivot_uuid`` and keep the other verbatim."""
     # A compaction already running is refused by run_compaction (sessionBusy).
     async with session.lock:
         plan_cut(
@@ -81,7 +87,7 @@ async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactR
             log.info("session %s: %s", session.session_id, _moved_note(plan, params.pivot_uuid))
         return selection_of(plan)
 
-    progress = await ctx.begin_progress("Compacting conversation (partial)", "starting")
+    progress = await begin_progress("Compacting conversation (partial)")
     spec = CompactionSpec(
         trigger="manual",
         kind=_kind(session, params),
@@ -107,8 +113,3 @@ async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactR
         kept_entries=len(plan.kept) + len(plan.kept_before),
     )
     return msgspec.structs.replace(result, partial=info, warnings=warnings or None)
-
-
-HANDLERS: dict[str, Handler] = {
-    p.COMPACT_PARTIAL: partial,
-}

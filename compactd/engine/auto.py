@@ -34,7 +34,7 @@ def prompt_kind(session: Session) -> PromptKind:
 
 
 async def decide_auto(
-    app: Runtime, notes: SessionMemoryService, session: Session, force: bool
+    runtime: Runtime, notes: SessionMemoryService, session: Session, force: bool
 ) -> dispatch.Decision:
     """What ``compact/auto`` does to ``session`` now (``core.dispatch.decide``); nothing changes.
 
@@ -43,7 +43,7 @@ async def decide_auto(
     session, no prediction of a summary when microcompact alone is enough.
     """
     situation = dispatch.Situation(
-        status=app.status(session),
+        status=runtime.status(session),
         entries=len(session.context()),
         force=force,
         compacting=session.compacting,
@@ -52,11 +52,11 @@ async def decide_auto(
     )
     if dispatch.gate(situation) is not None:
         return dispatch.decide(situation)
-    micro = await plan_micro(app, session) if app.flags.microcompact_enabled else None
+    micro = await plan_micro(runtime, session) if runtime.flags.microcompact_enabled else None
     if dispatch.micro_alone(situation, micro) is not None:
         return dispatch.decide(situation, dispatch.Outlooks(micro))
     kind = prompt_kind(session)
-    full = await predict(app, session, CompactionSpec(trigger="auto", kind=kind), micro=micro)
+    full = await predict(runtime, session, CompactionSpec(trigger="auto", kind=kind), micro=micro)
     remembered = await notes.outlook(session, kind, micro)
     return dispatch.decide(
         situation, dispatch.Outlooks(micro=micro, full=full, session_memory=remembered)
@@ -64,7 +64,7 @@ async def decide_auto(
 
 
 async def run_auto(
-    app: Runtime,
+    runtime: Runtime,
     notes: SessionMemoryService,
     session: Session,
     force: bool,
@@ -73,7 +73,7 @@ async def run_auto(
     """Carry out ``decide_auto``'s decision. A compaction that did not happen is no error: the
     answer says ``wasCompacted: false`` and why, and an automatic failure counts toward the
     circuit breaker (docs/compaction.md#circuit-breaker)."""
-    decision = await decide_auto(app, notes, session, force)
+    decision = await decide_auto(runtime, notes, session, force)
 
     def done(
         mechanism: p.Mechanism, micro: p.MicroResult | None, result: p.CompactResult | None = None
@@ -84,7 +84,7 @@ async def run_auto(
             result=result,
             micro=micro,
             reason_code=decision.reason,
-            status=app.status(session),
+            status=runtime.status(session),
         )
 
     def no(reason: str, micro: p.MicroResult | None = None) -> p.AutoResult:
@@ -93,7 +93,7 @@ async def run_auto(
             reason=reason,
             reason_code=decision.reason,
             micro=micro,
-            status=app.status(session),
+            status=runtime.status(session),
         )
 
     if decision.mechanism == "none":
@@ -103,7 +103,9 @@ async def run_auto(
     if decision.micro is not None:
         try:
             async with session.lock:
-                micro = await microcompact_session(app, session, decision.micro.strategy, "auto")
+                micro = await microcompact_session(
+                    runtime, session, decision.micro.strategy, "auto"
+                )
         except p.CompactdError as err:
             # Microcompact is only the first stage: when it cannot run, a full compaction can.
             log.warning("session %s: auto microcompact failed: %s", session.session_id, err)
@@ -121,7 +123,7 @@ async def run_auto(
     progress = await begin_progress("Compacting conversation (auto)")
     spec = CompactionSpec(trigger="auto", kind=prompt_kind(session))
     try:
-        result = await run_compaction(app, session, spec, progress=progress)
+        result = await run_compaction(runtime, session, spec, progress=progress)
     except p.CompactdError as err:
         if err.code == p.ErrorCode.SESSION_BUSY:
             return no(err.message, micro)

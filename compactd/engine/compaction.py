@@ -142,9 +142,9 @@ class _Run:
     """One compaction: its id, clock, status notifications and progress bar."""
 
     def __init__(
-        self, app: Runtime, session: Session, spec: CompactionSpec, progress: WorkDone | None
+        self, runtime: Runtime, session: Session, spec: CompactionSpec, progress: WorkDone | None
     ) -> None:
-        self.app = app
+        self.runtime = runtime
         self.session = session
         self.spec = spec
         self.progress = progress
@@ -155,7 +155,7 @@ class _Run:
         return int((time.monotonic() - self.started) * 1000)
 
     def status(self, phase: p.Phase, message: str | None = None) -> None:
-        self.app.notify(
+        self.runtime.notify(
             p.NOTIFY_COMPACT_STATUS,
             p.StatusNotification(
                 session_id=self.session.session_id,
@@ -176,7 +176,7 @@ class _Run:
 
 
 async def run_compaction(
-    app: Runtime, session: Session, spec: CompactionSpec, *, progress: WorkDone | None = None
+    runtime: Runtime, session: Session, spec: CompactionSpec, *, progress: WorkDone | None = None
 ) -> p.CompactResult:
     """Compact ``session`` as ``spec`` says. Raises ``CompactdError`` when it cannot.
 
@@ -186,7 +186,7 @@ async def run_compaction(
     the auto-compaction circuit breaker; counting failures is the caller's business (only
     automatic ones count).
     """
-    if not app.flags.compaction_enabled:
+    if not runtime.flags.compaction_enabled:
         raise p.CompactdError(
             p.ErrorCode.COMPACTION_DISABLED,
             f"compaction is disabled ({c.ENV_DISABLE_COMPACT} is set)",
@@ -197,12 +197,12 @@ async def run_compaction(
             f"session {session.session_id!r} is already being compacted; try again when it ends",
             sessionId=session.session_id,
         )
-    refusal = dispatch.prefix_refusal(app.status(session), prefix_parts(session))
+    refusal = dispatch.prefix_refusal(runtime.status(session), prefix_parts(session))
     if refusal is not None:
         # No model call can help: the prefix alone fills the window up to the threshold.
         raise p.CompactdError(p.ErrorCode.FIXED_PREFIX_TOO_LARGE, refusal)
     session.compacting = True
-    run = _Run(app, session, spec, progress)
+    run = _Run(runtime, session, spec, progress)
     try:
         run.status("started")
         prepared: _Prepared | None = None
@@ -241,11 +241,11 @@ def _has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
 
 
 async def _prepare(run: _Run) -> _Prepared:
-    app, session, spec = run.app, run.session, run.spec
+    runtime, session, spec = run.runtime, run.session, run.spec
     async with session.lock:
         context = session.context()
         selection = spec.select(context)
-        pre_tokens = app.status(session).tokens
+        pre_tokens = runtime.status(session).tokens
         snapshot_len = len(session.records)
         logical_parent = session.last_uuid()
         cleared = frozenset(session.cleared_tool_ids)
@@ -273,12 +273,12 @@ async def _prepare(run: _Run) -> _Prepared:
 
     run.status("preCompactHooks")
     hook_results = await hooks.run_hooks(
-        app.options.hooks_settings_path,
+        runtime.options.hooks_settings_path,
         "PreCompact",
         spec.trigger,
         {**base, "trigger": spec.trigger, "custom_instructions": spec.custom_instructions or ""},
         cwd=session.meta.cwd,
-        env=app.env,
+        env=runtime.env,
     )
     from_hooks = join_instructions(
         *(hooks.additional_context(r.stdout) for r in hook_results if r.ok)
@@ -295,7 +295,7 @@ async def _prepare(run: _Run) -> _Prepared:
         )
     )
     warnings: list[str] = []
-    summarizer = app.summarizer
+    summarizer = runtime.summarizer
     usage: dict[str, Any] | None = None
     known = await anyio.to_thread.run_sync(
         lambda: _summary_without_model(spec, summarizer.offline, summarized, cleared, instructions)
@@ -314,7 +314,7 @@ async def _prepare(run: _Run) -> _Prepared:
                 shown, cleared_tool_ids=cleared, strip_media=True, drop_skill_listing=True
             ),
         )
-        interval = (app.options.keep_alive_interval_ms or c.KEEP_ALIVE_INTERVAL_MS) / 1000
+        interval = (runtime.options.keep_alive_interval_ms or c.KEEP_ALIVE_INTERVAL_MS) / 1000
         try:
             outcome = await _with_keepalive(
                 lambda: summarizer.summarize(request, lambda m: run.status("summarizing", m)),
@@ -353,16 +353,16 @@ async def _prepare(run: _Run) -> _Prepared:
     summary, restored = complete_summary(summary, ledger)
 
     run.status("rehydrating")
-    attachments = await rehydration_attachments(app, session, [*kept_before, *kept])
+    attachments = await rehydration_attachments(runtime, session, [*kept_before, *kept])
 
     run.status("sessionStartHooks")
     start_results = await hooks.run_hooks(
-        app.options.hooks_settings_path,
+        runtime.options.hooks_settings_path,
         "SessionStart",
         "compact",
         {**base, "source": "compact"},
         cwd=session.meta.cwd,
-        env=app.env,
+        env=runtime.env,
     )
     hook_results.extend(start_results)
     session_context = [
@@ -428,7 +428,7 @@ def _continuation(
 
 
 async def predict(
-    app: Runtime, session: Session, spec: CompactionSpec, *, micro: MicroPlan | None = None
+    runtime: Runtime, session: Session, spec: CompactionSpec, *, micro: MicroPlan | None = None
 ) -> dispatch.SummaryOutlook:
     """What ``run_compaction(app, session, spec)`` would leave now; nothing is written, no model
     is called and no hook runs.
@@ -444,7 +444,7 @@ async def predict(
     cleared = frozenset(session.cleared_tool_ids)
     if micro is not None:
         cleared |= frozenset(micro.compacted_ids)
-    offline = app.summarizer.offline
+    offline = runtime.summarizer.offline
 
     def written() -> tuple[str, bool]:
         """The summary text and whether it only stands in for one a model would write."""
@@ -457,7 +457,7 @@ async def predict(
         return complete_summary(format_summary(text), ledger)[0], guessed
 
     summary, guessed = await anyio.to_thread.run_sync(written)
-    attachments = await rehydration_attachments(app, session, kept)
+    attachments = await rehydration_attachments(runtime, session, kept)
     # The microcompact boundary is appended last, so it lands among the kept entries.
     saving = micro.tokens_saved if micro is not None and kept else 0
     prefix = session.counter.fixed_prefix
@@ -620,7 +620,7 @@ def _hook_context_entry(session: Session, text: str) -> dict[str, Any]:
 
 
 async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
-    app, session, spec = run.app, run.session, run.spec
+    runtime, session, spec = run.runtime, run.session, run.spec
     cache_safe = session.meta.cache_safe_params
     async with session.lock:
         appended = session.records[prep.snapshot_len :]
@@ -680,7 +680,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
                 postTokens=after,
             )
         warnings = list(prep.warnings)
-        threshold = app.status(session).auto_compact_threshold
+        threshold = runtime.status(session).auto_compact_threshold
         if prefix + after >= threshold:
             warnings.append(
                 f"the fixed prefix (system prompt and tools, about {prefix} tokens) plus the "
@@ -731,14 +731,14 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             GROUP_SIZE_FIELD: 1 + len(tail_records),
             **_common(session),
         }
-        await app.commit(session, [record_from_dict(boundary), *tail_records])
+        await runtime.commit(session, [record_from_dict(boundary), *tail_records])
         session.health.consecutive_failures = 0
         session.health.last_error = None
-        status = app.status(session)
-    app.check_thresholds(session, status)
+        status = runtime.status(session)
+    runtime.check_thresholds(session, status)
 
     post_results = await hooks.run_hooks(
-        app.options.hooks_settings_path,
+        runtime.options.hooks_settings_path,
         "PostCompact",
         spec.trigger,
         {
@@ -748,7 +748,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             "trigger": spec.trigger,
         },
         cwd=session.meta.cwd,
-        env=app.env,
+        env=runtime.env,
     )
     run.status("completed", f"{prep.pre_tokens} -> {status.tokens} tokens")
     return p.CompactResult(

@@ -104,9 +104,9 @@ class _WatchPlan:
 class FilesService:
     """Per-daemon owner of the sessions' file runtime, the watcher and the append observer."""
 
-    def __init__(self, app: Runtime) -> None:
-        self.app = app
-        self.memory_names = app.memory_names
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self.memory_names = runtime.memory_names
         self.runtimes: dict[str, SessionFiles] = {}
         self.watcher = DirWatcher(self._on_change, self._interesting)
         self._send, self._receive = anyio.create_memory_object_stream[SessionFiles](math.inf)
@@ -131,10 +131,10 @@ class FilesService:
         return rt
 
     def _ensure_running(self) -> None:
-        if self._started or self.app.task_group is None:
+        if self._started or self._runtime.task_group is None:
             return
         self._started = True
-        self.app.task_group.start_soon(self._run)
+        self._runtime.task_group.start_soon(self._run)
 
     async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -184,7 +184,7 @@ class FilesService:
             found = await anyio.to_thread.run_sync(
                 self._discover_blocking,
                 session.meta.cwd,
-                self.app.roots(session),
+                self._runtime.roots(session),
                 discover,
                 attached,
             )
@@ -198,7 +198,7 @@ class FilesService:
             plan = await anyio.to_thread.run_sync(
                 self._watch_plan_blocking,
                 session.meta.cwd,
-                self.app.roots(session),
+                self._runtime.roots(session),
                 [(r.path, r.memory) for r in recent],
                 set(rt.last_seen),
                 written,
@@ -363,7 +363,7 @@ class FilesService:
             }
             rt.queue.append(self._entry(session, payload))
         log.info("session %s: %s %s", session.session_id, change, path)
-        self.app.notify(
+        self._runtime.notify(
             p.NOTIFY_MEMORY_CHANGED,
             p.MemoryChangedNotification(session_id=session.session_id, path=path, change=change),
         )
@@ -422,7 +422,7 @@ class FilesService:
                 p.ErrorCode.INVALID_PARAMS, "timestamp must be positive epoch seconds"
             )
         cwd = session.meta.cwd
-        roots = self.app.roots(session)
+        roots = self._runtime.roots(session)
 
         def check() -> tuple[str, str | None]:
             real = confine(params.path, cwd, resolve_roots(cwd, roots))
@@ -453,7 +453,7 @@ class FilesService:
         if digest is not None:
             line["contentHash"] = digest
         async with session.lock:
-            await self.app.commit(session, [record_from_dict(line)])
+            await self._runtime.commit(session, [record_from_dict(line)])
         return await self.listing(session)
 
     async def pending(self, session: Session) -> list[dict[str, Any]]:

@@ -68,7 +68,7 @@ _STRATEGIES: Final[dict[str, mc.Strategy]] = {"count": "count", "time": "time", 
 
 
 async def plan_micro(
-    app: Runtime, session: Session, strategy: str | None = None, now: float | None = None
+    runtime: Runtime, session: Session, strategy: str | None = None, now: float | None = None
 ) -> mc.MicroPlan:
     """What a microcompact of ``session`` would clear now; nothing is written.
 
@@ -79,7 +79,7 @@ async def plan_micro(
     ``compact/preview`` all plan here.
     """
     requested = _STRATEGIES.get(strategy or "")
-    if not app.flags.microcompact_enabled:
+    if not runtime.flags.microcompact_enabled:
         return mc.MicroPlan(
             requested or "count", reason="microcompact is disabled by the environment"
         )
@@ -89,7 +89,7 @@ async def plan_micro(
             reason="this session lets the API clear tool results (context_management); "
             "nothing is cleared locally",
         )
-    config = app.micro_config
+    config = runtime.micro_config
     now = time.time() if now is None else now
     records = main_thread(session.context())
     entries = [r.entry for r in records]
@@ -98,14 +98,14 @@ async def plan_micro(
     if chosen == "time":
         return mc.plan_time(entries, now, config, cleared)
     if chosen == "cached":
-        state = await load_cached_state(app, session)
+        state = await load_cached_state(runtime, session)
         index = _edit_message_index(records, session)
         return mc.plan_cached(entries, now, state, index, config, cleared)
     return mc.plan_count(entries, config, cleared)
 
 
 async def microcompact_session(
-    app: Runtime, session: Session, strategy: str | None, trigger: str
+    runtime: Runtime, session: Session, strategy: str | None, trigger: str
 ) -> p.MicroResult:
     """Run microcompact; the caller holds ``session.lock``.
 
@@ -113,13 +113,13 @@ async def microcompact_session(
     the cached strategy its new state. Nothing happening is not an error: the result then says
     why in ``reason``.
     """
-    pre = app.status(session).tokens
+    pre = runtime.status(session).tokens
     now = time.time()
-    plan = await plan_micro(app, session, strategy, now)
+    plan = await plan_micro(runtime, session, strategy, now)
     if plan.cached_state is not None and plan.cached_state != session.cached_micro:
         # Written before the boundary: a crash in between leaves edits pinned and the count
         # too high (safe), never a lower count with nothing sent to the API.
-        await _save_state(app, session, plan.cached_state)
+        await _save_state(runtime, session, plan.cached_state)
     edits = mc.cache_edit_blocks(plan.cached_state) if plan.cached_state is not None else []
     if not plan.cleared:
         return _nothing(plan.strategy, pre, plan.reason, cache_edits=edits or None)
@@ -135,7 +135,7 @@ async def microcompact_session(
         now=now,
         cache_deleted=plan.cleared_ids if plan.strategy == "cached" else None,
     )
-    await app.commit(session, [boundary])
+    await runtime.commit(session, [boundary])
     if plan.strategy == "cached":
         # No compactedToolIds for the files service to fold in: forget the reads here.
         forget_cleared_reads(session, plan.cleared_ids)
@@ -143,9 +143,9 @@ async def microcompact_session(
         # Clearing rewrites messages, so the cached prefix breaks: pinned cache edits refer to
         # a cache that will not be read again. The read-file state forgets the cleared reads
         # by itself: the files service folds the boundary's compactedToolIds in.
-        await reset_cached_edits(app, session)
-    post = app.status(session)
-    app.check_thresholds(session, post)
+        await reset_cached_edits(runtime, session)
+    post = runtime.status(session)
+    runtime.check_thresholds(session, post)
     log.info(
         "session %s: %s microcompact cleared %d tool results, %d tokens",
         session.session_id,
@@ -257,8 +257,8 @@ def forget_cleared_reads(session: Session, tool_ids: Sequence[str]) -> list[str]
 # -- cached state -------------------------------------------------------------------------------
 
 
-def _state_path(app: Runtime, session: Session) -> Path:
-    return app.store.session_dir(session.session_id) / STATE_FILE
+def _state_path(runtime: Runtime, session: Session) -> Path:
+    return runtime.store.session_dir(session.session_id) / STATE_FILE
 
 
 def _current_boundary(session: Session) -> str | None:
@@ -284,11 +284,11 @@ def _read_state(path: Path) -> mc.CachedState | None:
         return None
 
 
-async def load_cached_state(app: Runtime, session: Session) -> mc.CachedState:
+async def load_cached_state(runtime: Runtime, session: Session) -> mc.CachedState:
     """The session's cached-strategy state; void (empty) after a full compaction."""
     state = session.cached_micro
     if state is None:
-        state = await anyio.to_thread.run_sync(_read_state, _state_path(app, session))
+        state = await anyio.to_thread.run_sync(_read_state, _state_path(runtime, session))
         if state is None:
             state = mc.CachedState(boundary_uuid=_current_boundary(session))
         session.cached_micro = state
@@ -300,24 +300,24 @@ async def load_cached_state(app: Runtime, session: Session) -> mc.CachedState:
     return state
 
 
-async def _save_state(app: Runtime, session: Session, state: mc.CachedState) -> None:
+async def _save_state(runtime: Runtime, session: Session, state: mc.CachedState) -> None:
     data = msgspec.json.encode(state)
     await point_of_no_return()
-    await anyio.to_thread.run_sync(atomic_write, _state_path(app, session), data)
+    await anyio.to_thread.run_sync(atomic_write, _state_path(runtime, session), data)
     session.cached_micro = state
 
 
-async def reset_cached_edits(app: Runtime, session: Session) -> bool:
+async def reset_cached_edits(runtime: Runtime, session: Session) -> bool:
     """Forget the cached strategy's state and pinned edits; True if there was any.
 
     Call it when the prompt cache broke (the edits then refer to a cache that is gone) or the
     prompt was rewritten (a full compaction also voids the state by itself). It takes no lock,
     so it can be called with or without ``session.lock`` held.
     """
-    state = await load_cached_state(app, session)
+    state = await load_cached_state(runtime, session)
     if not state.tool_order and not state.pinned_edits:
         return False
-    await _save_state(app, session, mc.CachedState(boundary_uuid=_current_boundary(session)))
+    await _save_state(runtime, session, mc.CachedState(boundary_uuid=_current_boundary(session)))
     return True
 
 
@@ -333,22 +333,22 @@ class MessagesExtras:
     betas: list[str] | None = None
 
 
-async def messages_extras(app: Runtime, session: Session) -> MessagesExtras:
+async def messages_extras(runtime: Runtime, session: Session) -> MessagesExtras:
     """Pinned cache edits, or the API-native ``context_management`` edits and beta."""
-    if not app.flags.microcompact_enabled:
+    if not runtime.flags.microcompact_enabled:
         return MessagesExtras()
     if session.meta.api_context_management:
         return MessagesExtras(
-            context_management=_context_management(app, session),
+            context_management=_context_management(runtime, session),
             betas=[mc.API_CONTEXT_MANAGEMENT_BETA],
         )
-    state = await load_cached_state(app, session)
+    state = await load_cached_state(runtime, session)
     edits = mc.cache_edit_blocks(state)
     return MessagesExtras(cache_edits=edits or None)
 
 
-def _context_management(app: Runtime, session: Session) -> dict[str, Any]:
-    config = app.micro_config
+def _context_management(runtime: Runtime, session: Session) -> dict[str, Any]:
+    config = runtime.micro_config
     entries = [r.entry for r in main_thread(session.context())]
     params = session.meta.cache_safe_params or {}
     thinking = params.get("thinking")
@@ -362,7 +362,7 @@ def _context_management(app: Runtime, session: Session) -> dict[str, Any]:
             tool_names.update(
                 b.name for b in entry.blocks if isinstance(b, ToolUseBlock) and b.name
             )
-    trigger = config.api_trigger_tokens or app.status(session).warning_threshold
+    trigger = config.api_trigger_tokens or runtime.status(session).warning_threshold
     return mc.context_management(
         config,
         thinking=mc.thinking_enabled(thinking if isinstance(thinking, dict) else None),

@@ -66,7 +66,7 @@ def _moved_note(plan: PartialPlan, requested: str) -> str:
 
 
 async def run_partial(
-    app: Runtime,
+    runtime: Runtime,
     session: Session,
     params: p.PartialParams,
     begin_progress: Callable[[str], Awaitable[WorkDone | None]],
@@ -96,7 +96,7 @@ async def run_partial(
         select=select,
     )
     try:
-        result = await run_compaction(app, session, spec, progress=progress)
+        result = await run_compaction(runtime, session, spec, progress=progress)
     finally:
         if progress is not None:
             progress.end("done")

@@ -38,24 +38,24 @@ if TYPE_CHECKING:
 _SKILL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-def claude_config_dir(app: Runtime) -> Path:
-    raw = app.env.get(c.ENV_CLAUDE_CONFIG_DIR) or c.DEFAULT_CLAUDE_CONFIG_DIR
+def claude_config_dir(runtime: Runtime) -> Path:
+    raw = runtime.env.get(c.ENV_CLAUDE_CONFIG_DIR) or c.DEFAULT_CLAUDE_CONFIG_DIR
     return Path(raw).expanduser()
 
 
 async def rehydration_attachments(
-    app: Runtime, session: Session, kept: Sequence[Record]
+    runtime: Runtime, session: Session, kept: Sequence[Record]
 ) -> list[dict[str, Any]]:
     """The attachments to write after a compaction of ``session`` that keeps ``kept``.
 
     Call it before the boundary is committed: it reads the read-file state and the context
     the compaction is about to replace.
     """
-    return await _build(app, session, kept, session.rehydration_extras)
+    return await _build(runtime, session, kept, session.rehydration_extras)
 
 
 async def rehydrate_now(
-    app: Runtime, session: Session, extras: p.RehydrationExtras | None
+    runtime: Runtime, session: Session, extras: p.RehydrationExtras | None
 ) -> list[dict[str, Any]]:
     """``attachments/rehydrate``: what a full compaction now would re-inject.
 
@@ -77,7 +77,7 @@ async def rehydrate_now(
                 p.ErrorCode.INVALID_PARAMS, "extras.planFilePath must be a non-empty path"
             )
         session.rehydration_extras = extras
-    return await _build(app, session, (), session.rehydration_extras)
+    return await _build(runtime, session, (), session.rehydration_extras)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +88,13 @@ class _DiskFacts:
 
 
 async def _build(
-    app: Runtime,
+    runtime: Runtime,
     session: Session,
     kept: Sequence[Record],
     extras: p.RehydrationExtras | None,
 ) -> list[dict[str, Any]]:
     cwd = session.meta.cwd
-    config = claude_config_dir(app)
+    config = claude_config_dir(runtime)
     plan_dir = str(config / "plans")
     facts = rh.scan_context(session.context(), cwd, plan_dirs=[plan_dir])
     plan_path = facts.plan.path
@@ -110,14 +110,14 @@ async def _build(
         exclude_paths=rh.read_paths(kept, cwd),
         plan_paths=[plan_path] if plan_path else [],
         plan_dirs=[plan_dir],
-        memory_names=app.memory_names,
+        memory_names=runtime.memory_names,
     )
     wanted_skills = [s.name for s in facts.skills if not s.content]
     disk = await anyio.to_thread.run_sync(
         _read_disk,
         candidates,
         cwd,
-        app.roots(session),
+        runtime.roots(session),
         budgets.max_files,
         plan_path,
         Path(plan_dir),

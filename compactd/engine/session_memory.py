@@ -74,9 +74,9 @@ class _Runtime:
 
 
 class SessionMemoryService:
-    def __init__(self, app: Runtime) -> None:
-        self.app = app
-        opts = app.options.session_memory or p.SessionMemoryOptions()
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        opts = runtime.options.session_memory or p.SessionMemoryOptions()
         self.enabled = bool(opts.enabled)
         defaults = sm.TriggerRule()
         self.rule = sm.TriggerRule(
@@ -88,10 +88,10 @@ class SessionMemoryService:
     # -- files -----------------------------------------------------------------------------------
 
     def notes_path(self, session: Session) -> Path:
-        return self.app.store.session_dir(session.session_id) / NOTES_FILE
+        return self._runtime.store.session_dir(session.session_id) / NOTES_FILE
 
     def _state_path(self, session: Session) -> Path:
-        return self.app.store.session_dir(session.session_id) / STATE_FILE
+        return self._runtime.store.session_dir(session.session_id) / STATE_FILE
 
     def runtime(self, session: Session) -> _Runtime:
         rt = session.extras.get(_EXTRAS_KEY)
@@ -134,7 +134,7 @@ class SessionMemoryService:
         last = sm.last_turn_has_tool_calls(entries)
         if last is not None:
             rt.last_turn_tool_calls = last
-        if rt.lock.locked() or self.app.task_group is None:
+        if rt.lock.locked() or self._runtime.task_group is None:
             return
         if sm.should_extract(
             self.rule,
@@ -143,7 +143,7 @@ class SessionMemoryService:
             tool_calls_since=rt.tool_calls_since,
             last_turn_tool_calls=rt.last_turn_tool_calls,
         ):
-            self.app.task_group.start_soon(self._background, session)
+            self._runtime.task_group.start_soon(self._background, session)
 
     async def _background(self, session: Session) -> None:
         try:
@@ -177,7 +177,7 @@ class SessionMemoryService:
             )
         path = self.notes_path(session)
         current = await anyio.to_thread.run_sync(self._read_notes, session) or sm.template()
-        summarizer = self.app.summarizer
+        summarizer = self._runtime.summarizer
         if summarizer.offline:
             notes = sm.offline_notes(collect_ledger(context, cleared_tool_ids=cleared), current)
         else:
@@ -280,7 +280,7 @@ class SessionMemoryService:
         spec = await self._spec(session, kind)
         if spec is None:
             return None
-        return await predict(self.app, session, spec, micro=micro)
+        return await predict(self._runtime, session, spec, micro=micro)
 
     async def compact(self, session: Session, kind: PromptKind) -> p.CompactResult | None:
         """The session-memory compaction ``compact/auto`` decided on; None when it cannot run
@@ -289,7 +289,7 @@ class SessionMemoryService:
         if spec is None:
             return None
         try:
-            return await run_compaction(self.app, session, spec)
+            return await run_compaction(self._runtime, session, spec)
         except p.CompactdError as err:
             log.warning(
                 "session %s: session-memory compaction failed (%s); trying a full one",

@@ -85,7 +85,7 @@ def _undo_entry(session: Session, target: Record, pre_tokens: int) -> tuple[str,
     }
 
 
-async def undo_last(app: Runtime, session: Session) -> p.UndoResult:
+async def undo_last(runtime: Runtime, session: Session) -> p.UndoResult:
     """Undo the most recent compaction still in effect. Raises ``nothingToUndo`` or
     ``sessionBusy``; on error nothing is written."""
     async with session.lock:
@@ -102,10 +102,10 @@ async def undo_last(app: Runtime, session: Session) -> p.UndoResult:
                 f"session {session.session_id!r} has no compaction left to undo",
                 sessionId=session.session_id,
             )
-        pre = app.status(session).tokens
+        pre = runtime.status(session).tokens
         key, entry = _undo_entry(session, session.records[at], pre)
-        await app.commit(session, [record_from_dict(entry)])
-        status = app.status(session)
-    app.check_thresholds(session, status)
+        await runtime.commit(session, [record_from_dict(entry)])
+        status = runtime.status(session)
+    runtime.check_thresholds(session, status)
     log.info("session %s: undid compaction %s", session.session_id, key)
     return p.UndoResult(undone_compaction_id=key, boundary=entry, status=status)

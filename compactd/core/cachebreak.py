@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import msgspec
 
-from compactd.core import constants as c
+from compactd.core.tokens import chars_to_tokens
 from compactd.transcript.model import Record
 
 __all__ = [
@@ -302,7 +302,7 @@ def _signed(n: int) -> str:
 
 def _system_change(old: SystemPrint, new: SystemPrint) -> str:
     delta = new.chars - old.chars
-    approx = round(delta / c.CHARS_PER_TOKEN)
+    approx = chars_to_tokens(delta) if delta >= 0 else -chars_to_tokens(-delta)
     text = (
         f"system prompt changed: {old.chars:,} -> {new.chars:,} characters "
         f"({_signed(delta)}, about {_signed(approx)} tokens)"

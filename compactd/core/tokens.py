@@ -44,6 +44,7 @@ from compactd.transcript.model import (
 )
 
 __all__ = [
+    "chars_to_tokens",
     "CATEGORY_ASSISTANT",
     "CATEGORY_ATTACHMENTS",
     "CATEGORY_CLEARED",
@@ -88,8 +89,9 @@ _json_encoder: Final = msgspec.json.Encoder()
 # -- estimation ---------------------------------------------------------------------------------
 
 
-def _chars_to_tokens(chars: int) -> int:
-    """``chars / 4`` rounded half up, as the reference estimator does."""
+def chars_to_tokens(chars: int) -> int:
+    """The one rule from characters to tokens: ``chars / 4`` rounded half up, as the reference
+    estimator does (docs/thresholds.md#estimate). Every estimate in compactd goes through it."""
     return (chars + c.CHARS_PER_TOKEN // 2) // c.CHARS_PER_TOKEN
 
 
@@ -104,24 +106,24 @@ def _json_length(value: Any) -> int:
 def estimate_block_raw(block: Block) -> int:
     """Unpadded token estimate of one content block."""
     if isinstance(block, TextBlock):
-        return _chars_to_tokens(len(block.text))
+        return chars_to_tokens(len(block.text))
     if isinstance(block, ImageBlock | DocumentBlock):
         return c.IMAGE_TOKEN_ESTIMATE
     if isinstance(block, ToolUseBlock):
-        return _chars_to_tokens(len(block.name) + _json_length(block.input))
+        return chars_to_tokens(len(block.name) + _json_length(block.input))
     if isinstance(block, ToolResultBlock):
         content = block.content
         if content is None:
             return 0
         if isinstance(content, str):
-            return _chars_to_tokens(len(content))
+            return chars_to_tokens(len(content))
         return sum(estimate_block_raw(inner) for inner in content)
     if isinstance(block, ThinkingBlock):
-        return _chars_to_tokens(len(block.thinking))
+        return chars_to_tokens(len(block.thinking))
     if isinstance(block, RedactedThinkingBlock):
-        return _chars_to_tokens(len(block.data))
+        return chars_to_tokens(len(block.data))
     if isinstance(block, UnknownBlock):
-        return _chars_to_tokens(_json_length(block.data))
+        return chars_to_tokens(_json_length(block.data))
     return 0  # pragma: no cover - the Block union is exhaustive
 
 
@@ -143,7 +145,7 @@ def estimate_entry_raw(entry: Entry) -> int:
     if not counts_toward_context(entry):
         return 0
     if entry.type == "attachment":
-        return _chars_to_tokens(_json_length(entry.attachment)) if entry.attachment else 0
+        return chars_to_tokens(_json_length(entry.attachment)) if entry.attachment else 0
     return sum(estimate_block_raw(block) for block in entry.blocks)
 
 
@@ -155,8 +157,8 @@ def pad(raw: int) -> int:
 
 
 def estimate_text_tokens(text: str) -> int:
-    """Tokens of plain text: characters / 4, rounded up (docs/thresholds.md#estimate)."""
-    return -(-len(text) // c.CHARS_PER_TOKEN)
+    """Tokens of plain text (``chars_to_tokens`` of its length)."""
+    return chars_to_tokens(len(text))
 
 
 def estimate_entries_raw(entries: Iterable[Entry]) -> int:
@@ -186,7 +188,7 @@ def prefix_sizes(cache_safe: Mapping[str, Any] | None) -> dict[str, int]:
     for key, name in (("system", "system prompt"), ("tools", "tools")):
         value = (cache_safe or {}).get(key)
         if value:
-            sizes[name] = pad(_chars_to_tokens(_json_length(value)))
+            sizes[name] = pad(chars_to_tokens(_json_length(value)))
     return sizes
 
 

@@ -37,7 +37,7 @@ from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import split
 from compactd.core.prompts import PLAIN_SYSTEM_PROMPT
-from compactd.core.tokens import pad
+from compactd.core.tokens import chars_to_tokens, pad
 
 if TYPE_CHECKING:
     import anthropic
@@ -161,7 +161,7 @@ def _settings(options: p.SummarizerOptions | None, env: Mapping[str, str]) -> _S
 
 def _estimate_message(message: dict[str, Any]) -> int:
     chars = len(json.dumps(message, ensure_ascii=False, separators=(",", ":")))
-    return pad(-(-chars // c.CHARS_PER_TOKEN))
+    return pad(chars_to_tokens(chars))
 
 
 def _count_markers(value: Any) -> int:

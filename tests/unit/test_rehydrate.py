@@ -59,10 +59,12 @@ def _attachment(payload: dict[str, Any]) -> Record:
 # -- estimation and truncation ------------------------------------------------------------------
 
 
-def test_estimate_is_characters_over_four_rounded_up() -> None:
+def test_estimate_is_characters_over_four_rounded_half_up() -> None:
+    # The one rule of core.tokens.chars_to_tokens (docs/thresholds.md#estimate).
     assert rh.estimate_text_tokens("") == 0
     assert rh.estimate_text_tokens("abcd") == 1
-    assert rh.estimate_text_tokens("abcde") == 2
+    assert rh.estimate_text_tokens("abcde") == 1
+    assert rh.estimate_text_tokens("abcdef") == 2
     assert rh.estimate_text_tokens("x" * 4000) == 1000
 
 

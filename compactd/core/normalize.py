@@ -295,7 +295,16 @@ def _render_payload(payload: dict[str, Any]) -> str:
     if body is None:
         rest = {k: v for k, v in payload.items() if k != "type"}
         body = json.dumps(rest, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
-    return f"<system-reminder>\nAttachment ({kind}):\n{body}\n</system-reminder>"
+    return system_reminder(f"Attachment ({kind}):\n{body}")
+
+
+def system_reminder(text: str) -> str:
+    """``text`` as Claude Code marks context the harness adds, not the user's words."""
+    return f"{SYSTEM_REMINDER_OPEN}\n{text}\n{SYSTEM_REMINDER_CLOSE}"
+
+
+SYSTEM_REMINDER_OPEN = "<system-reminder>"
+SYSTEM_REMINDER_CLOSE = "</system-reminder>"
 
 
 def _merge(items: list[_Item]) -> list[_Msg]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from compactd.core import constants as c
+from compactd.core.normalize import system_reminder
 from compactd.core.tokens import estimate_text_tokens
 from compactd.transcript.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -619,10 +620,6 @@ def plan_attachments(
 # -- rendering ----------------------------------------------------------------------------------
 
 
-def _reminder(text: str) -> str:
-    return f"<system-reminder>\n{text}\n</system-reminder>"
-
-
 def _render_todos(todos: Sequence[Any]) -> str:
     lines = []
     for i, item in enumerate(todos, 1):
@@ -642,7 +639,7 @@ def render(payload: dict[str, Any]) -> str | None:
         f = payload["content"]["file"]
         first = f["startLine"]
         last = first + max(f["numLines"], 1) - 1
-        return _reminder(
+        return system_reminder(
             f"Restored after the conversation was compacted: the current content of "
             f"{payload['displayPath']} (lines {first}-{last} of {f['totalLines']}), which you "
             f"read earlier.\n\n{f['content']}"
@@ -653,24 +650,24 @@ def render(payload: dict[str, Any]) -> str | None:
             "tooLarge": "it is too large to restore",
             "budget": "the restore budget is spent",
         }.get(payload.get("reason", ""), "it could not be restored")
-        return _reminder(
+        return system_reminder(
             f"You read {payload['displayPath']} before the conversation was compacted; its "
             f"content is not repeated here because {why}. Read it again if you need it."
         )
     if kind == "todo":
-        return _reminder(
+        return system_reminder(
             "Your todo list as it stood before the conversation was compacted; keep using it:\n"
             + _render_todos(payload["content"])
         )
     if kind == "plan_file_reference":
-        return _reminder(
+        return system_reminder(
             f"The plan you wrote in {payload['planFilePath']} (kept across the compaction):\n\n"
             f"{payload['planContent']}"
         )
     if kind == "plan_mode":
         where = payload.get("planFilePath")
         tail = f" Your plan file is {where}." if where else ""
-        return _reminder(
+        return system_reminder(
             "Plan mode is still on: research and plan, but do not edit files or run commands "
             "that change anything until the user approves the plan." + tail
         )
@@ -679,23 +676,23 @@ def render(payload: dict[str, Any]) -> str | None:
             f"## {s['name']}" + (f" ({s['path']})" if s.get("path") else "") + f"\n{s['content']}"
             for s in payload["skills"]
         ]
-        return _reminder(
+        return system_reminder(
             "Skills you invoked earlier in this session; their instructions still apply:\n\n"
             + "\n\n".join(parts)
         )
     if kind == "task_status":
-        return _reminder(
+        return system_reminder(
             f"A background agent started earlier is still running: {payload['description']} "
             f"(id {payload['taskId']}). Its result will arrive when it finishes."
         )
     if kind == "nested_memory":
         inner = payload.get("content") or {}
-        return _reminder(
+        return system_reminder(
             f"Instructions from {payload.get('displayPath') or payload.get('path')}, which "
             f"applies to files in its directory and below:\n\n{inner.get('content', '')}"
         )
     if kind == "edited_text_file":
-        return _reminder(
+        return system_reminder(
             f"{payload['filename']} changed on disk after you read it (by the user or another "
             f"process). Its current content begins:\n\n{payload['snippet']}"
         )
@@ -711,9 +708,9 @@ def render(payload: dict[str, Any]) -> str | None:
             "agent_listing_delta": "Agent types you can start with the Agent tool:",
             "mcp_instructions_delta": "Instructions from the connected MCP servers:",
         }[kind]
-        return _reminder(f"{heading}\n{body}")
+        return system_reminder(f"{heading}\n{body}")
     if kind == "skill_listing" and isinstance(payload.get("content"), str):
-        return _reminder(f"Skills you can invoke with the Skill tool:\n{payload['content']}")
+        return system_reminder(f"Skills you can invoke with the Skill tool:\n{payload['content']}")
     return None
 
 

@@ -36,7 +36,7 @@ from compactd.core import constants as c
 from compactd.core import dispatch, tokens
 from compactd.core.ledger import build_ledger, complete_summary
 from compactd.core.microcompact import MicroPlan
-from compactd.core.normalize import to_api_messages
+from compactd.core.normalize import system_reminder, to_api_messages
 from compactd.core.offline_summary import OFFLINE_INSTRUCTIONS_WARNING, offline_summary
 from compactd.core.prompts import (
     PromptKind,
@@ -611,8 +611,9 @@ def _hook_context_entry(session: Session, text: str) -> dict[str, Any]:
         # What the model is shown: the text the hook asked to add, marked as a hook's output.
         "rendered": [
             {
-                "content": "<system-reminder>\nSessionStart hook (after compaction) added this "
-                f"context:\n{text}\n</system-reminder>"
+                "content": system_reminder(
+                    f"SessionStart hook (after compaction) added this context:\n{text}"
+                )
             }
         ],
         **_common(session),

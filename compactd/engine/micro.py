@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from compactd.engine.session import Session
 
 __all__ = [
-    "STATE_FILE",
     "MessagesExtras",
     "forget_cleared_reads",
     "load_cached_state",
@@ -52,8 +51,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Per-session file holding the cached strategy's state, next to the transcript.
-STATE_FILE = "microcompact.json"
 
 # Text of the boundary entry a person sees in a transcript viewer.
 _BOUNDARY_CONTENT = "Old tool results cleared by microcompact"
@@ -258,7 +255,7 @@ def forget_cleared_reads(session: Session, tool_ids: Sequence[str]) -> list[str]
 
 
 def _state_path(runtime: Runtime, session: Session) -> Path:
-    return runtime.store.session_dir(session.session_id) / STATE_FILE
+    return runtime.store.micro_state_path(session.session_id)
 
 
 def _current_boundary(session: Session) -> str | None:

@@ -49,8 +49,6 @@ __all__ = ["SessionMemoryService"]
 
 log = logging.getLogger(__name__)
 
-NOTES_FILE = "notes.md"
-STATE_FILE = "notes.state.json"
 _EXTRAS_KEY = "sessionMemory"
 
 
@@ -88,10 +86,10 @@ class SessionMemoryService:
     # -- files -----------------------------------------------------------------------------------
 
     def notes_path(self, session: Session) -> Path:
-        return self._runtime.store.session_dir(session.session_id) / NOTES_FILE
+        return self._runtime.store.notes_path(session.session_id)
 
     def _state_path(self, session: Session) -> Path:
-        return self._runtime.store.session_dir(session.session_id) / STATE_FILE
+        return self._runtime.store.notes_state_path(session.session_id)
 
     def runtime(self, session: Session) -> _Runtime:
         rt = session.extras.get(_EXTRAS_KEY)

@@ -1,9 +1,12 @@
 """Durable storage of sessions: one append-only JSONL transcript and a small meta file each.
 
-Layout under the data dir::
+Layout under the data dir (the store is the one place that names these files)::
 
     sessions/<sessionId>/transcript.jsonl   append-only, Claude Code's line shape
     sessions/<sessionId>/meta.json          how the session was opened (atomic replace)
+    sessions/<sessionId>/microcompact.json  cached-microcompact state (atomic replace)
+    sessions/<sessionId>/notes.md           session-memory notes (atomic replace)
+    sessions/<sessionId>/notes.state.json   what the notes were extracted from
 
 Durability rules: an append returns only after its bytes are written and fsynced. A group of
 lines that must appear together (a compaction: boundary, summary, kept copies, attachments) is
@@ -105,6 +108,15 @@ class Store:
 
     def transcript_path(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "transcript.jsonl"
+
+    def micro_state_path(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "microcompact.json"
+
+    def notes_path(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "notes.md"
+
+    def notes_state_path(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "notes.state.json"
 
     def exists(self, session_id: str) -> bool:
         return (self.session_dir(session_id) / "meta.json").is_file()

@@ -20,7 +20,15 @@ from compactd import protocol as p
 from compactd.core import tokens
 from compactd.core.view import ViewIndex
 from compactd.transcript.history import boundary_indices
-from compactd.transcript.model import CompactMetadata, Entry, Record, TextBlock, ToolResultBlock
+from compactd.transcript.model import (
+    MICROCOMPACT_BOUNDARY,
+    CompactMetadata,
+    Entry,
+    Record,
+    TextBlock,
+    ToolResultBlock,
+    is_compact_boundary_line,
+)
 
 __all__ = [
     "DEFAULT_MECHANISM",
@@ -82,7 +90,7 @@ def microcompact_savings(records: Sequence[Record]) -> tuple[int, int]:
     count = 0
     for i in boundary_indices(records):
         record = records[i]
-        if record.subtype != "microcompact_boundary":
+        if record.subtype != MICROCOMPACT_BOUNDARY:
             continue
         count += 1
         saved += _saved_by(record.entry)
@@ -213,7 +221,11 @@ def compaction_stats(
     if views is None or views.records is not records:
         views = ViewIndex(records)
     # Finding boundaries decodes no other line (see ``history.boundary_indices``).
-    found = [i for i in boundary_indices(records) if records[i].subtype == "compact_boundary"]
+    found = [
+        i
+        for i in boundary_indices(records)
+        if is_compact_boundary_line(records[i].kind, records[i].subtype)
+    ]
     undone: set[str] = set()
     boundaries: list[int] = []
     for i in found:

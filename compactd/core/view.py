@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from compactd.transcript.history import BOUNDARY_SUBTYPES, History
-from compactd.transcript.model import PreservedSegment, Record
+from compactd.transcript.model import PreservedSegment, Record, is_compact_boundary_line
 
 __all__ = [
     "ViewIndex",
@@ -59,7 +59,7 @@ def last_boundary_index(records: Sequence[Record]) -> int | None:
     # By kind, which released records keep: walking back decodes no line.
     for i in range(len(records) - 1, -1, -1):
         record = records[i]
-        if record.kind == "system" and record.subtype == "compact_boundary":
+        if is_compact_boundary_line(record.kind, record.subtype):
             return i
     return None
 

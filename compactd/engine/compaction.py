@@ -49,6 +49,7 @@ from compactd.engine.rehydration import rehydration_attachments
 from compactd.services import hooks
 from compactd.services.summarizer import SummarizerError, SummaryRequest
 from compactd.transcript.model import (
+    COMPACT_BOUNDARY,
     GROUP_SIZE_FIELD,
     Record,
     ToolUseBlock,
@@ -722,7 +723,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             "parentUuid": None,
             "logicalParentUuid": prep.logical_parent,
             "type": "system",
-            "subtype": "compact_boundary",
+            "subtype": COMPACT_BOUNDARY,
             "content": BOUNDARY_CONTENT,
             "isMeta": False,
             "level": "info",

@@ -33,7 +33,13 @@ from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
 from compactd.engine.cancellation import point_of_no_return
 from compactd.services.store import atomic_write
-from compactd.transcript.model import Record, ToolUseBlock, record_from_dict, transcript_timestamp
+from compactd.transcript.model import (
+    MICROCOMPACT_BOUNDARY,
+    Record,
+    ToolUseBlock,
+    record_from_dict,
+    transcript_timestamp,
+)
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
@@ -216,7 +222,7 @@ def _boundary(
         metadata["cacheDeletedToolIds"] = cache_deleted
     entry: dict[str, Any] = {
         "type": "system",
-        "subtype": "microcompact_boundary",
+        "subtype": MICROCOMPACT_BOUNDARY,
         "content": _BOUNDARY_CONTENT,
         "isMeta": False,
         "level": "info",

@@ -118,7 +118,7 @@ class Session:
         # The boundary heading the view (after an undo it is not the last one in the file).
         head = ctx[0] if ctx else None
         start = None
-        if head is not None and head.subtype == "compact_boundary" and head.uuid:
+        if head is not None and head.entry.is_compact_boundary and head.uuid:
             start = records.index_of(head.uuid)
         derived = Derived(context=ctx, context_start=start or 0, undone_micro=views.undone_ids())
         derived.counter = tokens.TokenCounter(carried_prefix=self._carried_prefix(head))

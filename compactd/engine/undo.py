@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING, Any
 from compactd import protocol as p
 from compactd.core.view import compaction_key
 from compactd.engine.compaction import _common
-from compactd.transcript.model import Record, record_from_dict
+from compactd.transcript.model import (
+    COMPACT_BOUNDARY,
+    MICROCOMPACT_BOUNDARY,
+    Record,
+    record_from_dict,
+)
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
@@ -51,7 +56,7 @@ def _undo_entry(session: Session, target: Record, pre_tokens: int) -> tuple[str,
         key = compaction_key(target) or ""
         return key, {
             **_fields(session),
-            "subtype": "compact_boundary",
+            "subtype": COMPACT_BOUNDARY,
             "content": UNDO_BOUNDARY_CONTENT,
             "parentUuid": None,
             "logicalParentUuid": last,
@@ -69,7 +74,7 @@ def _undo_entry(session: Session, target: Record, pre_tokens: int) -> tuple[str,
     key = entry.uuid or ""
     return key, {
         **_fields(session),
-        "subtype": "microcompact_boundary",
+        "subtype": MICROCOMPACT_BOUNDARY,
         "content": _UNDO_MICRO_CONTENT,
         "parentUuid": last,
         "microcompactMetadata": {

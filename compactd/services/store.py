@@ -35,6 +35,7 @@ from compactd.transcript.model import (
     ParseReport,
     Record,
     forget_file,
+    is_compact_boundary_line,
     parse_buffer,
     read_line,
     record_from_dict,
@@ -235,7 +236,7 @@ def _history_of(
             end += len(record.raw) + 1
             written.append(record.raw)
         records.append(record)
-        if record.kind == "system" and record.subtype == "compact_boundary":
+        if is_compact_boundary_line(record.kind, record.subtype):
             records.retain([record])
     return records
 

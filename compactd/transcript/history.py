@@ -23,12 +23,17 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, overload
 
-from compactd.transcript.model import LineReader, Record
+from compactd.transcript.model import (
+    COMPACT_BOUNDARY,
+    MICROCOMPACT_BOUNDARY,
+    LineReader,
+    Record,
+)
 
 __all__ = ["BOUNDARY_SUBTYPES", "History", "UuidIndex", "boundary_indices"]
 
 # System entries that start or undo a compaction: the lines scans over history look for.
-BOUNDARY_SUBTYPES: Final = frozenset({"compact_boundary", "microcompact_boundary"})
+BOUNDARY_SUBTYPES: Final = frozenset({COMPACT_BOUNDARY, MICROCOMPACT_BOUNDARY})
 
 # Line codes of kinds beyond this many distinct (type, subtype) pairs share the last code and
 # keep their pair in a side table (only hostile or very odd transcripts get there).

@@ -216,11 +216,23 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc
 
     @property
     def is_compact_boundary(self) -> bool:
-        return self.type == "system" and self.subtype == "compact_boundary"
+        return self.type == "system" and self.subtype == COMPACT_BOUNDARY
 
     @property
     def is_microcompact_boundary(self) -> bool:
-        return self.type == "system" and self.subtype == "microcompact_boundary"
+        return self.type == "system" and self.subtype == MICROCOMPACT_BOUNDARY
+
+
+# The system entries that start a new view of the conversation: a compaction (or its undo) and
+# a microcompact (or its undo). The one place their subtypes are named.
+COMPACT_BOUNDARY: Final = "compact_boundary"
+MICROCOMPACT_BOUNDARY: Final = "microcompact_boundary"
+
+
+def is_compact_boundary_line(kind: str, subtype: str | None) -> bool:
+    """Whether a line of this type and subtype is a compact boundary (a released record's kind
+    and subtype are known without decoding its line)."""
+    return kind == "system" and subtype == COMPACT_BOUNDARY
 
 
 # Reads the ``length`` bytes at ``offset`` of one transcript: how released lines come back.

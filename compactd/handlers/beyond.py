@@ -6,7 +6,8 @@ with "micro", "full" or "partial" what that operation would leave, predicted by 
 the operations plan with (``services/micro.plan_micro``, ``services/compaction.predict``).
 ``compact/undo`` appends an entry that cancels the last compaction (``services/undo.py``).
 ``recall/search`` finds or fetches any entry of the transcript, including those compactions hid
-(``core/recall.py``).
+(``core/recall.py``); a query that is a recall pointer (``recall:<uuid>``, as summaries write
+them) fetches that entry.
 """
 
 from __future__ import annotations
@@ -100,8 +101,14 @@ async def search(app: App, params: p.RecallParams, ctx: Context) -> p.RecallResu
             p.ErrorCode.INVALID_PARAMS,
             f"limit must be between 1 and {recall.RECALL_MAX_LIMIT} (got {limit})",
         )
-    if params.uuids is not None:
-        hits = recall.fetch(session.records, params.uuids[:limit])
+    uuids = params.uuids
+    if uuids is None and params.query is not None:
+        # A recall pointer copied from a summary fetches the entry it names.
+        named = recall.pointer_uuids(params.query)
+        if named and recall.pointer(named[0]) == params.query.strip():
+            uuids = named
+    if uuids is not None:
+        hits = recall.fetch(session.records, uuids[:limit])
     elif params.query is not None and params.query.strip():
         hits = recall.search(
             session.records,
@@ -122,7 +129,7 @@ async def search(app: App, params: p.RecallParams, ctx: Context) -> p.RecallResu
                 timestamp=h.record.entry.timestamp,
                 compacted=h.hidden_part or id(h.record) not in in_view,
                 snippet=h.snippet,
-                entry=h.record.to_builtins() if params.uuids is not None else None,
+                entry=h.record.to_builtins() if uuids is not None else None,
             )
             for h in hits
         ]

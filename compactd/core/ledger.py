@@ -354,7 +354,11 @@ _CAVEAT_PREFIXES: Final = (
 )
 _INTERRUPTED: Final = "[Request interrupted by user"
 _EXIT_CODE: Final = re.compile(r"\bexit(?:ed with)?(?: code|status)?[: ]+(-?\d+)", re.IGNORECASE)
-# Lines that say what went wrong: a named error first, then any line that sounds like one.
+# Lines that say what went wrong: one that starts with a named error (``E   KeyError: ...``,
+# ``error[E0308]: ...``), then one that names an error, then any line that sounds like one.
+_ERROR_LEADS: Final = re.compile(
+    r"^(?:E\s+)?(?:\w+(?:Error|Exception)\b|error\b|fatal\b|panic\b)", re.IGNORECASE
+)
 _ERROR_NAMED: Final = re.compile(
     r"\w(?:Error|Exception)\b|\berror(?:\[\w+\])?:|\bfatal:|\bpanic|permission denied|"
     r"no such file|not found|command not found",
@@ -411,14 +415,20 @@ def _program_of(command: str) -> str:
     return "sh"
 
 
+_SUBCOMMAND: Final = re.compile(r"[a-z][a-z0-9:_-]*")
+
+
 def _family(command: str) -> tuple[str, ...]:
-    """A command's program and its subcommand word, if any (``git push``, ``npm test``)."""
+    """A command's program and its subcommand words, if any (``git push``, ``npm run build``)."""
     for part in _SEGMENTS.split(_flat(command)):
         words = _ENV_ASSIGN.sub("", part).split(" ")
         if words and words[0] and words[0] != "cd":
-            program = os.path.basename(words[0]) or words[0]
-            sub = words[1] if len(words) > 1 else ""
-            return (program, sub) if re.fullmatch(r"[a-z][a-z0-9:_-]*", sub) else (program,)
+            family = [os.path.basename(words[0]) or words[0]]
+            for word in words[1:3]:
+                if not _SUBCOMMAND.fullmatch(word):
+                    break
+                family.append(word)
+            return tuple(family)
     return ("sh",)
 
 
@@ -480,7 +490,7 @@ def _error_line(text: str) -> str:
     """The line of a failure's output that says what went wrong."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     lines = [ln for ln in lines if not _EXIT_CODE.fullmatch(ln)] or lines
-    for pattern in (_ERROR_NAMED, _ERRORISH):
+    for pattern in (_ERROR_LEADS, _ERROR_NAMED, _ERRORISH):
         for line in reversed(lines):
             if pattern.search(line):
                 return line
@@ -740,6 +750,10 @@ class _Walk:
     def finish(self) -> SurvivalLedger:
         ledger = self.ledger
         carried = _carried_messages(ledger.carry)
+        first = ledger.carry.first
+        if first is not None and all(m.uuid != first.uuid for m in carried):
+            # The session's first request stays checked for as long as the session lasts.
+            carried.insert(0, Message(first.head, first.uuid, carried=True, chars=first.chars))
         ledger.messages[:0] = carried
         ledger.commands = sorted(self.commands.values(), key=lambda r: r.order, reverse=True)
         ledger.commands += [

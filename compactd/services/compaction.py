@@ -516,11 +516,13 @@ async def predict(
     attachments = await rehydration_attachments(
         app, session, kept, limit_tokens=view.attachment_tokens(continuation)
     )
-    # A summary a model writes is taken at its budget, plus the most the ledger may add to it.
+    # A summary a model writes is taken at its budget plus the most the ledger may add to it,
+    # and no more than what it replaces (a larger one fails the thrash guard).
     bound = 0
     if not known:
         restore = int(view.budget.summary_chars * RESTORE_MIN_SHARE) // c.CHARS_PER_TOKEN
-        bound = dispatch.summary_budget(summarized) + restore
+        replaced = tokens.estimate_records_raw(summarized)
+        bound = min(dispatch.summary_budget(summarized) + restore, replaced)
     post = dispatch.summary_post(
         continuation,
         attachments=attachments,

@@ -236,10 +236,6 @@ async def demo(transcript: str | None, data_dir: str | None) -> int:
     return 0
 
 
-# How many lines of the summary the demo prints.
-_DEMO_SUMMARY_LINES = 14
-
-
 async def _demo_compaction(client: Client, session_id: str) -> None:
     """Compact with the offline summarizer and show what changed."""
     print("compacting offline (no API key: a structured summary built from the transcript)")
@@ -254,10 +250,9 @@ async def _demo_compaction(client: Client, session_id: str) -> None:
         f"{result.duration_ms:,} ms ({result.summarizer} summary, {len(summary):,} characters; "
         f"{len(result.attachments)} attachment(s) re-injected)"
     )
-    shown = summary.splitlines()[:_DEMO_SUMMARY_LINES]
-    for line in shown:
+    # The whole of it: the survival ledger keeps it within the view budget.
+    for line in summary.splitlines():
         print(f"  | {line}")
-    print("  | ...")
     _print_status(await client.tokens_status(session_id))
     after = await client.messages(session_id)
     print(f"  API view after compaction: {len(after.messages)} message(s)")

@@ -14,10 +14,12 @@ agent must not lose (docs/compaction.md#survival-ledger):
   latest todo list, the last successful build or test command.
 
 A summary, whoever writes it, is bound by one budget for the whole view the model sees next
-(``ViewBudget``: summary, what the ledger adds and the rehydration attachments together). So the
-ledger is rendered at the most detailed level of ``LADDER`` that fits: long messages keep their
-head and tail around a recall pointer (``core.recall.pointer``: ``recall/search`` returns the
-whole entry), older commands are grouped by program, paths by directory. ``check_summary``
+(``ViewBudget``: summary, what the ledger adds and the rehydration attachments together). So each
+part of the ledger can be rendered at several levels of detail (``Part``) and ``fit_parts``
+lowers the largest ones until the whole fits: long messages keep their head and tail around a
+recall pointer (``core.recall.pointer``: ``recall/search`` returns the whole entry), older
+commands are grouped by program, paths by directory, and at last only the most recent items
+are named and the others counted. ``check_summary``
 looks for every item in a model's summary and ``complete_summary`` appends what it left out;
 the result names each restored item and each one left behind a pointer.
 
@@ -33,8 +35,9 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, Literal
 
 import msgspec
@@ -56,29 +59,37 @@ from compactd.model import (
 
 __all__ = [
     "CARRY_FIELD",
-    "LADDER",
+    "ATTACHMENTS_MIN_SHARE",
     "LEDGER_SECTION_TITLE",
+    "SUMMARY_SHARE",
+    "MESSAGE_CHARS",
     "VIEW_BUDGET_SHARE",
     "Carry",
     "CommandRun",
-    "Detail",
     "Failure",
     "FileTouch",
     "Message",
     "Missing",
+    "Part",
+    "Rendered",
     "SurvivalLedger",
     "ViewBudget",
     "build_ledger",
-    "carried_line",
+    "carried_part",
     "carry_of",
     "check_summary",
     "clip",
     "command_lines",
+    "command_part",
     "complete_summary",
     "file_lines",
-    "fit",
-    "harness_lines",
+    "file_part",
+    "fit_parts",
+    "fit_text",
+    "harness_part",
     "message_lines",
+    "message_part",
+    "restore_limit",
     "view_budget",
 ]
 
@@ -90,12 +101,12 @@ __all__ = [
 VIEW_BUDGET_SHARE: Final = 0.10
 # A floor, so that a tiny window still leaves room for the request and the pointers.
 VIEW_BUDGET_MIN_TOKENS: Final = 1_000
-# Of the view budget, the part the summary and the ledger may take; the attachments get the
-# rest (and whatever the summary leaves unused). compactd's own choice.
+# The part of the view budget a model is asked to keep its summary within; what the ledger adds
+# and the attachments share the rest. compactd's own choice.
 SUMMARY_SHARE: Final = 0.6
-# A model's summary may use up the summary's share by itself: what it left out still gets at
-# least this part of the share (taken from the attachments).
-RESTORE_MIN_SHARE: Final = 0.25
+# The part kept for the attachments whatever the summary and the ledger need: the user's words
+# come before files the agent can read again, but the todo list and the plan must still fit.
+ATTACHMENTS_MIN_SHARE: Final = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +126,12 @@ class ViewBudget:
 
     @property
     def summary_chars(self) -> int:
+        """The most the summary and what the ledger adds may take, in characters."""
+        return int(self.chars * (1 - ATTACHMENTS_MIN_SHARE))
+
+    @property
+    def model_chars(self) -> int:
+        """What a model is asked to keep its own summary within, in characters."""
         return int(self.chars * SUMMARY_SHARE)
 
 
@@ -164,10 +181,16 @@ def _tail(text: str, limit: int) -> str:
     return tail.lstrip()
 
 
+# What the note in the middle of a cut message costs (the pointer included): a message is cut
+# only when cutting saves more than this.
+_CUT_NOTE_CHARS: Final = 120
+
+
 def _head_tail(text: str, limit: int, uid: str | None) -> tuple[str, bool]:
-    """``text`` as written when it fits ``limit``, else its head and tail around a pointer."""
+    """``text`` as written when it fits ``limit`` (or cutting it would not make it shorter),
+    else its head and tail within ``limit`` around a recall pointer."""
     text = text.strip("\n")
-    if len(text) <= limit:
+    if len(text) <= limit + _CUT_NOTE_CHARS:
         return text, False
     head = _head(text, max(60, limit * 2 // 3))
     tail = _tail(text, max(0, limit - len(head)))
@@ -924,45 +947,103 @@ def carry_of(ledger: SurvivalLedger) -> dict[str, Any]:
 
 # -- rendering within a budget --------------------------------------------------------------------
 
+Lines = list[str]
+
 
 @dataclass(frozen=True, slots=True)
-class Detail:
-    """How much of each kind of item a rendering shows (``LADDER`` goes from most to least)."""
+class Rendered:
+    """A part at one level of detail: its lines, and how many of its items it names one by one
+    (the first ones in the part's order; the others are only counted, behind recall/search)."""
 
-    message_chars: int  # a message of this round: as written up to this, else head + tail
-    carried_chars: int  # a message from an earlier compaction (0: counted only)
-    carried_pointers: bool  # each carried message names its recall pointer
-    listed_commands: int  # the most recent commands listed one per line with their outcome
-    listed_chars: int
-    grouped_chars: int  # each older command, in its program's group (0: counted only)
-    outcome_chars: int
-    files: Literal["full", "grouped", "counted"]
-    harness: bool  # harness messages listed (else counted)
-    foreign_chars: int  # the start of an earlier summary compactd did not write
+    lines: Lines
+    shown: int
+    chars: int = 0  # messages: the most characters of each shown as written
+
+    @property
+    def size(self) -> int:
+        return sum(len(line) + 1 for line in self.lines)
 
 
-LADDER: Final = (
-    Detail(2_000, 240, True, 60, 240, 120, 200, "full", True, 2_000),
-    Detail(1_600, 160, True, 30, 160, 96, 140, "full", True, 1_500),
-    Detail(1_200, 120, False, 20, 120, 80, 100, "grouped", True, 1_000),
-    Detail(800, 100, False, 12, 100, 72, 80, "grouped", False, 700),
-    Detail(480, 80, False, 6, 80, 64, 60, "grouped", False, 400),
-    Detail(240, 64, False, 3, 64, 64, 0, "grouped", False, 200),
-    Detail(120, 0, False, 0, 64, 0, 0, "counted", False, 0),
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Something a rendering shows, at levels from the most detailed to the least.
+
+    ``weight``: how readily it gives up detail when the whole does not fit (the user's words
+    give it up last).
+    """
+
+    levels: Sequence[Callable[[], Rendered]]
+    weight: float = 1.0
+
+
+def fit_parts(parts: Mapping[str, Part], room: int) -> dict[str, Rendered]:
+    """Each part at a level such that together they fit in ``room`` characters if they can.
+
+    All start at their most detailed level; while the whole is too large, the part that is the
+    largest for its weight moves one level down.
+    """
+    at = dict.fromkeys(parts, 0)
+    cache: dict[tuple[str, int], Rendered] = {}
+
+    def current(key: str) -> Rendered:
+        level = (key, at[key])
+        got = cache.get(level)
+        if got is None:
+            got = cache[level] = parts[key].levels[at[key]]()
+        return got
+
+    total = sum(current(key).size for key in parts)
+    while total > room:
+        movable = [key for key in parts if at[key] + 1 < len(parts[key].levels)]
+        if not movable:
+            break
+        key = max(movable, key=lambda k: current(k).size * parts[k].weight)
+        total -= current(key).size
+        at[key] += 1
+        total += current(key).size
+    return {key: current(key) for key in parts}
+
+
+def fit_text(
+    parts: Mapping[str, Part],
+    render: Callable[[Mapping[str, Rendered]], str],
+    limit: int | None,
+) -> tuple[str, dict[str, Rendered]]:
+    """``render`` of ``parts`` fitted so that the text is at most ``limit`` characters when it
+    can be (the text around the parts is measured with the parts empty, then corrected)."""
+    if limit is None:
+        chosen = {key: part.levels[0]() for key, part in parts.items()}
+        return render(chosen), chosen
+    frame = len(render({key: Rendered([], 0) for key in parts}))
+    room = limit - frame
+    chosen = fit_parts(parts, room)
+    text = render(chosen)
+    if len(text) > limit:
+        chosen = fit_parts(parts, room - (len(text) - limit))
+        text = render(chosen)
+    return text, chosen
+
+
+# The levels of detail. Messages: as written up to this many characters (a longer one keeps its
+# head and tail around its pointer), then only the most recent ones. Commands: the latest few
+# one per line with their outcome, older ones grouped by program, then only the most recent
+# ones named. compactd's own choices.
+MESSAGE_CHARS: Final = (2_000, 1_600, 1_200, 800, 480, 320, 240, 160, 120, 96, 80)
+ONE_LINE_CHARS: Final = (120, 90, 72)
+CARRIED_CHARS: Final = (240, 160, 120, 100, 80, 64)
+_COUNTS: Final = (300, 200, 150, 100, 70, 50, 35, 25, 15, 10, 5, 2)
+# (listed one per line, their characters, characters of a grouped one, characters of an error)
+_COMMAND_WIDTHS: Final = (
+    (60, 240, 120, 200),
+    (30, 160, 96, 140),
+    (20, 120, 80, 100),
+    (12, 100, 72, 80),
+    (6, 80, 64, 60),
+    (3, 64, 56, 0),
 )
 
 
-def fit(render: Callable[[Detail], str], limit: int) -> tuple[str, Detail]:
-    """The most detailed rendering that fits in ``limit`` characters (else the least one)."""
-    text = ""
-    for detail in LADDER:
-        text = render(detail)
-        if len(text) <= limit:
-            return text, detail
-    return text, LADDER[-1]
-
-
-def message_lines(label: str, message: Message, chars: int) -> list[str]:
+def message_lines(label: str, message: Message, chars: int) -> Lines:
     """A message after ``label``: on the same line when it is one line, else as the block of
     lines it was written as; a long one keeps its head and tail around a recall pointer."""
     text, _ = _head_tail(message.text, chars, message.uuid)
@@ -972,12 +1053,63 @@ def message_lines(label: str, message: Message, chars: int) -> list[str]:
     return [f"   {label}", *lines]
 
 
-def carried_line(message: Message, detail: Detail) -> str:
+MessageLines = Callable[[int, Message, int], Lines]
+
+
+def message_part(
+    messages: Sequence[Message], lines_of: MessageLines, older: Callable[[int], str]
+) -> Part:
+    """The person's messages (chronological): all of them at decreasing lengths, then each on
+    one line cut between words (recall/search finds the whole by any of its words), then only
+    the most recent ones, the older ones counted by ``older(n)``. ``lines_of(i, message,
+    chars)`` renders the ``i``-th (from 1)."""
+
+    def shown(first: int, chars: int, width: int) -> Lines:
+        out: Lines = []
+        for i, m in enumerate(messages[first:], first + 1):
+            if width:
+                m = Message(clip(m.text, width), m.uuid, m.harness, m.carried, m.chars)
+            out.extend(lines_of(i, m, chars))
+        return out
+
+    def full(chars: int, width: int = 0) -> Rendered:
+        return Rendered(shown(0, chars, width), len(messages), width or chars)
+
+    def recent(n: int) -> Rendered:
+        skipped = len(messages) - n
+        width = ONE_LINE_CHARS[-1]
+        return Rendered([older(skipped), *shown(skipped, width, width)], n, width)
+
+    levels: list[Callable[[], Rendered]] = [partial(full, chars) for chars in MESSAGE_CHARS]
+    levels += [partial(full, MESSAGE_CHARS[-1], width) for width in ONE_LINE_CHARS]
+    levels += [partial(recent, n) for n in _COUNTS if n < len(messages)]
+    return Part(levels, weight=0.2)
+
+
+def carried_line(message: Message, chars: int, pointers: bool) -> str:
     """A message from an earlier compaction, on one line; shortened ones name their pointer."""
-    text = clip(message.text, detail.carried_chars)
+    text = clip(message.text, chars)
     shortened = message.chars > len(message.text) or text != _flat(message.text)
-    where = f" ({pointer(message.uuid)})" if shortened and detail.carried_pointers else ""
+    where = f" ({pointer(message.uuid)})" if shortened and pointers else ""
     return f"   - {text}{where}"
+
+
+def carried_part(messages: Sequence[Message], dropped: int = 0) -> Part:
+    """Messages from earlier compactions (chronological), shortened; older ones counted."""
+
+    def note(n: int) -> Lines:
+        return [f"   - {n} messages before these (recall/search finds them)"] if n else []
+
+    def level(chars: int, n: int) -> Rendered:
+        shown = messages[len(messages) - n :] if n else []
+        out = note(dropped + len(messages) - n)
+        out += [carried_line(m, chars, chars >= CARRIED_CHARS[1]) for m in shown]
+        return Rendered(out, n, chars)
+
+    levels = [partial(level, chars, len(messages)) for chars in CARRIED_CHARS]
+    levels += [partial(level, CARRIED_CHARS[-1], n) for n in _COUNTS if n < len(messages)]
+    levels.append(partial(level, 0, 0))
+    return Part(levels)
 
 
 def _status(run: CommandRun, chars: int) -> str:
@@ -987,110 +1119,142 @@ def _status(run: CommandRun, chars: int) -> str:
     if run.ok:
         failed = f", failed {run.failures} of {run.runs} runs" if run.failures else ""
         return f"ok{times}{failed}"
-    what = clip(_failure_text(run), chars) if chars else f"exit {run.exit_code}"
-    return f"FAILED{times}: {what}" if chars or run.exit_code is not None else f"FAILED{times}"
+    what = clip(_failure_text(run), chars) if chars else ""
+    if not what and run.exit_code is not None:
+        what = f"exit {run.exit_code}"
+    return f"FAILED{times}: {what}" if what else f"FAILED{times}"
 
 
-def command_lines(runs: Sequence[CommandRun], detail: Detail) -> list[str]:
-    """Commands, most recent first: the latest with their outcome, older ones by program."""
-    lines: list[str] = []
-    listed = runs[: detail.listed_commands]
-    rest = runs[detail.listed_commands :]
+def _commands(
+    runs: Sequence[CommandRun], widths: tuple[int, int, int, int], named: int
+) -> Rendered:
+    listed_n, listed_chars, grouped_chars, outcome_chars = widths
+    listed = runs[:listed_n]
+    grouped = runs[len(listed) : named]
+    counted = runs[max(named, len(listed)) :]
+    lines: Lines = []
     for run in listed:
-        status = _status(run, detail.outcome_chars)
-        shown = f"   - `{clip(run.command, detail.listed_chars)}`"
+        status = _status(run, outcome_chars)
+        shown = f"   - `{clip(run.command, listed_chars)}`"
         lines.append(shown + (f" {status}" if status else ""))
-    if not rest:
-        return lines
     groups: dict[str, list[CommandRun]] = {}
-    for run in rest:
+    for run in grouped:
         groups.setdefault(run.program, []).append(run)
-    if detail.grouped_chars:
+    if groups:
         lines.append(
             f"   {'Older commands' if listed else 'Commands'} by program, most recent first "
             "(✗ = failed):"
         )
         for program, group in groups.items():
             shown = " · ".join(
-                f"`{clip(r.command, detail.grouped_chars)}`" + (" ✗" if r.ok is False else "")
+                f"`{clip(r.command, grouped_chars)}`" + (" ✗" if r.ok is False else "")
                 for r in group
             )
             lines.append(f"   - {program} ({len(group)}): {shown}")
-    else:
-        counts = ", ".join(f"{program} ×{len(group)}" for program, group in groups.items())
+    if counted:
+        by_program = Counter(r.program for r in counted)
+        counts = ", ".join(f"{program} ×{n}" for program, n in by_program.items())
         lines.append(
-            f"   - {len(rest)} {'older ' if listed else ''}commands: {counts} "
+            f"   - {len(counted)} {'older ' if listed or grouped else ''}commands: {counts} "
             "(recall/search finds each by its text)"
         )
-    return lines
+    return Rendered(lines, len(listed) + len(grouped))
 
 
-def file_lines(files: Sequence[FileTouch], detail: Detail) -> list[str]:
-    """Paths: the changed ones with what changed, the others grouped by directory."""
-    changed = [f for f in files if f.changed]
-    others = [f for f in files if not f.changed]
-    if detail.files == "counted":
-        if not files:
-            return []
-        return [
-            f"   - {len(changed)} files changed and {len(others)} read or searched "
-            "(recall/search finds them by name)"
-        ]
-    lines: list[str] = []
-    if changed:
-        if detail.files == "full":
-            lines.append("   Changed:")
-            for f in changed:
-                counts = []
-                if f.writes:
-                    counts.append(
-                        f"written ({f.written_lines} lines)" if f.written_lines else "written"
-                    )
-                if f.edits:
-                    counts.append(f"{f.edits} edit{'s' if f.edits > 1 else ''}")
-                what = ", ".join(counts) if not f.carried else ""
-                if f.edits and f.last_edit:
-                    what += f"; latest: {f.last_edit}"
-                lines.append(f"   - {f.shown}" + (f": {what}" if what else ""))
-        else:
-            lines.append("   Changed: " + _by_directory(changed))
-    if others:
-        if detail.files == "full":
-            lines.append("   Read or searched:")
-            lines.extend(f"   - {group}" for group in _directory_groups(others))
-        else:
-            lines.append("   Read or searched: " + _by_directory(others))
-    return lines
+def command_part(runs: Sequence[CommandRun]) -> Part:
+    """Shell commands, most recent first: the latest with their outcome, older ones grouped by
+    program, then only the most recent ones named and the rest counted."""
+    levels = [partial(_commands, runs, widths, len(runs)) for widths in _COMMAND_WIDTHS]
+    tight = _COMMAND_WIDTHS[-1]
+    levels += [partial(_commands, runs, tight, n) for n in _COUNTS if n < len(runs)]
+    levels.append(partial(_commands, runs, (0, 0, 0, 0), 0))
+    return Part(levels)
 
 
-def _directory_groups(files: Sequence[FileTouch]) -> list[str]:
+def command_lines(runs: Sequence[CommandRun]) -> Lines:
+    """Shell commands at the most detailed level."""
+    return _commands(runs, _COMMAND_WIDTHS[0], len(runs)).lines
+
+
+def _directory_groups(files: Sequence[FileTouch]) -> Lines:
     groups: dict[str, list[str]] = {}
     for f in files:
-        head, name = os.path.split(f.shown.rstrip("/")) if f.shown.rstrip("/") else ("", f.shown)
-        groups.setdefault(head, []).append(name or f.shown)
+        shown = f.shown.rstrip("/") or f.shown
+        head, name = os.path.split(shown)
+        groups.setdefault(head, []).append(name or shown)
     return [
         (f"{head}/: " if head else "") + ", ".join(dict.fromkeys(names))
         for head, names in groups.items()
     ]
 
 
-def _by_directory(files: Sequence[FileTouch]) -> str:
-    return " · ".join(_directory_groups(files))
+def _changed(f: FileTouch) -> str:
+    counts = []
+    if f.writes:
+        counts.append(f"written ({f.written_lines} lines)" if f.written_lines else "written")
+    if f.edits:
+        counts.append(f"{f.edits} edit{'s' if f.edits > 1 else ''}")
+    what = ", ".join(counts) if not f.carried else ""
+    if f.edits and f.last_edit:
+        what += f"; latest: {f.last_edit}"
+    return f"   - {f.shown}" + (f": {what}" if what else "")
 
 
-def harness_lines(messages: Sequence[Message], detail: Detail) -> list[str]:
-    """Harness messages, one line each (runs of the same line counted once)."""
+def _files(files: Sequence[FileTouch], full: bool, named: int) -> Rendered:
+    shown, counted = files[:named], files[named:]
+    changed = [f for f in shown if f.changed]
+    others = [f for f in shown if not f.changed]
+    lines: Lines = []
+    if changed:
+        if full:
+            lines.append("   Changed:")
+            lines.extend(_changed(f) for f in changed)
+        else:
+            lines.append("   Changed: " + " · ".join(_directory_groups(changed)))
+    if others:
+        if full:
+            lines.append("   Read or searched:")
+            lines.extend(f"   - {group}" for group in _directory_groups(others))
+        else:
+            lines.append("   Read or searched: " + " · ".join(_directory_groups(others)))
+    if counted:
+        n_changed = sum(1 for f in counted if f.changed)
+        lines.append(
+            f"   - {len(counted)} {'more ' if shown else ''}paths ({n_changed} changed; "
+            "recall/search finds them by name)"
+        )
+    return Rendered(lines, len(shown))
+
+
+def file_part(files: Sequence[FileTouch]) -> Part:
+    """Paths, most recent first: the changed ones with what changed and the others by
+    directory, then all by directory, then only the most recent ones named."""
+    levels = [partial(_files, files, True, len(files)), partial(_files, files, False, len(files))]
+    levels += [partial(_files, files, False, n) for n in _COUNTS if n < len(files)]
+    levels.append(partial(_files, files, False, 0))
+    return Part(levels)
+
+
+def file_lines(files: Sequence[FileTouch]) -> Lines:
+    """Paths at the most detailed level."""
+    return _files(files, True, len(files)).lines
+
+
+def harness_part(messages: Sequence[Message]) -> Part:
+    """Harness messages, one line each (repeats counted once), or only counted by kind."""
     items = [m for m in messages if m.harness is not None]
-    if not items:
-        return []
-    if not detail.harness:
-        kinds = Counter(m.harness for m in items)
-        return [
-            "   - harness messages (not typed by the user): "
-            + ", ".join(f"{k} ×{n}" for k, n in kinds.items())
-        ]
-    counted = Counter(f"{m.harness}: {m.text}" for m in items)
-    return [f"   - {line}" + (f" (×{n})" if n > 1 else "") for line, n in counted.items()]
+
+    def listed() -> Rendered:
+        counted = Counter(f"{m.harness}: {m.text}" for m in items)
+        lines = [f"   - {line}" + (f" (×{n})" if n > 1 else "") for line, n in counted.items()]
+        return Rendered(lines, len(items))
+
+    def kinds() -> Rendered:
+        by_kind = Counter(m.harness for m in items)
+        line = "   - " + ", ".join(f"{kind} ×{n}" for kind, n in by_kind.items())
+        return Rendered([line] if items else [], 0)
+
+    return Part([listed, kinds], weight=1.5)
 
 
 # -- checking a summary ---------------------------------------------------------------------------
@@ -1175,56 +1339,75 @@ def check_summary(ledger: SurvivalLedger, summary: str) -> Missing:
     return Missing(messages, commands, files, constraints)
 
 
-def _restore_section(missing: Missing, detail: Detail) -> str:
+def _restore_parts(missing: Missing) -> dict[str, Part]:
+    current = [m for m in missing.messages if not m.carried]
+    carried = [m for m in missing.messages if m.carried]
+
+    def one(i: int, m: Message, chars: int) -> Lines:
+        return message_lines("-", m, chars)
+
+    def older(n: int) -> str:
+        return f"   - {n} earlier messages (recall/search finds each by its text)"
+
+    return {
+        "messages": message_part(current, one, older),
+        "carried": carried_part(carried),
+        "commands": command_part(missing.commands),
+        "files": file_part(missing.files),
+    }
+
+
+def _restore_section(missing: Missing, chosen: Mapping[str, Rendered]) -> str:
     lines = [
         LEDGER_SECTION_TITLE + ":",
         "The summary above left these out. The user's messages are quoted exactly as written; "
         "recall:<id> names a transcript entry that recall/search returns whole.",
     ]
-    current = [m for m in missing.messages if not m.carried]
-    carried = [m for m in missing.messages if m.carried]
-    if current:
-        lines += ["", "User messages:"]
-        for m in current:
-            lines.extend(message_lines("-", m, detail.message_chars))
-    if carried:
-        lines += ["", "User messages from earlier compactions (shortened):"]
-        if detail.carried_chars:
-            lines.extend(carried_line(m, detail) for m in carried)
-        else:
-            lines.append(f"   - {len(carried)} messages (recall/search finds each by its text)")
+    blocks = (
+        ("messages", "User messages:"),
+        ("carried", "User messages from earlier compactions (shortened):"),
+        ("commands", "Shell commands run, most recent first:"),
+        ("files", "Files read, searched or changed:"),
+    )
+    for key, heading in blocks[:2]:
+        if chosen[key].lines:
+            lines += ["", heading, *chosen[key].lines]
     if missing.constraints:
         lines += ["", "Constraints the user stated:"]
         lines.extend(f"   - {x}" for x in missing.constraints)
-    if missing.commands:
-        lines += ["", "Shell commands run, most recent first:"]
-        lines.extend(command_lines(missing.commands, detail))
-    if missing.files:
-        lines += ["", "Files read, searched or changed:"]
-        lines.extend(file_lines(missing.files, detail))
+    for key, heading in blocks[2:]:
+        if chosen[key].lines:
+            lines += ["", heading, *chosen[key].lines]
     return "\n".join(line.rstrip() for line in lines).strip()
 
 
-def _labels(missing: Missing, detail: Detail) -> list[str]:
+def _labels(missing: Missing, chosen: Mapping[str, Rendered]) -> list[str]:
     """What the section restores, and what it leaves behind a recall pointer."""
     out: list[str] = []
-    for m in missing.messages:
-        label = clip(m.text, _RESTORED_LABEL_CHARS)
-        if m.carried and not detail.carried_chars:
-            out.append(f"recall pointer: earlier user message: {label}")
-        else:
-            cut = len(m.text) > (detail.carried_chars if m.carried else detail.message_chars)
-            how = "restored (head and tail, recall pointer)" if cut else "restored"
-            out.append(f"{how}: user message: {label}")
+    for key in ("messages", "carried"):
+        group = [m for m in missing.messages if m.carried == (key == "carried")]
+        got = chosen[key]
+        for i, m in enumerate(group):
+            label = clip(m.text, _RESTORED_LABEL_CHARS)
+            kind = "earlier user message" if m.carried else "user message"
+            if i < len(group) - got.shown:
+                out.append(f"recall pointer: {kind}: {label}")
+            elif len(m.text) > got.chars:
+                out.append(f"restored (shortened, recall pointer): {kind}: {label}")
+            else:
+                out.append(f"restored: {kind}: {label}")
     out.extend(
         f"restored: constraint: {clip(x, _RESTORED_LABEL_CHARS)}" for x in missing.constraints
     )
-    grouped = detail.grouped_chars > 0
+    shown = chosen["commands"].shown
     for i, r in enumerate(missing.commands):
-        how = "restored" if i < detail.listed_commands or grouped else "recall pointer"
+        how = "restored" if i < shown else "recall pointer"
         out.append(f"{how}: command: {clip(r.command, _RESTORED_LABEL_CHARS)}")
-    how = "recall pointer" if detail.files == "counted" else "restored"
-    out.extend(f"{how}: file: {f.path}" for f in missing.files)
+    shown = chosen["files"].shown
+    out.extend(
+        f"{'restored' if i < shown else 'recall pointer'}: file: {f.path}"
+        for i, f in enumerate(missing.files)
+    )
     return out
 
 
@@ -1233,24 +1416,18 @@ def complete_summary(
 ) -> tuple[str, list[str]]:
     """``summary`` with what it omitted from ``ledger`` appended, and the list of it.
 
-    The appended section is rendered at the most detailed level that fits ``limit`` characters
-    (no limit: the most detailed). Each entry of the list says whether the item was restored or
-    left behind a recall pointer. A complete summary comes back unchanged with an empty list.
+    The appended section is as detailed as ``limit`` characters allow (no limit: the most
+    detailed). Each entry of the list says whether the item was restored or left behind a
+    recall pointer. A complete summary comes back unchanged with an empty list.
     """
     missing = check_summary(ledger, summary)
     if not missing:
         return summary, []
-    section, detail = fit(
-        lambda d: _restore_section(missing, d), limit if limit is not None else 1 << 62
-    )
-    return summary.rstrip() + "\n\n" + section, _labels(missing, detail)
+    section, chosen = fit_text(_restore_parts(missing), partial(_restore_section, missing), limit)
+    return summary.rstrip() + "\n\n" + section, _labels(missing, chosen)
 
 
 def restore_limit(budget: ViewBudget, summary_chars: int, overhead: int) -> int:
-    """Characters the ledger section may add to a summary of ``summary_chars`` characters."""
-    share = budget.summary_chars - overhead
-    room = share - summary_chars
-    floor = int(share * RESTORE_MIN_SHARE)
-    if room >= floor:
-        return room
-    return max(0, min(floor, budget.chars - overhead - summary_chars))
+    """Characters the ledger section may add to a summary of ``summary_chars`` characters
+    (``overhead``: the continuation message around it)."""
+    return max(0, budget.summary_chars - overhead - summary_chars)

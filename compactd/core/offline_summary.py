@@ -11,8 +11,9 @@ output dumps, no line cut in the middle of a word, no line repeated. A previous 
 folded in through its carry (older messages come back shortened, with recall pointers) rather
 than pasted again, so repeated compactions do not make it grow.
 
-It fits in the characters it is given: the ledger's ``LADDER`` is walked from the most to the
-least detailed rendering until one fits. The todo list is not repeated: the rehydration
+It fits in the characters it is given: each part (the requests, the messages, the commands,
+the paths, ...) can be shown at several levels of detail, and ``core.ledger.fit_parts`` lowers
+the largest ones until the whole fits, the user's words last. The todo list is not repeated: the rehydration
 attachment that follows the summary carries it, and section 7 says so.
 
 Pure: no I/O.
@@ -22,20 +23,26 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 from compactd.core.ledger import (
-    Detail,
+    MESSAGE_CHARS,
+    Failure,
+    Lines,
     Message,
+    Part,
+    Rendered,
     SurvivalLedger,
-    carried_line,
+    carried_part,
     clip,
-    command_lines,
-    file_lines,
-    fit,
-    harness_lines,
+    command_part,
+    file_part,
+    fit_text,
+    harness_part,
     message_lines,
+    message_part,
 )
 from compactd.core.recall import pointer
 
@@ -61,18 +68,8 @@ OFFLINE_INSTRUCTIONS_WARNING = (
 )
 
 
-def _request(label: str, message: Message, detail: Detail) -> list[str]:
-    if message.carried:
-        shown = clip(message.text, max(detail.message_chars, 120))
-        return [
-            f"   {label} (from an earlier compaction; {pointer(message.uuid)} has it whole):",
-            shown,
-        ]
-    return message_lines(f"{label}:", message, detail.message_chars)
-
-
-def _concepts(ledger: SurvivalLedger) -> list[str]:
-    lines: list[str] = []
+def _concepts(ledger: SurvivalLedger) -> Lines:
+    lines: Lines = []
     if ledger.tool_counts:
         used = ", ".join(f"{name} ×{n}" for name, n in ledger.tool_counts.most_common())
         lines.append(f"   - Tools used: {used}")
@@ -91,17 +88,17 @@ def _concepts(ledger: SurvivalLedger) -> list[str]:
     return lines or ["   - (no tool was used)"]
 
 
-def failure_lines(ledger: SurvivalLedger, shown: int, chars: int) -> list[str]:
+def failure_lines(failures: Sequence[Failure], shown: int, chars: int) -> Lines:
     """The latest ``shown`` distinct failures with what resolved them; older ones counted."""
-    failures = ledger.failures[-shown:] if shown else []
-    lines: list[str] = []
-    older = ledger.failures[: len(ledger.failures) - len(failures)]
+    latest = list(failures[len(failures) - shown :]) if shown else []
+    older = failures[: len(failures) - len(latest)]
+    lines: Lines = []
     if older:
         open_ = sum(1 for f in older if f.resolution is None)
         lines.append(
             f"   - {len(older)} earlier failures ({open_} without a later fix in the transcript)"
         )
-    for f in failures:
+    for f in latest:
         times = f" ×{f.count}" if f.count > 1 else ""
         message = f": {clip(f.message, chars)}" if f.message and chars else ""
         fixed = f" — {f.resolution}" if f.resolution else " — not resolved in the transcript"
@@ -109,7 +106,45 @@ def failure_lines(ledger: SurvivalLedger, shown: int, chars: int) -> list[str]:
     return lines
 
 
-def todo_lines(todos: Sequence[dict[str, Any]], *, open_only: bool) -> list[str]:
+def _failure_part(failures: Sequence[Failure]) -> Part:
+    def level(shown: int, chars: int) -> Rendered:
+        return Rendered(failure_lines(failures, shown, chars), shown)
+
+    shapes = [(len(failures), 200), (20, 160), (10, 120), (6, 80), (3, 60), (1, 0), (0, 0)]
+    return Part([partial(level, n, chars) for n, chars in shapes if n <= len(failures)])
+
+
+def _text_part(text: str | None, widths: Sequence[int], weight: float = 1.0) -> Part:
+    """A text shown whole up to a width, else clipped between words, at decreasing widths."""
+
+    def level(width: int) -> Rendered:
+        if not text or not width:
+            return Rendered([], 0)
+        shown = text.strip() if len(text.strip()) <= width else clip(text, width)
+        return Rendered(shown.splitlines(), 1, width)
+
+    return Part([partial(level, w) for w in (*widths, 0)], weight)
+
+
+def _requests_part(first: Message | None, latest: Message | None) -> Part:
+    def level(chars: int) -> Rendered:
+        out: Lines = []
+        for label, m in (("First request", first), ("Latest request", latest)):
+            if m is None:
+                continue
+            if m.carried:
+                out.append(
+                    f"   {label} (from an earlier compaction; {pointer(m.uuid)} has it whole):"
+                )
+                out.append(clip(m.text, max(chars, 120)))
+            else:
+                out.extend(message_lines(f"{label}:", m, chars))
+        return Rendered(out, len(out), chars)
+
+    return Part([partial(level, chars) for chars in MESSAGE_CHARS], weight=0.2)
+
+
+def todo_lines(todos: Sequence[dict[str, Any]], *, open_only: bool) -> Lines:
     """The todo list, one item per line (only the unfinished ones with ``open_only``)."""
     lines = []
     for todo in todos:
@@ -128,16 +163,54 @@ def _in_progress(ledger: SurvivalLedger) -> str | None:
     return None
 
 
-def _render(ledger: SurvivalLedger, detail: Detail) -> str:
-    first = ledger.first_request
-    latest = ledger.latest_request
-    out: list[str] = [OFFLINE_HEADING, ""]
+def _parts(
+    ledger: SurvivalLedger, first: Message | None, latest: Message | None
+) -> dict[str, Part]:
+    current = ledger.current
+    carried = [m for m in ledger.human if m.carried and (first is None or m.uuid != first.uuid)]
+
+    quoted = {
+        i: which
+        for which, m in (("latest", latest), ("first", first))
+        for i, x in enumerate(current, 1)
+        if x is m
+    }
+
+    def one(i: int, m: Message, chars: int) -> Lines:
+        if i in quoted:
+            return [f"   [{i}] (the {quoted[i]} request, quoted in section 1)"]
+        return message_lines(f"[{i}]", m, chars)
+
+    def older(n: int) -> str:
+        return f"   - [1-{n}] (not shown: recall/search finds each by its text)"
+
+    return {
+        "requests": _requests_part(first, latest if latest is not first else None),
+        "messages": message_part(current, one, older),
+        "carried": carried_part(carried, ledger.carry.dropped_messages),
+        "harness": harness_part(ledger.messages),
+        "files": file_part(ledger.files),
+        "failures": _failure_part(ledger.failures),
+        "commands": command_part(ledger.commands),
+        "last_text": _text_part(ledger.last_assistant_text, (1_000, 600, 300, 150)),
+        "foreign": _text_part(
+            ledger.foreign[0].text if ledger.foreign else None,
+            (2_000, 1_500, 1_000, 700, 400, 200),
+            weight=1.5,
+        ),
+    }
+
+
+def _render(
+    ledger: SurvivalLedger,
+    first: Message | None,
+    latest: Message | None,
+    got: Mapping[str, Rendered],
+) -> str:
+    out: Lines = [OFFLINE_HEADING, ""]
 
     out.append("1. Primary Request and Intent:")
-    if first is not None:
-        out.extend(_request("First request", first, detail))
-    if latest is not None and latest is not first and latest.uuid != (first and first.uuid):
-        out.extend(_request("Latest request", latest, detail))
+    out.extend(got["requests"].lines)
     if first is None and latest is None:
         out.append("   - (no request of the user is recorded)")
     if ledger.carry.rounds:
@@ -145,13 +218,9 @@ def _render(ledger: SurvivalLedger, detail: Detail) -> str:
             f"   This continues after {ledger.carry.rounds} earlier compaction(s); what they "
             "covered is folded into the sections below."
         )
-    for foreign in ledger.foreign[:1]:
-        if detail.foreign_chars:
-            out.append(f"   An earlier summary ({pointer(foreign.uuid)} has it whole) began:")
-            text = foreign.text
-            if len(text) > detail.foreign_chars:
-                text = clip(text, detail.foreign_chars)
-            out.append(text)
+    if got["foreign"].lines and ledger.foreign:
+        out.append(f"   An earlier summary ({pointer(ledger.foreign[0].uuid)} has it whole) began:")
+        out.extend(got["foreign"].lines)
     out.append("")
 
     out.append("2. Key Technical Concepts:")
@@ -159,12 +228,11 @@ def _render(ledger: SurvivalLedger, detail: Detail) -> str:
     out.append("")
 
     out.append("3. Files and Code Sections:")
-    out.extend(file_lines(ledger.files, detail) or ["   - (no file was read, searched or changed)"])
+    out.extend(got["files"].lines or ["   - (no file was read, searched or changed)"])
     out.append("")
 
     out.append("4. Errors and Fixes:")
-    failures = failure_lines(ledger, max(3, detail.listed_commands), detail.outcome_chars)
-    out.extend(failures or ["   - (nothing failed)"])
+    out.extend(got["failures"].lines or ["   - (nothing failed)"])
     out.append("")
 
     out.append("5. Problem Solving:")
@@ -174,36 +242,22 @@ def _render(ledger: SurvivalLedger, detail: Detail) -> str:
         )
     if ledger.commands:
         out.append("   Shell commands, most recent first (each once; ×N = runs):")
-        out.extend(command_lines(ledger.commands, detail))
+        out.extend(got["commands"].lines)
     else:
         out.append("   - (no shell command was run)")
     out.append("")
 
     out.append("6. All User Messages:")
-    current = ledger.current
-    carried = [m for m in ledger.human if m.carried and (first is None or m.uuid != first.uuid)]
-    dropped = ledger.carry.dropped_messages
-    if carried or dropped:
+    if got["carried"].lines:
         out.append("   From earlier compactions, oldest first:")
-        if dropped:
-            out.append(f"   - {dropped} messages before these (recall/search finds them)")
-        if detail.carried_chars:
-            out.extend(carried_line(m, detail) for m in carried)
-        elif carried:
-            out.append(f"   - {len(carried)} messages (recall/search finds each by its text)")
+        out.extend(got["carried"].lines)
         out.append("   Since the last compaction:")
-    for i, message in enumerate(current, 1):
-        if message is first or message is latest:
-            which = "first" if message is first else "latest"
-            out.append(f"   [{i}] (the {which} request, quoted in section 1)")
-            continue
-        out.extend(message_lines(f"[{i}]", message, detail.message_chars))
-    if not current and not carried:
+    out.extend(got["messages"].lines)
+    if not ledger.human:
         out.append("   - (none)")
-    harness = harness_lines(ledger.messages, detail)
-    if harness:
+    if got["harness"].lines:
         out.append("   Messages from the harness, not typed by the user:")
-        out.extend(harness)
+        out.extend(got["harness"].lines)
     out.append("")
 
     out.append("7. Pending Tasks:")
@@ -221,16 +275,12 @@ def _render(ledger: SurvivalLedger, detail: Detail) -> str:
     out.append("")
 
     out.append("8. Current Work:")
-    if ledger.last_assistant_text:
-        limit = max(200, detail.message_chars // 2)
-        text = ledger.last_assistant_text.strip()
-        if len(text) > limit:
-            text = clip(text, limit)
+    if got["last_text"].lines:
         out.append("   The assistant's last message:")
-        out.append(text)
+        out.extend(got["last_text"].lines)
     if ledger.recent_actions:
         out.append("   Its latest actions: " + "; ".join(ledger.recent_actions) + ".")
-    if not ledger.last_assistant_text and not ledger.recent_actions:
+    if not got["last_text"].lines and not ledger.recent_actions:
         out.append("   - (nothing recorded)")
     out.append("")
 
@@ -259,6 +309,10 @@ def offline_summary(
         quoted = "\n\n".join(x.strip() for x in instructions if x.strip())
         note = "\n\nInstructions given for this summary, which an offline summary cannot follow:\n"
         note += quoted
-    room = (limit if limit is not None else 1 << 62) - len(note)
-    text, _ = fit(lambda detail: _render(ledger, detail), room)
+    first = ledger.first_request
+    latest = ledger.latest_request
+    if latest is not None and first is not None and latest.uuid == first.uuid:
+        latest = first
+    room = None if limit is None else limit - len(note)
+    text, _ = fit_text(_parts(ledger, first, latest), partial(_render, ledger, first, latest), room)
     return text + note

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from compactd.core import split, tokens
-from compactd.core.ledger import LADDER, SurvivalLedger, command_lines, file_lines
+from compactd.core.ledger import SurvivalLedger, command_lines, file_lines
 from compactd.core.offline_summary import failure_lines, todo_lines
 from compactd.model import Entry, TextBlock, ToolUseBlock
 
@@ -439,9 +439,9 @@ def offline_notes(ledger: SurvivalLedger, previous: str | None = None) -> str:
     spec = bodies["Task Specification"]
     for msg in requests[-_OFFLINE_RECENT_REQUESTS:]:
         spec.append(f"- {line(msg, _OFFLINE_REQUEST_CHARS)}")
-    bodies["Files and Functions"].extend(file_lines(ledger.files, LADDER[0]))
-    bodies["Workflow"].extend(command_lines(ledger.commands, LADDER[0])[:_OFFLINE_WORKFLOW_LINES])
-    bodies["Errors and Corrections"].extend(failure_lines(ledger, 20, 300))
+    bodies["Files and Functions"].extend(file_lines(ledger.files))
+    bodies["Workflow"].extend(command_lines(ledger.commands)[:_OFFLINE_WORKFLOW_LINES])
+    bodies["Errors and Corrections"].extend(failure_lines(ledger.failures, 20, 300))
     if ledger.tool_counts:
         used = ", ".join(f"{name} x{n}" for name, n in ledger.tool_counts.most_common())
         bodies["Codebase Documentation"].append(f"- Tools used so far: {used}")

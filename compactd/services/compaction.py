@@ -37,7 +37,6 @@ from compactd.core import constants as c
 from compactd.core import dispatch, tokens
 from compactd.core.ledger import (
     CARRY_FIELD,
-    RESTORE_MIN_SHARE,
     SurvivalLedger,
     ViewBudget,
     build_ledger,
@@ -430,7 +429,7 @@ class _View:
     @property
     def target_words(self) -> int:
         """The length asked of a model: its summary's share, in words of about 6 characters."""
-        return max(200, int(self.summary_chars * (1 - RESTORE_MIN_SHARE)) // 6)
+        return max(200, (self.budget.model_chars - self.overhead) // 6)
 
     def attachment_tokens(self, continuation: str) -> int:
         """Raw tokens left for the attachments once ``continuation`` is written."""
@@ -520,7 +519,7 @@ async def predict(
     # and no more than what it replaces (a larger one fails the thrash guard).
     bound = 0
     if not known:
-        restore = int(view.budget.summary_chars * RESTORE_MIN_SHARE) // c.CHARS_PER_TOKEN
+        restore = view.summary_chars // c.CHARS_PER_TOKEN
         replaced = tokens.estimate_records_raw(summarized)
         bound = min(dispatch.summary_budget(summarized) + restore, replaced)
     post = dispatch.summary_post(

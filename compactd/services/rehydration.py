@@ -84,6 +84,7 @@ async def rehydrate_now(
                 p.ErrorCode.INVALID_PARAMS, "extras.planFilePath must be a non-empty path"
             )
         rt.extras = extras
+    # The room a summary that keeps to its share leaves.
     budget = view_budget(app.status(session).effective_window)
     room = budget.raw_tokens - int(budget.raw_tokens * SUMMARY_SHARE)
     return await _build(app, session, (), rt.extras, room)

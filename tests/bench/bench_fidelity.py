@@ -15,8 +15,11 @@ with a summary written the way Claude Code's are, ``cc_like_summary``), and six 
 multi-line requests, a long mixed session) whose read files exist on disk so that rehydration
 attaches them.
 
+The same synthetic sessions are then compacted in a 60,000-token window (40,000 effective), where
+the budget binds: what survives there, and that the view still stays within it.
+
 Then one session is compacted 150 times in a row in each mode (15 short user messages and 15
-replies between two compactions, as in the issue), with the view after each.
+replies between two compactions, as in the issue), with the view after some of them.
 
 Figures, not a pass/fail test. Run: ``.venv/bin/python tests/bench/bench_fidelity.py``
 """
@@ -38,6 +41,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 from compactd_client import Client, RpcError  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
+from compactd.core.tokens import estimate_text_tokens, pad  # noqa: E402
 from tests.emulator import Emulator, Reply  # noqa: E402
 from tests.fidelity import (  # noqa: E402
     SESSIONS,
@@ -54,6 +58,7 @@ MODEL = "claude-sonnet-4-5"
 FIXTURES = ROOT / "tests" / "data" / "transcripts"
 ROUNDS = 150
 ROUND_MESSAGES = 15
+SMALL_WINDOW = 60_000
 
 
 @dataclass
@@ -65,8 +70,14 @@ class Row:
     commands: Recall
     pre: int
     post: int
+    summary: int  # the continuation message's share of ``post``
     effective: int
     restored: int
+
+
+def _label(path: Path) -> str:
+    """A fixture's name, short: its origin's last part."""
+    return "fixture " + path.stem.split("__")[-1][:16]
 
 
 def _fixture(path: Path) -> tuple[list[dict[str, Any]], str]:
@@ -84,9 +95,17 @@ def _fixture(path: Path) -> tuple[list[dict[str, Any]], str]:
 
 
 async def _compact(
-    client: Client, emu: Emulator | None, cwd: str, entries: list[dict[str, Any]], answer: str
+    client: Client,
+    emu: Emulator | None,
+    cwd: str,
+    entries: list[dict[str, Any]],
+    answer: str,
+    window: int | None,
 ) -> tuple[p.TokenStatus, p.CompactResult, p.MessagesResult, p.TokenStatus]:
-    opened = await client.request(p.SESSION_OPEN, {"cwd": cwd, "model": MODEL})
+    params: dict[str, Any] = {"cwd": cwd, "model": MODEL}
+    if window is not None:
+        params["contextWindow"] = window
+    opened = await client.request(p.SESSION_OPEN, params)
     sid = str(opened["sessionId"])
     await client.append(sid, entries)
     before = await client.tokens_status(sid)
@@ -97,20 +116,22 @@ async def _compact(
 
 
 async def measure(
-    client: Client, emu: Emulator | None, mode: str, cwd: str
+    client: Client, emu: Emulator | None, mode: str, cwd: str, window: int | None = None
 ) -> list[Row]:
     cases: list[tuple[str, list[dict[str, Any]], str]] = []
-    for path in sorted(FIXTURES.glob("*.jsonl")):
-        entries, answer = _fixture(path)
-        cases.append((path.name.split("__")[0] + "/" + path.name.split("__")[1][:12], entries, answer))
+    if window is None:
+        for path in sorted(FIXTURES.glob("*.jsonl")):
+            entries, answer = _fixture(path)
+            cases.append((_label(path), entries, answer))
     for name, make in SESSIONS.items():
         session = make(cwd)
         write_files(session.files_on_disk)
         cases.append((name, session.entries, cc_like_summary(session.entries)))
     rows = []
     for name, entries, answer in cases:
-        before, result, view, after = await _compact(client, emu, cwd, entries, answer)
+        before, result, view, after = await _compact(client, emu, cwd, entries, answer, window)
         m, f, c = recalls(items_of(entries), view_text(view.messages))
+        summary = pad(estimate_text_tokens(result.summary["message"]["content"]))
         rows.append(
             Row(
                 name,
@@ -120,6 +141,7 @@ async def measure(
                 c,
                 before.tokens,
                 after.tokens,
+                summary,
                 after.effective_window,
                 len(result.restored_from_ledger or []),
             )
@@ -133,14 +155,15 @@ def _cell(r: Recall) -> str:
 
 def print_rows(rows: list[Row]) -> None:
     print(
-        f"{'mode':<8} {'session':<28} {'user messages':>16} {'files':>16} {'commands':>16} "
-        f"{'view':>7} {'of window':>9} {'of pre':>7} {'restored':>8}"
+        f"{'mode':<8} {'session':<25} {'user messages':>16} {'files':>16} {'commands':>16} "
+        f"{'view':>7} {'summary':>7} {'of window':>9} {'of pre':>7} {'restored':>8}"
     )
     for r in rows:
         print(
-            f"{r.mode:<8} {r.session:<28} {_cell(r.messages)} {_cell(r.files)} "
-            f"{_cell(r.commands)} {r.post:>7,} {r.post / r.effective * 100:8.1f}% "
-            f"{r.post / max(1, r.pre) * 100:6.1f}% {r.restored:>8}"
+            f"{r.mode:<8} {r.session:<25} {_cell(r.messages)} {_cell(r.files)} "
+            f"{_cell(r.commands)} {r.post:>7,} {r.summary:>7,} "
+            f"{r.post / r.effective * 100:8.1f}% {r.post / max(1, r.pre) * 100:6.1f}% "
+            f"{r.restored:>8}"
         )
     for mode in dict.fromkeys(r.mode for r in rows):
         mine = [r for r in rows if r.mode == mode]
@@ -150,10 +173,13 @@ def print_rows(rows: list[Row]) -> None:
         ]
         worst = max(r.post / r.effective for r in mine)
         print(
-            f"{mode:<8} {'ALL':<28} {_cell(total[0])} {_cell(total[1])} {_cell(total[2])} "
-            f"{'':>7} {worst * 100:7.1f}%*"
+            f"{mode:<8} {'ALL':<25} {_cell(total[0])} {_cell(total[1])} {_cell(total[2])} "
+            f"{'':>15} {worst * 100:8.1f}%*"
         )
-    print("(* the largest view of the mode, as a share of the effective window)")
+    print(
+        "(view: tokens/status after the compaction; summary: the continuation message's part "
+        "of it, the rest is attachments; * the largest view of the mode)"
+    )
 
 
 async def repeated(client: Client, emu: Emulator | None, mode: str, cwd: str) -> str:
@@ -167,8 +193,11 @@ async def repeated(client: Client, emu: Emulator | None, mode: str, cwd: str) ->
     for n in range(1, ROUNDS + 1):
         start = len(b.entries)
         for i in range(ROUND_MESSAGES):
-            b.user(f"Round {n}, request {i}: rename the helper in module_{n}_{i} and rerun its test.")
-            b.reply(f"Renamed the helper in module_{n}_{i}; its test passes.")
+            b.user(f"Round {n}, request {i}: rename the helper in module_{n}_{i}.")
+            b.reply(
+                f"Renamed the helper in module_{n}_{i} and updated its callers; the tests pass. "
+                * 6
+            )
         await client.append(sid, b.entries[start:])
         try:
             await client.compact_full(sid)
@@ -187,6 +216,7 @@ async def repeated(client: Client, emu: Emulator | None, mode: str, cwd: str) ->
 
 async def main() -> None:
     rows: list[Row] = []
+    small: list[Row] = []
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, Emulator() as emu:
         cwd = str(Path(tmp) / "project")
@@ -200,9 +230,13 @@ async def main() -> None:
             async with Client.spawn(args, initialization_options=options) as client:
                 answering = emu if mode == "model" else None
                 rows += await measure(client, answering, mode, cwd)
+                small += await measure(client, answering, mode, cwd, SMALL_WINDOW)
                 lines.append(await repeated(client, answering, mode, cwd))
-    print("What the model sees after one compact/full (issue 20's measure):")
+    print("What the model sees after one compact/full (issue 20's measure), 200K window:")
     print_rows(rows)
+    print()
+    print(f"The same synthetic sessions in a {SMALL_WINDOW:,}-token window, where the budget binds:")
+    print_rows(small)
     print()
     print(f"{ROUNDS} compactions in a row ({ROUND_MESSAGES} user messages and replies between two):")
     print(f"{'mode':<8} {'refused':>7} {'view after 1, 10, 50, 100, 150 compactions':>42}  largest")

@@ -44,7 +44,9 @@ def _conversation() -> list[Record]:
                 is_error=True,
             ),
             user("caveat: local command output follows", uuid="meta", isMeta=True),
-            user([text_block("Also keep the old API working:\n- parse()\n- parse_all()")], uuid="u2"),
+            user(
+                [text_block("Also keep the old API working:\n- parse()\n- parse_all()")], uuid="u2"
+            ),
             assistant(
                 [
                     tool_use_block(
@@ -88,7 +90,9 @@ def test_offline_summary_reads_like_a_summary_in_nine_sections() -> None:
     assert "- src/parse.py: 1 edit; latest: b = 1" in text
     assert "Last successful build or test command: `pytest -q`" in text
     assert "`pytest -q` ok ×2, failed 1 of 2 runs" in text
-    assert "`pytest -q` failed: E AssertionError: 1 != 2 — fixed: it succeeded on a later run" in text
+    assert (
+        "`pytest -q` failed: E AssertionError: 1 != 2 — fixed: it succeeded on a later run" in text
+    )
     # The todo list is attached after the summary: it is named, not repeated.
     assert "The todo list is attached after this summary; 1 of its 2 items are open." in text
     assert "fix parser" not in text

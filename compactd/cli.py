@@ -252,7 +252,7 @@ async def _demo_compaction(client: Client, session_id: str) -> None:
     )
     # The whole of it: the survival ledger keeps it within the view budget.
     for line in summary.splitlines():
-        print(f"  | {line}")
+        print(f"  | {line}".rstrip())
     _print_status(await client.tokens_status(session_id))
     after = await client.messages(session_id)
     print(f"  API view after compaction: {len(after.messages)} message(s)")

@@ -156,10 +156,11 @@ def todo_lines(todos: Sequence[dict[str, Any]], *, open_only: bool) -> Lines:
     return lines
 
 
-def _in_progress(ledger: SurvivalLedger) -> str | None:
-    for todo in ledger.todos or []:
-        if todo.get("status") == "in_progress" and todo.get("content"):
-            return clip(str(todo["content"]), 200)
+def _in_progress(ledger: SurvivalLedger) -> int | None:
+    """The position (from 1) of the todo item in progress."""
+    for i, todo in enumerate(ledger.todos or [], 1):
+        if todo.get("status") == "in_progress":
+            return i
     return None
 
 
@@ -287,7 +288,10 @@ def _render(
     out.append("9. Optional Next Step:")
     doing = _in_progress(ledger)
     if doing is not None:
-        out.append(f"   Continue the task in progress: {doing}")
+        # The attached list names it; it is not repeated here.
+        out.append(
+            f"   Continue the item in progress in the todo list (item {doing} of {len(todos)})."
+        )
     elif latest is not None or first is not None:
         out.append("   Continue with the latest request (section 1).")
     else:

@@ -5,6 +5,7 @@ Messages API emulator answering a summary that leaves things out."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +22,14 @@ from tests.fidelity import (
     cc_like_summary,
     harness_messages,
     items_of,
+    long_pastes,
     many_commands,
     multiline_requests,
     normalize,
     recalls,
     search_paths,
     view_text,
+    write_files,
 )
 from tests.helpers import CWD, SessionBuilder
 
@@ -199,3 +202,48 @@ async def test_150_compactions_in_a_row_are_never_refused_and_stay_in_budget(
     view = view_text((await client.messages(sid)).messages)
     assert "Round 0, request 0: rename the helper in module_0_0." in view
     assert "Round 149, request 14: rename the helper in module_149_14." in view
+
+
+async def test_the_offline_preview_is_exact_attachments_included(
+    offline: Client, tmp_path: Path
+) -> None:
+    session = long_pastes(str(tmp_path))
+    write_files(session.files_on_disk)
+    sid = await open_session(offline, session.entries, cwd=str(tmp_path))
+    planned = await offline.compact_preview(sid, mechanism="full")
+    result = await offline.compact_full(sid)
+    kinds = {a["attachment"]["type"] for a in result.attachments}
+    assert "file" in kinds  # files re-read from disk, within what the summary leaves
+    assert planned.estimated_post_tokens == result.post_compact_tokens
+
+
+async def test_the_todo_list_appears_once_and_listings_are_not_repeated(
+    mode: str, h: Harness, offline: Client
+) -> None:
+    b = SessionBuilder()
+    b.user("Ship the release: bump the version, tag it, write the notes.")
+    todos = [
+        {"content": "bump the version", "status": "completed", "activeForm": "Bumping"},
+        {"content": "tag the release commit", "status": "in_progress", "activeForm": "Tagging"},
+        {"content": "write the release notes", "status": "pending", "activeForm": "Writing"},
+    ]
+    b.call("TodoWrite", {"todos": todos}, "ok")
+    b._add(
+        {
+            "type": "attachment",
+            "attachment": {
+                "type": "deferred_tools_delta",
+                "addedNames": ["WebFetch", "WebSearch"],
+                "addedLines": ["WebFetch", "WebSearch"],
+                "removedNames": [],
+            },
+        }
+    )
+    b.bash("make dist", 6_000)
+    b.bash("git tag v1.2.0", 50)
+    b.reply("Tagged; the notes are next.")
+    view, result, _, _ = await _compacted_view(_client(mode, h, offline), b.entries, TERSE, h)
+    kinds = [a["attachment"]["type"] for a in result.attachments]
+    assert kinds.count("todo") == 1 and "deferred_tools_delta" not in kinds
+    assert view.count("tag the release commit") == 1
+    assert view.count("write the release notes") == 1

@@ -187,8 +187,12 @@ def test_the_restored_section_fits_its_limit_and_says_what_stays_behind_pointers
     assert len(text) < len(full)
     assert len(text) <= 6_000 + len("Summary: nothing.") + 2
     assert all(f"Request {i}: tidy module {i}." in text for i in range(40))
-    assert any(r.startswith("recall pointer: command:") for r in restored)
     assert "recall/search finds each by its text" in text
+    # Every item is in the text now, or named by the list as left behind a pointer.
+    after = check_summary(ledger, text)
+    assert not after.messages and not after.files
+    pointed = [r.split(": ", 2)[2] for r in restored if r.startswith("recall pointer: command:")]
+    assert pointed and pointed == [r.command for r in after.commands]
 
 
 def test_long_messages_keep_head_and_tail_and_their_pointer_resolves() -> None:

@@ -96,7 +96,8 @@ def test_offline_summary_reads_like_a_summary_in_nine_sections() -> None:
     # The todo list is attached after the summary: it is named, not repeated.
     assert "The todo list is attached after this summary; 1 of its 2 items are open." in text
     assert "fix parser" not in text
-    assert "Continue the task in progress: keep old API" in text
+    assert "Continue the item in progress in the todo list (item 2 of 2)." in text
+    assert "keep old API" not in text
     assert "The parser is fixed; now the API." in text
 
 

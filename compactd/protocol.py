@@ -579,8 +579,8 @@ class RehydrationExtras(msgspec.Struct, rename="camel", kw_only=True, forbid_unk
 
     ``announcements`` are attachment payloads re-injected as they are, e.g. the client's
     current ``{"type": "deferred_tools_delta", ...}``, ``agent_listing_delta`` or
-    ``mcp_instructions_delta``; each needs a string ``type`` and replaces what the transcript
-    says for that type. ``planFilePath`` / ``planMode`` override what the transcript says about
+    ``mcp_instructions_delta``; each needs a string ``type``. The listings the transcript holds
+    are not re-injected: the main loop announces them again after a compaction. ``planFilePath`` / ``planMode`` override what the transcript says about
     the plan. The daemon remembers the last extras of a session (until it restarts) and uses
     them for the rehydration after ``compact/full`` and ``compact/partial`` too.
     """

@@ -183,10 +183,13 @@ class SessionBuilder:
     def user(self, content: str) -> None:
         self._add(user(content))
 
-    def call(self, name: str, inp: dict[str, Any], output: str) -> str:
+    def reply(self, text: str) -> None:
+        self._add(assistant(text, msg_id=f"msg_{self.n + 1:05d}", model=MODEL))
+
+    def call(self, name: str, inp: dict[str, Any], output: str, *, is_error: bool = False) -> str:
         tid = f"toolu_{self.n + 1:05d}"
         self._add(tool_call(tid, name, inp, msg_id=f"msg_{self.n + 1:05d}", model=MODEL))
-        self._add(tool_result(tid, output))
+        self._add(tool_result(tid, output, is_error=is_error))
         return tid
 
     def read(self, path: str, tokens: int) -> str:

@@ -1,353 +1,66 @@
-"""A structured summary built without a model, from what the transcript records for certain.
+"""A summary built without a model, from what the transcript records for certain.
 
 When no API key is configured (or ``summarizer.offline`` is set), and as the fallback when the
-API keeps failing, compaction still has to produce a summary. ``collect_ledger`` walks the
-entries being summarized and gathers the facts that must survive: every user message verbatim
-(tool results excluded), the files read and edited (from tool call inputs), the commands run
-with their outcome, the errors, the latest todo list and the last thing the assistant said.
-``offline_summary`` lays them out in the same nine sections a model summary has, inside
-``<summary>`` tags, so that ``prompts.format_summary`` treats both the same way.
+API keeps failing, compaction still has to produce a summary (docs/compaction.md#offline-summary).
+``offline_summary`` writes one from the survival ledger (``core.ledger``) in the nine sections a
+model summary has, for a reader who was not there: the task (the first and the latest request,
+as the user wrote them), the state of the work (the files changed and how, the last successful
+build or test command), what failed and what resolved it, every shell command once with its
+outcome, every message of the user, the open todos and the next step. Only exact facts: no
+output dumps, no line cut in the middle of a word, no line repeated. A previous summary is
+folded in through its carry (older messages come back shortened, with recall pointers) rather
+than pasted again, so repeated compactions do not make it grow.
+
+It fits in the characters it is given: each part (the requests, the messages, the commands,
+the paths, ...) can be shown at several levels of detail, and ``core.ledger.fit_parts`` lowers
+the largest ones until the whole fits, the user's words last. The todo list is not repeated: the rehydration
+attachment that follows the summary carries it, and section 7 says so.
 
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
-from compactd.core import constants as c
-from compactd.core.normalize import DOCUMENT_MARKER, IMAGE_MARKER
-from compactd.core.prompts import strip_continuation
-from compactd.core.view import main_thread
-from compactd.transcript.model import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
-    Record,
-    TextBlock,
-    ToolResultBlock,
-    ToolUseBlock,
+from compactd.core.ledger import (
+    MESSAGE_CHARS,
+    Failure,
+    Lines,
+    Message,
+    Part,
+    Rendered,
+    SurvivalLedger,
+    carried_part,
+    clip,
+    command_part,
+    file_part,
+    fit_text,
+    harness_part,
+    message_lines,
+    message_part,
 )
+from compactd.core.recall import pointer
 
 __all__ = [
-    "Command",
-    "Ledger",
-    "ToolError",
-    "collect_ledger",
+    "OFFLINE_HEADING",
+    "OFFLINE_INSTRUCTIONS_WARNING",
+    "failure_lines",
     "offline_summary",
-    "render_ledger",
+    "todo_lines",
 ]
 
-# Size caps of the offline summary. They are compactd's own choices (no reference figure): the
-# summary must stay far below the window it is meant to free, while the full originals remain in
-# the transcript that the continuation message points to.
-# A user message longer than this is cut, with a marker saying so.
-OFFLINE_USER_MESSAGE_MAX_CHARS: Final = 5_000
-# How much of a command's output is quoted (its tail, where results and errors usually are).
-OFFLINE_OUTPUT_TAIL_CHARS: Final = 300
-# Only the most recent commands and errors are listed; older ones are counted.
-OFFLINE_MAX_COMMANDS: Final = 40
-OFFLINE_MAX_ERRORS: Final = 20
-# How much of the assistant's last text is quoted under "Current Work".
-OFFLINE_LAST_TEXT_MAX_CHARS: Final = 2_000
-# Section 1 quotes the first and latest requests this far; section 6 has them in full.
-OFFLINE_REQUEST_PREVIEW_CHARS: Final = 500
-# How much of an error's text is quoted.
-OFFLINE_ERROR_MAX_CHARS: Final = 300
-
-# Claude Code's tools whose input names a file that was read (the shared list plus the older
-# NotebookRead; changes are ``constants.FILE_WRITE_TOOLS``), and its shell tools.
-_READ_TOOLS: Final = c.FILE_READ_TOOLS | {"NotebookRead"}
-_SHELL_TOOLS: Final = frozenset({"Bash", "BashOutput", "PowerShell"})
-_PATH_KEYS: Final = ("file_path", "notebook_path", "path")
-
-
-@dataclass(slots=True)
-class Command:
-    command: str
-    ok: bool | None  # None while the result is missing (or was cleared)
-    output_tail: str
-
-
-@dataclass(slots=True)
-class ToolError:
-    tool: str
-    message: str
-
-
-@dataclass(slots=True)
-class Ledger:
-    """The facts gathered from a stretch of conversation, in order of appearance."""
-
-    user_messages: list[str] = field(default_factory=list)
-    previous_summaries: list[str] = field(default_factory=list)
-    files_read: Counter[str] = field(default_factory=Counter)
-    files_edited: Counter[str] = field(default_factory=Counter)
-    commands: list[Command] = field(default_factory=list)
-    errors: list[ToolError] = field(default_factory=list)
-    tool_counts: Counter[str] = field(default_factory=Counter)
-    todos: list[dict[str, Any]] | None = None
-    last_assistant_text: str | None = None
-
-
-def _clip(text: str, limit: int) -> str:
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    return text[:limit].rstrip() + f" [... {len(text) - limit} more characters in the transcript]"
-
-
-def _tail(text: str, limit: int) -> str:
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    return "..." + text[-limit:].lstrip()
-
-
-def _block_text(blocks: Iterable[Block]) -> str:
-    parts: list[str] = []
-    for block in blocks:
-        if isinstance(block, TextBlock):
-            if block.text.strip():
-                parts.append(block.text)
-        elif isinstance(block, ImageBlock):
-            parts.append(IMAGE_MARKER)
-        elif isinstance(block, DocumentBlock):
-            parts.append(DOCUMENT_MARKER)
-    return "\n".join(parts)
-
-
-def _result_text(block: ToolResultBlock) -> str:
-    content = block.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return _block_text(content)
-
-
-def _path_of(tool_input: Any) -> str | None:
-    if not isinstance(tool_input, dict):
-        return None
-    for key in _PATH_KEYS:
-        value = tool_input.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def collect_ledger(
-    records: Sequence[Record], *, cleared_tool_ids: frozenset[str] = frozenset()
-) -> Ledger:
-    """Gather the ledger of ``records`` (sub-agent sidechains and bookkeeping are skipped)."""
-    ledger = Ledger()
-    uses: dict[str, ToolUseBlock] = {}
-    commands: dict[str, Command] = {}
-    for record in main_thread(records):
-        entry = record.entry
-        if entry.type == "user":
-            if entry.is_compact_summary:
-                text = _block_text(entry.blocks)
-                if text.strip():
-                    ledger.previous_summaries.append(strip_continuation(text))
-                continue
-            results = [b for b in entry.blocks if isinstance(b, ToolResultBlock)]
-            for result in results:
-                _note_result(ledger, result, uses, commands, cleared_tool_ids)
-            if entry.is_meta or results:
-                continue
-            text = _block_text(entry.blocks)
-            if text.strip():
-                ledger.user_messages.append(_clip(text, OFFLINE_USER_MESSAGE_MAX_CHARS))
-        elif entry.type == "assistant":
-            if entry.is_api_error_message:
-                continue
-            text = _block_text(b for b in entry.blocks if isinstance(b, TextBlock))
-            if text.strip():
-                ledger.last_assistant_text = text
-            for block in entry.blocks:
-                if isinstance(block, ToolUseBlock):
-                    _note_use(ledger, block, uses, commands)
-    return ledger
-
-
-def _note_use(
-    ledger: Ledger, block: ToolUseBlock, uses: dict[str, ToolUseBlock], commands: dict[str, Command]
-) -> None:
-    uses[block.id] = block
-    ledger.tool_counts[block.name] += 1
-    tool_input = block.input
-    path = _path_of(tool_input)
-    if block.name in _READ_TOOLS and path:
-        ledger.files_read[path] += 1
-    elif block.name in c.FILE_WRITE_TOOLS and path:
-        ledger.files_edited[path] += 1
-    elif block.name in _SHELL_TOOLS and isinstance(tool_input, dict):
-        command = tool_input.get("command")
-        if isinstance(command, str) and command.strip():
-            cmd = Command(command=command.strip(), ok=None, output_tail="")
-            commands[block.id] = cmd
-            ledger.commands.append(cmd)
-    elif block.name == c.TODO_TOOL and isinstance(tool_input, dict):
-        todos = tool_input.get("todos")
-        if isinstance(todos, list):
-            ledger.todos = [t for t in todos if isinstance(t, dict)]
-
-
-def _note_result(
-    ledger: Ledger,
-    block: ToolResultBlock,
-    uses: dict[str, ToolUseBlock],
-    commands: dict[str, Command],
-    cleared: frozenset[str],
-) -> None:
-    use = uses.get(block.tool_use_id)
-    name = use.name if use is not None else "tool"
-    text = "" if block.tool_use_id in cleared else _result_text(block)
-    failed = block.is_error is True
-    command = commands.get(block.tool_use_id)
-    if command is not None:
-        command.ok = not failed
-        command.output_tail = _tail(text, OFFLINE_OUTPUT_TAIL_CHARS)
-    if failed:
-        first = text.strip() or "(no error text)"
-        ledger.errors.append(ToolError(tool=name, message=_clip(first, OFFLINE_ERROR_MAX_CHARS)))
-
-
-def _indent(text: str, prefix: str = "   ") -> str:
-    return "\n".join(prefix + line if line.strip() else "" for line in text.splitlines())
-
-
-def _quote(text: str) -> str:
-    return _indent(text, "   > ")
-
-
-def _files_section(ledger: Ledger) -> list[str]:
-    lines: list[str] = []
-    for path, n in ledger.files_edited.most_common():
-        lines.append(f"   - changed: {path}" + (f" ({n} edits)" if n > 1 else ""))
-    for path, n in ledger.files_read.most_common():
-        lines.append(f"   - read: {path}" + (f" ({n} reads)" if n > 1 else ""))
-    return lines or ["   - (no file was read or changed)"]
-
-
-def _commands_section(ledger: Ledger) -> list[str]:
-    shown = ledger.commands[-OFFLINE_MAX_COMMANDS:]
-    lines: list[str] = []
-    if len(ledger.commands) > len(shown):
-        lines.append(f"   - ({len(ledger.commands) - len(shown)} earlier commands not listed)")
-    for cmd in shown:
-        outcome = {True: "succeeded", False: "FAILED", None: "outcome not recorded"}[cmd.ok]
-        one_line = " ".join(cmd.command.split())
-        lines.append(f"   - `{one_line}`: {outcome}")
-        if cmd.output_tail:
-            lines.append(_indent(cmd.output_tail, "       | "))
-    return lines or ["   - (no shell command was run)"]
-
-
-def _errors_section(ledger: Ledger) -> list[str]:
-    shown = ledger.errors[-OFFLINE_MAX_ERRORS:]
-    lines: list[str] = []
-    if len(ledger.errors) > len(shown):
-        lines.append(f"   - ({len(ledger.errors) - len(shown)} earlier errors not listed)")
-    for err in shown:
-        lines.append(f"   - {err.tool}: " + " ".join(err.message.split()))
-    return lines or ["   - (no tool reported an error)"]
-
-
-def _todo_lines(todos: Sequence[dict[str, Any]], *, open_only: bool) -> list[str]:
-    lines = []
-    for todo in todos:
-        status = str(todo.get("status", "pending"))
-        if open_only and status == "completed":
-            continue
-        content = todo.get("content")
-        text = content if isinstance(content, str) else json.dumps(todo, ensure_ascii=False)
-        lines.append(f"   - [{status}] {text}")
-    return lines
-
-
-def render_ledger(ledger: Ledger) -> str:
-    """The nine-section summary of a ledger, wrapped in ``<summary>`` tags."""
-    first = ledger.user_messages[0] if ledger.user_messages else None
-    latest = ledger.user_messages[-1] if ledger.user_messages else None
-    out: list[str] = ["<summary>"]
-
-    out.append("1. Primary Request and Intent:")
-    out.append("   (Built without a model from the transcript: the facts below are exact.)")
-    if first is not None:
-        out.append("   First request:")
-        out.append(_quote(_clip(first, OFFLINE_REQUEST_PREVIEW_CHARS)))
-    if latest is not None and latest is not first:
-        out.append("   Most recent request:")
-        out.append(_quote(_clip(latest, OFFLINE_REQUEST_PREVIEW_CHARS)))
-    for previous in ledger.previous_summaries:
-        out.append("   Carried over from the previous compaction:")
-        out.append(_indent(previous, "   | "))
-    out.append("")
-
-    out.append("2. Key Technical Concepts:")
-    if ledger.tool_counts:
-        used = ", ".join(f"{name} x{n}" for name, n in ledger.tool_counts.most_common())
-        out.append(f"   - tools used: {used}")
-    else:
-        out.append("   - (no tool was used)")
-    out.append("")
-
-    out.append("3. Files and Code Sections:")
-    out.extend(_files_section(ledger))
-    out.append("")
-
-    out.append("4. Errors and Fixes:")
-    out.extend(_errors_section(ledger))
-    out.append("")
-
-    out.append("5. Problem Solving (commands run and their outcome):")
-    out.extend(_commands_section(ledger))
-    out.append("")
-
-    out.append("6. All User Messages:")
-    if ledger.user_messages:
-        for i, message in enumerate(ledger.user_messages, 1):
-            out.append(f"   {i}.")
-            out.append(_quote(message))
-    else:
-        out.append("   - (none)")
-    out.append("")
-
-    out.append("7. Pending Tasks:")
-    pending = _todo_lines(ledger.todos or [], open_only=True)
-    out.extend(pending or ["   - (no open item in the todo list)"])
-    out.append("")
-
-    out.append("8. Current Work:")
-    if ledger.todos:
-        out.append("   Todo list at the time of compaction:")
-        out.extend(_todo_lines(ledger.todos, open_only=False))
-    if ledger.last_assistant_text:
-        out.append("   The assistant's last message:")
-        out.append(_quote(_clip(ledger.last_assistant_text, OFFLINE_LAST_TEXT_MAX_CHARS)))
-    if not ledger.todos and not ledger.last_assistant_text:
-        out.append("   - (nothing recorded)")
-    out.append("")
-
-    out.append("9. Optional Next Step:")
-    in_progress = [
-        t for t in (ledger.todos or []) if t.get("status") == "in_progress" and t.get("content")
-    ]
-    if in_progress:
-        out.append(f"   Continue the task in progress: {in_progress[0]['content']}")
-    elif latest is not None:
-        out.append("   Continue with the most recent request (quoted in section 1).")
-    else:
-        out.append("   - (no request recorded)")
-    out.append("</summary>")
-    return "\n".join(out)
-
+# The first lines of every offline summary (the stored summary starts with "Summary:" like a
+# model's, see core/prompts.format_summary).
+OFFLINE_HEADING: Final = (
+    "Summary:\n"
+    "(Built by compactd without a model, from the transcript: every fact below is exact. "
+    "recall:<id> names a transcript entry that recall/search returns whole.)"
+)
 
 OFFLINE_INSTRUCTIONS_WARNING = (
     "custom instructions could not be followed: the offline summarizer builds the summary "
@@ -355,21 +68,255 @@ OFFLINE_INSTRUCTIONS_WARNING = (
 )
 
 
-def offline_summary(
-    records: Sequence[Record],
-    *,
-    cleared_tool_ids: frozenset[str] = frozenset(),
-    instructions: Sequence[str] = (),
-) -> str:
-    """The offline summary of ``records`` (raw, with ``<summary>`` tags; see ``render_ledger``).
+def _concepts(ledger: SurvivalLedger) -> Lines:
+    lines: Lines = []
+    if ledger.tool_counts:
+        used = ", ".join(f"{name} ×{n}" for name, n in ledger.tool_counts.most_common())
+        lines.append(f"   - Tools used: {used}")
+    programs = Counter(r.program for r in ledger.commands if not r.carried)
+    if programs:
+        lines.append(
+            "   - Programs run: " + ", ".join(f"{p} ×{n}" for p, n in programs.most_common(12))
+        )
+    types = Counter(
+        ext for f in ledger.files if not f.carried and (ext := os.path.splitext(f.path)[1])
+    )
+    if types:
+        lines.append(
+            "   - File types: " + ", ".join(f"{ext} ×{n}" for ext, n in types.most_common(10))
+        )
+    return lines or ["   - (no tool was used)"]
 
-    The offline summary has no model to follow ``instructions``; they are quoted at its end,
-    so that the model reading it sees what the user asked the summary to keep.
+
+def failure_lines(failures: Sequence[Failure], shown: int, chars: int) -> Lines:
+    """The latest ``shown`` distinct failures with what resolved them; older ones counted."""
+    latest = list(failures[len(failures) - shown :]) if shown else []
+    older = failures[: len(failures) - len(latest)]
+    lines: Lines = []
+    if older:
+        open_ = sum(1 for f in older if f.resolution is None)
+        lines.append(
+            f"   - {len(older)} earlier failures ({open_} without a later fix in the transcript)"
+        )
+    for f in latest:
+        times = f" ×{f.count}" if f.count > 1 else ""
+        message = f": {clip(f.message, chars)}" if f.message and chars else ""
+        fixed = f" — {f.resolution}" if f.resolution else " — not resolved in the transcript"
+        lines.append(f"   - {f.what} failed{times}{message}{fixed}")
+    return lines
+
+
+def _failure_part(failures: Sequence[Failure]) -> Part:
+    def level(shown: int, chars: int) -> Rendered:
+        return Rendered(failure_lines(failures, shown, chars), shown)
+
+    shapes = [(len(failures), 200), (20, 160), (10, 120), (6, 80), (3, 60), (1, 0), (0, 0)]
+    return Part([partial(level, n, chars) for n, chars in shapes if n <= len(failures)])
+
+
+def _text_part(text: str | None, widths: Sequence[int], weight: float = 1.0) -> Part:
+    """A text shown whole up to a width, else clipped between words, at decreasing widths."""
+
+    def level(width: int) -> Rendered:
+        if not text or not width:
+            return Rendered([], 0)
+        shown = text.strip() if len(text.strip()) <= width else clip(text, width)
+        return Rendered(shown.splitlines(), 1, width)
+
+    return Part([partial(level, w) for w in (*widths, 0)], weight)
+
+
+def _requests_part(first: Message | None, latest: Message | None) -> Part:
+    def level(chars: int) -> Rendered:
+        out: Lines = []
+        for label, m in (("First request", first), ("Latest request", latest)):
+            if m is None:
+                continue
+            if m.carried:
+                out.append(
+                    f"   {label} (from an earlier compaction; {pointer(m.uuid)} has it whole):"
+                )
+                out.append(clip(m.text, max(chars, 120)))
+            else:
+                out.extend(message_lines(f"{label}:", m, chars))
+        return Rendered(out, len(out), chars)
+
+    return Part([partial(level, chars) for chars in MESSAGE_CHARS], weight=0.2)
+
+
+def todo_lines(todos: Sequence[dict[str, Any]], *, open_only: bool) -> Lines:
+    """The todo list, one item per line (only the unfinished ones with ``open_only``)."""
+    lines = []
+    for todo in todos:
+        status = str(todo.get("status", "pending"))
+        if open_only and status == "completed":
+            continue
+        content = todo.get("content")
+        lines.append(f"   - [{status}] {clip(str(content or todo), 200)}")
+    return lines
+
+
+def _in_progress(ledger: SurvivalLedger) -> int | None:
+    """The position (from 1) of the todo item in progress."""
+    for i, todo in enumerate(ledger.todos or [], 1):
+        if todo.get("status") == "in_progress":
+            return i
+    return None
+
+
+def _parts(
+    ledger: SurvivalLedger, first: Message | None, latest: Message | None
+) -> dict[str, Part]:
+    current = ledger.current
+    carried = [m for m in ledger.human if m.carried and (first is None or m.uuid != first.uuid)]
+
+    quoted = {
+        i: which
+        for which, m in (("latest", latest), ("first", first))
+        for i, x in enumerate(current, 1)
+        if x is m
+    }
+
+    def one(i: int, m: Message, chars: int) -> Lines:
+        if i in quoted:
+            return [f"   [{i}] (the {quoted[i]} request, quoted in section 1)"]
+        return message_lines(f"[{i}]", m, chars)
+
+    def older(n: int) -> str:
+        return f"   - [1-{n}] (not shown: recall/search finds each by its text)"
+
+    return {
+        "requests": _requests_part(first, latest if latest is not first else None),
+        "messages": message_part(current, one, older),
+        "carried": carried_part(carried, ledger.carry.dropped_messages),
+        "harness": harness_part(ledger.messages),
+        "files": file_part(ledger.files),
+        "failures": _failure_part(ledger.failures),
+        "commands": command_part(ledger.commands),
+        "last_text": _text_part(ledger.last_assistant_text, (1_000, 600, 300, 150)),
+        "foreign": _text_part(
+            ledger.foreign[0].text if ledger.foreign else None,
+            (2_000, 1_500, 1_000, 700, 400, 200),
+            weight=1.5,
+        ),
+    }
+
+
+def _render(
+    ledger: SurvivalLedger,
+    first: Message | None,
+    latest: Message | None,
+    got: Mapping[str, Rendered],
+) -> str:
+    out: Lines = [OFFLINE_HEADING, ""]
+
+    out.append("1. Primary Request and Intent:")
+    out.extend(got["requests"].lines)
+    if first is None and latest is None:
+        out.append("   - (no request of the user is recorded)")
+    if ledger.carry.rounds:
+        out.append(
+            f"   This continues after {ledger.carry.rounds} earlier compaction(s); what they "
+            "covered is folded into the sections below."
+        )
+    if got["foreign"].lines and ledger.foreign:
+        out.append(f"   An earlier summary ({pointer(ledger.foreign[0].uuid)} has it whole) began:")
+        out.extend(got["foreign"].lines)
+    out.append("")
+
+    out.append("2. Key Technical Concepts:")
+    out.extend(_concepts(ledger))
+    out.append("")
+
+    out.append("3. Files and Code Sections:")
+    out.extend(got["files"].lines or ["   - (no file was read, searched or changed)"])
+    out.append("")
+
+    out.append("4. Errors and Fixes:")
+    out.extend(got["failures"].lines or ["   - (nothing failed)"])
+    out.append("")
+
+    out.append("5. Problem Solving:")
+    if ledger.last_check is not None:
+        out.append(
+            f"   Last successful build or test command: `{clip(ledger.last_check.command, 200)}`"
+        )
+    if ledger.commands:
+        out.append("   Shell commands, most recent first (each once; ×N = runs):")
+        out.extend(got["commands"].lines)
+    else:
+        out.append("   - (no shell command was run)")
+    out.append("")
+
+    out.append("6. All User Messages:")
+    if got["carried"].lines:
+        out.append("   From earlier compactions, oldest first:")
+        out.extend(got["carried"].lines)
+        out.append("   Since the last compaction:")
+    out.extend(got["messages"].lines)
+    if not ledger.human:
+        out.append("   - (none)")
+    if got["harness"].lines:
+        out.append("   Messages from the harness, not typed by the user:")
+        out.extend(got["harness"].lines)
+    out.append("")
+
+    out.append("7. Pending Tasks:")
+    todos = ledger.todos or []
+    open_items = [t for t in todos if t.get("status") != "completed"]
+    if todos:
+        state = (
+            f"{len(open_items)} of its {len(todos)} items are open"
+            if open_items
+            else f"all {len(todos)} items are done"
+        )
+        out.append(f"   - The todo list is attached after this summary; {state}.")
+    else:
+        out.append("   - (no todo list; the latest request in section 1 is the open task)")
+    out.append("")
+
+    out.append("8. Current Work:")
+    if got["last_text"].lines:
+        out.append("   The assistant's last message:")
+        out.extend(got["last_text"].lines)
+    if ledger.recent_actions:
+        out.append("   Its latest actions: " + "; ".join(ledger.recent_actions) + ".")
+    if not got["last_text"].lines and not ledger.recent_actions:
+        out.append("   - (nothing recorded)")
+    out.append("")
+
+    out.append("9. Optional Next Step:")
+    doing = _in_progress(ledger)
+    if doing is not None:
+        # The attached list names it; it is not repeated here.
+        out.append(
+            f"   Continue the item in progress in the todo list (item {doing} of {len(todos)})."
+        )
+    elif latest is not None or first is not None:
+        out.append("   Continue with the latest request (section 1).")
+    else:
+        out.append("   - (no request recorded)")
+    return "\n".join(line.rstrip() for line in out)
+
+
+def offline_summary(
+    ledger: SurvivalLedger, *, limit: int | None = None, instructions: Sequence[str] = ()
+) -> str:
+    """The offline summary of ``ledger``, at most ``limit`` characters when it can be.
+
+    Starts with "Summary:", like a formatted model summary. The offline summary has no model
+    to follow ``instructions``; they are quoted at its end, so that the model reading it sees
+    what the user asked the summary to keep.
     """
-    text = render_ledger(collect_ledger(records, cleared_tool_ids=cleared_tool_ids))
-    if not instructions:
-        return text
-    note = ["", "Instructions given for this summary, which an offline summary cannot follow:"]
-    note.extend(_quote(x.strip()) for x in instructions)
-    body, tag, rest = text.rpartition("</summary>")
-    return body + "\n".join(note) + "\n" + tag + rest if tag else text + "\n".join(note)
+    note = ""
+    if instructions:
+        quoted = "\n\n".join(x.strip() for x in instructions if x.strip())
+        note = "\n\nInstructions given for this summary, which an offline summary cannot follow:\n"
+        note += quoted
+    first = ledger.first_request
+    latest = ledger.latest_request
+    if latest is not None and first is not None and latest.uuid == first.uuid:
+        latest = first
+    room = None if limit is None else limit - len(note)
+    text, _ = fit_text(_parts(ledger, first, latest), partial(_render, ledger, first, latest), room)
+    return text + note

@@ -120,6 +120,15 @@ constraints.
 5. Context to Preserve: exact values, paths, identifiers, commands and preferences that must \
 not be lost."""
 
+# The summary shares a fixed budget with what compactd adds after it, so its length is asked
+# for; exact facts are worth more than prose.
+_LENGTH: Final = (
+    "Keep the summary within about {words:,} words, and spend them on exact facts: the "
+    "user's own words, names, paths, commands and their outcome, decisions. The summary is "
+    "checked against a record of the conversation afterwards, and any user message, command "
+    "or path it leaves out is added back verbatim."
+)
+
 _INTROS: Final[dict[str, str]] = {
     "full": (
         "Write a thorough summary of the conversation so far. It will replace the "
@@ -170,11 +179,15 @@ def join_instructions(*parts: str | None) -> str | None:
     return "\n\n".join(kept) if kept else None
 
 
-def compact_prompt(kind: PromptKind, custom_instructions: Sequence[str] = ()) -> str:
+def compact_prompt(
+    kind: PromptKind, custom_instructions: Sequence[str] = (), *, target_words: int | None = None
+) -> str:
     """The instruction sent as the final user text of a summarization request.
 
     ``custom_instructions`` are appended, in order, under ``ADDITIONAL_INSTRUCTIONS_HEADING``;
     the request's own instructions go first and PreCompact hook output after them.
+    ``target_words``: the length the summary should stay within (the summary's share of the
+    view budget, docs/compaction.md#survival-ledger).
     """
     if kind not in _INTROS:
         raise ValueError(f"unknown prompt kind {kind!r}")
@@ -186,6 +199,8 @@ def compact_prompt(kind: PromptKind, custom_instructions: Sequence[str] = ()) ->
         "Then write the summary inside <summary> tags, with exactly these sections:\n\n" + sections,
         _example(sections),
     ]
+    if target_words:
+        parts.append(_LENGTH.format(words=target_words))
     extra = [c.strip() for c in custom_instructions if c and c.strip()]
     if extra:
         parts.append(ADDITIONAL_INSTRUCTIONS_HEADING + "\n\n" + "\n\n".join(extra))

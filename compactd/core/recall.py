@@ -5,6 +5,10 @@ gone: ``search`` finds entries whose message text, tool inputs or tool results c
 string (case-insensitive), most recent first, with a snippet around the match; ``fetch``
 returns entries by uuid. Each hit says whether the entry is still in the current view.
 
+A summary names the originals it shortens by recall pointers, ``recall:<uuid>`` (``pointer``);
+``pointer_uuids`` finds them in a text, and ``recall/search`` given a pointer as its query
+fetches the entry, as if the uuid had been asked for.
+
 Speed: on a long transcript most entries do not match, so a query made only of characters that
 JSON writes unescaped is first looked for in the raw line bytes (lower-cased), and only the
 lines that pass are turned into text. Pure: no I/O of its own; released lines of a ``History``
@@ -14,6 +18,7 @@ come back through its reader, so the server runs these in a worker thread.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -27,6 +32,8 @@ __all__ = [
     "Hit",
     "entry_text",
     "fetch",
+    "pointer",
+    "pointer_uuids",
     "search",
 ]
 
@@ -36,6 +43,20 @@ RECALL_DEFAULT_LIMIT: Final = 20
 RECALL_MAX_LIMIT: Final = 200
 # Characters of context on each side of a match in a snippet.
 SNIPPET_CONTEXT_CHARS: Final = 80
+
+_POINTER_PREFIX: Final = "recall:"
+# A uuid as transcripts write them, or any id of letters, digits and dashes.
+_POINTER: Final = re.compile(r"recall:([0-9A-Za-z][0-9A-Za-z_-]*)")
+
+
+def pointer(uuid: str | None) -> str:
+    """The recall pointer of an entry: ``recall/search`` returns the entry for it."""
+    return f"{_POINTER_PREFIX}{uuid}"
+
+
+def pointer_uuids(text: str) -> list[str]:
+    """The uuids of the recall pointers in ``text``, in order, each once."""
+    return list(dict.fromkeys(_POINTER.findall(text)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,14 @@
 
 After a compaction the model has only the summary, so the agent's working set is attached again
 (docs/rehydration.md): the most recently read files re-read from disk, the todo list, the plan
-file and plan mode, the skills it invoked, background agents still running and the announcements of
-tools, agents and MCP servers. This module decides which and how much, from facts gathered by
-scanning the transcript (``scan_context``) and file contents already read by the I/O layer
-(``compactd/engine/rehydration.py``). It returns attachment payloads in Claude Code's
-attachment shape (``{"type": "file", ...}``) and renders the text the model reads.
+file and plan mode, the skills it invoked, background agents still running and the announcements
+the client supplies. The listings of tools, agents, skills and MCP instructions found in the
+transcript are not repeated: the main loop announces them again after a compaction
+(docs/rehydration.md#background-agents-and-announcements). This module decides which and how
+much, from facts gathered by scanning the transcript (``scan_context``) and file contents already
+read by the I/O layer (``compactd/engine/rehydration.py``), within the reference's caps and the
+room the view budget leaves (``fit_attachments``). It returns attachment payloads in Claude
+Code's attachment shape (``{"type": "file", ...}``) and renders the text the model reads.
 
 Pure: no I/O, deterministic, paths are only joined and normalized as strings.
 """
@@ -20,8 +23,15 @@ from typing import Any, Final
 
 from compactd.core import constants as c
 from compactd.core.normalize import system_reminder
-from compactd.core.tokens import estimate_text_tokens
-from compactd.transcript.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
+from compactd.core.tokens import estimate_entries_raw, estimate_text_tokens
+from compactd.transcript.model import (
+    Entry,
+    Record,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    record_from_dict,
+)
 
 __all__ = [
     "MIN_PARTIAL_TOKENS",
@@ -38,7 +48,9 @@ __all__ = [
     "attachment_entry",
     "display_path",
     "estimate_text_tokens",
+    "fit_attachments",
     "normalize_path",
+    "payload_tokens",
     "plan_attachments",
     "read_paths",
     "render",
@@ -201,70 +213,21 @@ class PlanInfo:
 @dataclass(slots=True)
 class ContextFacts:
     """What ``scan_context`` learned: the latest todo list, skills (most recent first),
-    agents without a result, the plan and the current announcements."""
+    agents without a result and the plan."""
 
     todos: list[Any] | None = None
     skills: list[SkillRef] = field(default_factory=list)
     agents: list[RunningAgent] = field(default_factory=list)
     plan: PlanInfo = field(default_factory=PlanInfo)
-    announcements: list[dict[str, Any]] = field(default_factory=list)
 
 
-# Delta announcements Claude Code writes as attachments, folded into the current set:
-# kind -> (key of added names, key of their rendered lines, key of removed names).
+# Delta announcements Claude Code writes as attachments: kind -> (key of the added names, key of
+# their rendered lines, key of the removed names). A client may supply them as extras.
 _DELTAS: Final[dict[str, tuple[str, str, str]]] = {
     "deferred_tools_delta": ("addedNames", "addedLines", "removedNames"),
     "agent_listing_delta": ("addedTypes", "addedLines", "removedTypes"),
     "mcp_instructions_delta": ("addedNames", "addedBlocks", "removedNames"),
 }
-# Announcements that replace the previous one of their kind.
-_LISTINGS: Final = frozenset({"skill_listing"})
-
-
-class _Fold:
-    """The running set of one delta kind; ``raw`` holds a payload that could not be folded."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, Any] = {}
-        self.latest: dict[str, Any] = {}
-        self.raw: dict[str, Any] | None = None
-
-    def apply(self, kind: str, payload: dict[str, Any]) -> None:
-        added_key, lines_key, removed_key = _DELTAS[kind]
-        added = payload.get(added_key)
-        lines = payload.get(lines_key)
-        removed = payload.get(removed_key, [])
-        if not isinstance(added, list) or not isinstance(removed, list):
-            # Redacted or unknown shape: the best we can do is to repeat it as it was.
-            self.raw = payload
-            return
-        self.raw = None
-        if not isinstance(lines, list) or len(lines) != len(added):
-            lines = list(added)
-        for name in removed:
-            if isinstance(name, str):
-                self.items.pop(name, None)
-        for name, line in zip(added, lines, strict=True):
-            if isinstance(name, str):
-                self.items[name] = line
-        self.latest = payload
-
-    def payload(self, kind: str) -> dict[str, Any] | None:
-        if self.raw is not None:
-            return dict(self.raw)
-        if not self.items:
-            return None
-        added_key, lines_key, removed_key = _DELTAS[kind]
-        out = {k: v for k, v in self.latest.items() if not isinstance(v, list)}
-        out.update(
-            {
-                "type": kind,
-                added_key: list(self.items),
-                lines_key: list(self.items.values()),
-                removed_key: [],
-            }
-        )
-        return out
 
 
 def _tool_uses(entry: Entry) -> Iterable[ToolUseBlock]:
@@ -300,17 +263,15 @@ def scan_context(
     Skill calls, the meta message that carries a skill's text (``sourceToolUseID``) and
     ``invoked_skills`` attachments; Task / Agent calls without a result and ``task_status``
     attachments; plan-mode tools, ``mode`` entries and ``plan_mode`` / ``plan_mode_exit`` /
-    ``plan_file_reference`` attachments and writes into a plans directory; delta and listing
-    announcements. Compactd's own rehydration attachments use the same kinds, so a second
-    compaction carries over what the first one restored.
+    ``plan_file_reference`` attachments and writes into a plans directory. Compactd's own
+    rehydration attachments use the same kinds, so a second compaction carries over what the
+    first one restored.
     """
     facts = ContextFacts()
     skills: dict[str, SkillRef] = {}
     skill_calls: dict[str, str] = {}  # tool_use id -> skill name
     agents: dict[str, RunningAgent] = {}
     exit_plan_calls: set[str] = set()
-    folds: dict[str, _Fold] = {}
-    listings: dict[str, dict[str, Any]] = {}
     plan_path: str | None = None
     plan_mode = False
 
@@ -388,21 +349,12 @@ def scan_context(
             plan_mode = False
         elif kind == "plan_file_reference":
             plan_path = _str(payload.get("planFilePath")) or plan_path
-        elif isinstance(kind, str) and kind in _DELTAS:
-            folds.setdefault(kind, _Fold()).apply(kind, payload)
-        elif isinstance(kind, str) and kind in _LISTINGS:
-            listings[kind] = dict(payload)
 
     if facts.todos is not None and not facts.todos:
         facts.todos = None
     facts.skills = list(reversed(skills.values()))
     facts.agents = list(agents.values())
     facts.plan = PlanInfo(path=plan_path, mode=plan_mode)
-    for kind, fold in folds.items():
-        folded = fold.payload(kind)
-        if folded is not None:
-            facts.announcements.append(folded)
-    facts.announcements.extend(listings.values())
     return facts
 
 
@@ -614,6 +566,75 @@ def plan_attachments(
             status["subagentType"] = agent.subagent_type
         out.append(status)
     out.extend(dict(a) for a in inputs.announcements)
+    return out
+
+
+def payload_tokens(payload: dict[str, Any]) -> int:
+    """Raw tokens an attachment payload adds to the context, as ``tokens/status`` counts it."""
+    return estimate_entries_raw(
+        [record_from_dict({"type": "attachment", "attachment": payload}).entry]
+    )
+
+
+# Kinds that shrink when the attachments do not fit the room the view budget leaves, each with
+# the budget that bounds it; then the kinds that give way, least needed first. The todo list
+# and the plan-mode reminder always stay (the summary points to the former).
+_SHRINKING: Final = (("file", "files_total_tokens"), ("invoked_skills", "skills_total_tokens"))
+_GIVING_WAY: Final = (
+    "compact_file_reference",
+    "invoked_skills",
+    *_DELTAS,
+    "skill_listing",
+    "task_status",
+    "plan_file_reference",
+)
+_FIT_ROUNDS: Final = 3
+
+
+def _text_tokens(payload: dict[str, Any]) -> int:
+    """Tokens of the text a payload's own budget counts (file content, skill instructions)."""
+    if payload.get("type") == "file":
+        return estimate_text_tokens(payload["content"]["file"]["content"])
+    if payload.get("type") == "invoked_skills":
+        return sum(estimate_text_tokens(s.get("content", "")) for s in payload["skills"])
+    return 0
+
+
+def fit_attachments(
+    inputs: RehydrationInputs, limit: int | None, budgets: Budgets | None = None
+) -> list[dict[str, Any]]:
+    """``plan_attachments`` within ``limit`` raw tokens (None: the caps alone).
+
+    When the plan does not fit, the files' total budget, then the skills', shrink to what is
+    left for them (a file that no longer fits becomes a reference); what still does not fit
+    gives way by kind (``_GIVING_WAY``), the last of a kind first.
+    """
+    b = budgets or Budgets()
+    out = plan_attachments(inputs, b)
+    if limit is None:
+        return out
+    for kind, budget_field in _SHRINKING:
+        for _ in range(_FIT_ROUNDS):
+            sizes = [payload_tokens(x) for x in out]
+            over = sum(sizes) - limit
+            if over <= 0:
+                return out
+            json_tokens = sum(n for x, n in zip(out, sizes, strict=True) if x["type"] == kind)
+            text_tokens = sum(_text_tokens(x) for x in out if x["type"] == kind)
+            if not json_tokens or not text_tokens:
+                break
+            keep = max(0, json_tokens - over) * text_tokens // json_tokens
+            b = replace(b, **{budget_field: min(getattr(b, budget_field), keep)})
+            out = plan_attachments(inputs, b)
+    sizes = [payload_tokens(x) for x in out]
+    over = sum(sizes) - limit
+    for kind in _GIVING_WAY:
+        for i in range(len(out) - 1, -1, -1):
+            if over <= 0:
+                return out
+            if out[i].get("type") == kind:
+                over -= sizes.pop(i)
+                out.pop(i)
     return out
 
 

@@ -21,13 +21,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from compactd.core import split, tokens
-from compactd.core.offline_summary import (
-    Ledger,
-    _commands_section,
-    _errors_section,
-    _files_section,
-    _todo_lines,
-)
+from compactd.core.ledger import SurvivalLedger, command_lines, file_lines
+from compactd.core.offline_summary import failure_lines, todo_lines
 from compactd.transcript.model import Entry, TextBlock, ToolUseBlock
 
 __all__ = [
@@ -410,14 +405,15 @@ def kept_start(
 # -- notes without a model ----------------------------------------------------------------------------
 
 
-def offline_notes(ledger: Ledger, previous: str | None = None) -> str:
+def offline_notes(ledger: SurvivalLedger, previous: str | None = None) -> str:
     """Notes built deterministically from the ledger of the conversation (no model call).
 
     Used when no API key is configured. Every section is rebuilt from the facts the transcript
     records for certain; the previous notes' title is kept when they had one.
     """
-    first = ledger.user_messages[0] if ledger.user_messages else None
-    latest = ledger.user_messages[-1] if ledger.user_messages else None
+    requests = [m.text for m in ledger.current]
+    first = requests[0] if requests else None
+    latest = requests[-1] if requests else None
 
     def line(text: str, limit: int) -> str:
         flat = " ".join(text.split())
@@ -439,23 +435,24 @@ def offline_notes(ledger: Ledger, previous: str | None = None) -> str:
     if ledger.last_assistant_text:
         state.append(f"- Last reply: {line(ledger.last_assistant_text, _OFFLINE_LAST_REPLY_CHARS)}")
     if ledger.todos:
-        state.extend(_todo_lines(ledger.todos, open_only=True))
+        state.extend(todo_lines(ledger.todos, open_only=True))
     spec = bodies["Task Specification"]
-    for msg in ledger.user_messages[-_OFFLINE_RECENT_REQUESTS:]:
+    for msg in requests[-_OFFLINE_RECENT_REQUESTS:]:
         spec.append(f"- {line(msg, _OFFLINE_REQUEST_CHARS)}")
-    bodies["Files and Functions"].extend(_files_section(ledger))
-    bodies["Workflow"].extend(_commands_section(ledger)[-_OFFLINE_WORKFLOW_LINES:])
-    bodies["Errors and Corrections"].extend(_errors_section(ledger))
+    bodies["Files and Functions"].extend(file_lines(ledger.files))
+    bodies["Workflow"].extend(command_lines(ledger.commands)[:_OFFLINE_WORKFLOW_LINES])
+    bodies["Errors and Corrections"].extend(failure_lines(ledger.failures, 20, 300))
     if ledger.tool_counts:
         used = ", ".join(f"{name} x{n}" for name, n in ledger.tool_counts.most_common())
         bodies["Codebase Documentation"].append(f"- Tools used so far: {used}")
-    for summary in ledger.previous_summaries[-1:]:
+    for summary in ledger.foreign[-1:]:
         bodies["Learnings"].append(
-            f"- Carried over from an earlier compaction: {line(summary, _OFFLINE_CARRIED_SUMMARY_CHARS)}"
+            "- Carried over from an earlier compaction: "
+            + line(summary.text, _OFFLINE_CARRIED_SUMMARY_CHARS)
         )
     bodies["Worklog"].extend(
         f"- {line(cmd.command, _OFFLINE_COMMAND_CHARS)}"
-        for cmd in ledger.commands[-_OFFLINE_WORKLOG_COMMANDS:]
+        for cmd in reversed(ledger.commands[:_OFFLINE_WORKLOG_COMMANDS])
     )
     out = []
     for s in SECTIONS:

@@ -34,7 +34,16 @@ import anyio
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import dispatch, tokens
-from compactd.core.ledger import build_ledger, complete_summary
+from compactd.core.ledger import (
+    CARRY_FIELD,
+    SurvivalLedger,
+    ViewBudget,
+    build_ledger,
+    carry_of,
+    complete_summary,
+    restore_limit,
+    view_budget,
+)
 from compactd.core.microcompact import MicroPlan
 from compactd.core.normalize import system_reminder, to_api_messages
 from compactd.core.offline_summary import OFFLINE_INSTRUCTIONS_WARNING, offline_summary
@@ -137,6 +146,8 @@ class _Prepared:
     usage: dict[str, Any] | None
     warnings: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)
+    # The ledger folded for the next compaction, stored with the summary entry.
+    carry: dict[str, Any] = field(default_factory=dict)
 
 
 class _Run:
@@ -246,7 +257,8 @@ async def _prepare(run: _Run) -> _Prepared:
     async with session.lock:
         context = session.context()
         selection = spec.select(context)
-        pre_tokens = runtime.status(session).tokens
+        status = runtime.status(session)
+        pre_tokens = status.tokens
         snapshot_len = len(session.records)
         logical_parent = session.last_uuid()
         cleared = frozenset(session.cleared_tool_ids)
@@ -287,28 +299,30 @@ async def _prepare(run: _Run) -> _Prepared:
     instructions = [x for x in (spec.custom_instructions, from_hooks) if x and x.strip()]
 
     run.status("summarizing")
+    view = _View.of(session, spec, kept, status.effective_window)
+    cwd = session.meta.cwd
     # What does not depend on the summary is worked out in a worker thread while the model
     # writes it: the ledger the summary is checked against and the estimate of the context.
     facts = _InThread(
         lambda: (
-            build_ledger(summarized, cleared_tool_ids=cleared),
+            build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd),
             tokens.estimate_records_raw(context),
         )
     )
     warnings: list[str] = []
     summarizer = runtime.summarizer
     usage: dict[str, Any] | None = None
-    known = await anyio.to_thread.run_sync(
-        lambda: _summary_without_model(spec, summarizer.offline, summarized, cleared, instructions)
-    )
-    if known is not None:
-        raw, mode = known
+    if spec.summary_override is not None or summarizer.offline:
+        ledger, pre_raw = await facts.result()
+        raw, mode = await anyio.to_thread.run_sync(
+            lambda: _summary_without_model(spec, ledger, view, instructions)
+        )
         if mode == "offline" and instructions:
             warnings.append(OFFLINE_INSTRUCTIONS_WARNING)
     else:
         request = SummaryRequest(
             messages=messages,
-            instruction=compact_prompt(spec.kind, instructions),
+            instruction=compact_prompt(spec.kind, instructions, target_words=view.target_words),
             model=session.meta.model,
             cache_safe=session.meta.cache_safe_params,
             plain=lambda: to_api_messages(
@@ -331,10 +345,9 @@ async def _prepare(run: _Run) -> _Prepared:
                 "from the transcript instead"
             )
             run.status("summarizing", "the API failed; building the summary offline")
+            ledger, pre_raw = await facts.result()
             raw = await anyio.to_thread.run_sync(
-                lambda: offline_summary(
-                    summarized, cleared_tool_ids=cleared, instructions=instructions
-                )
+                lambda: offline_summary(ledger, limit=view.summary_chars, instructions=instructions)
             )
             mode = "offlineFallback"
             if instructions:
@@ -345,16 +358,16 @@ async def _prepare(run: _Run) -> _Prepared:
             usage = outcome.usage
             if outcome.stop_reason == "max_tokens":
                 warnings.append("the summary reached the output limit and may be cut short")
-    summary = format_summary(raw)
-    if not summary:
+            ledger, pre_raw = await facts.result()
+    written = await anyio.to_thread.run_sync(lambda: _written(raw, mode, ledger, view))
+    if not written.summary:
         raise p.CompactdError(p.ErrorCode.SUMMARY_FAILED, "the summary is empty")
-    # Ledger check (docs/compaction.md#survival-ledger): whatever the user said, and the files
-    # touched, that the summary left out is appended to it, so nothing is lost.
-    ledger, pre_raw = await facts.result()
-    summary, restored = complete_summary(summary, ledger)
+    continuation = _continuation(session, spec, written.summary, kept)
 
     run.status("rehydrating")
-    attachments = await rehydration_attachments(runtime, session, [*kept_before, *kept])
+    attachments = await rehydration_attachments(
+        runtime, session, [*kept_before, *kept], limit_tokens=view.attachment_tokens(continuation)
+    )
 
     run.status("sessionStartHooks")
     start_results = await hooks.run_hooks(
@@ -378,14 +391,15 @@ async def _prepare(run: _Run) -> _Prepared:
         summarized=summarized,
         kept=kept,
         kept_before=kept_before,
-        continuation=_continuation(session, spec, summary, kept),
+        continuation=continuation,
         attachments=attachments,
         session_context=session_context,
         hook_results=hook_results,
         summarizer=mode,
         usage=usage,
         warnings=warnings,
-        restored=restored,
+        restored=written.restored,
+        carry=written.carry,
     )
 
 
@@ -394,24 +408,73 @@ def _kept_before(selection: Selection) -> list[Record]:
     return [r for r in selection.kept_before if not r.entry.is_compact_boundary]
 
 
+# Summaries built here, without a model: they come out final, "Summary:" heading included.
+_OFFLINE_MODES = frozenset({"offline", "offlineFallback"})
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """The budget of what a compaction leaves (docs/compaction.md#survival-ledger): the
+    continuation message (summary and what the ledger adds) and the attachments after it."""
+
+    budget: ViewBudget
+    # Characters of the continuation message around the summary.
+    overhead: int
+
+    @classmethod
+    def of(
+        cls, session: Session, spec: CompactionSpec, kept: Sequence[Record], effective: int
+    ) -> _View:
+        wrapper = _continuation(session, spec, "", kept)
+        return cls(view_budget(effective), len(wrapper))
+
+    @property
+    def summary_chars(self) -> int:
+        """What the summary (with what the ledger adds) may take."""
+        return max(0, self.budget.summary_chars - self.overhead)
+
+    @property
+    def target_words(self) -> int:
+        """The length asked of a model: its summary's share, in words of about 6 characters."""
+        return max(200, (self.budget.model_chars - self.overhead) // 6)
+
+    def attachment_tokens(self, continuation: str) -> int:
+        """Raw tokens left for the attachments once ``continuation`` is written."""
+        return max(0, self.budget.raw_tokens - tokens.estimate_text_tokens(continuation))
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    summary: str
+    restored: list[str]
+    carry: dict[str, Any]
+
+
+def _written(raw: str, mode: str, ledger: SurvivalLedger, view: _View) -> _Written:
+    """The stored summary: formatted, checked against the ledger and completed within the
+    budget (docs/compaction.md#survival-ledger), with the carry for the next compaction. An
+    offline summary is the ledger rendered, so it is taken as it is."""
+    if mode in _OFFLINE_MODES:
+        return _Written(raw, [], carry_of(ledger))
+    summary = format_summary(raw)
+    if not summary:
+        return _Written("", [], {})
+    limit = restore_limit(view.budget, len(summary), view.overhead)
+    summary, restored = complete_summary(summary, ledger, limit)
+    return _Written(summary, restored, carry_of(ledger))
+
+
 def _summary_without_model(
     spec: CompactionSpec,
-    offline: bool,
-    summarized: Sequence[Record],
-    cleared: frozenset[str],
+    ledger: SurvivalLedger,
+    view: _View,
     instructions: Sequence[str] = (),
-) -> tuple[str, str] | None:
-    """The raw summary and the summarizer's mode when no model writes it; None when one does.
-
-    Session memory's notes already are the summary; the offline summarizer builds one from
-    the transcript.
-    """
+) -> tuple[str, str]:
+    """The summary and the summarizer's mode when no model writes it: session memory's notes
+    already are the summary, else the offline summarizer builds one from the ledger."""
     if spec.summary_override is not None:
         return spec.summary_override, spec.mechanism
-    if offline:
-        text = offline_summary(summarized, cleared_tool_ids=cleared, instructions=instructions)
-        return text, "offline"
-    return None
+    return offline_summary(ledger, limit=view.summary_chars, instructions=instructions), "offline"
 
 
 def _continuation(
@@ -431,7 +494,7 @@ def _continuation(
 async def predict(
     runtime: Runtime, session: Session, spec: CompactionSpec, *, micro: MicroPlan | None = None
 ) -> dispatch.SummaryOutlook:
-    """What ``run_compaction(app, session, spec)`` would leave now; nothing is written, no model
+    """What ``run_compaction(runtime, session, spec)`` would leave now; nothing is written, no model
     is called and no hook runs.
 
     The selection, the summary (when no model writes it), its ledger check, the continuation
@@ -445,43 +508,51 @@ async def predict(
     cleared = frozenset(session.cleared_tool_ids)
     if micro is not None:
         cleared |= frozenset(micro.compacted_ids)
-    offline = runtime.summarizer.offline
+    known = spec.summary_override is not None or runtime.summarizer.offline
+    view = _View.of(session, spec, selection.kept, runtime.status(session).effective_window)
+    cwd = session.meta.cwd
 
-    def written() -> tuple[str, bool]:
-        """The summary text and whether it only stands in for one a model would write."""
-        ledger = build_ledger(summarized, cleared_tool_ids=cleared)
-        known = _summary_without_model(spec, offline, summarized, cleared)
-        guessed = known is None
-        # A model's summary cannot be known before it is written: the offline summary of the
-        # same entries stands in for its length (both are then completed by the ledger).
-        text = offline_summary(summarized, cleared_tool_ids=cleared) if known is None else known[0]
-        return complete_summary(format_summary(text), ledger)[0], guessed
+    def written() -> str:
+        ledger = build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd)
+        if known:
+            raw, mode = _summary_without_model(spec, ledger, view)
+        else:
+            # A model's summary cannot be known before it is written: the offline summary of
+            # the same entries stands in for its length (both are completed by the ledger).
+            raw, mode = offline_summary(ledger, limit=view.summary_chars), "offline"
+        return _written(raw, mode, ledger, view).summary
 
-    summary, guessed = await anyio.to_thread.run_sync(written)
-    attachments = await rehydration_attachments(runtime, session, kept)
+    summary = await anyio.to_thread.run_sync(written)
+    continuation = _continuation(session, spec, summary, selection.kept)
+    attachments = await rehydration_attachments(
+        runtime, session, kept, limit_tokens=view.attachment_tokens(continuation)
+    )
     # The microcompact boundary is appended last, so it lands among the kept entries.
     saving = micro.tokens_saved if micro is not None and kept else 0
     prefix = session.counter.fixed_prefix
-
-    def post_with(text: str, budget: int = 0) -> int:
-        return dispatch.summary_post(
-            _continuation(session, spec, text, selection.kept),
+    post = dispatch.summary_post(
+        continuation, attachments=attachments, kept=kept, saving=saving, prefix=prefix
+    )
+    if not known:
+        # Never more than the summary's budget plus what the ledger may add to it allows, and
+        # no more than what it replaces (a larger one fails the thrash guard).
+        restore = tokens.chars_to_tokens(view.summary_chars)
+        replaced = tokens.estimate_records_raw(summarized)
+        bound = min(dispatch.summary_budget(summarized) + restore, replaced)
+        ceiling = dispatch.summary_post(
+            _continuation(session, spec, "", selection.kept),
             attachments=attachments,
             kept=kept,
-            summary_budget=budget,
+            summary_budget=bound,
             saving=saving,
             prefix=prefix,
         )
-
-    post = post_with(summary)
-    if guessed:
-        # Never more than the summary's budget allows.
-        post = min(post, post_with("", dispatch.summary_budget(summarized)))
+        post = min(post, ceiling)
     return dispatch.SummaryOutlook(
         post_tokens=post,
         summarized=len(summarized),
         kept=len(selection.kept_before) + len(selection.kept),
-        bound=guessed,
+        bound=not known,
     )
 
 
@@ -643,6 +714,8 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             "uuid": summary_uuid,
             **_common(session),
         }
+        if prep.carry:
+            summary[CARRY_FIELD] = prep.carry
         extra: list[dict[str, Any]] = []
         parent = summary_uuid
         for att in prep.attachments:
@@ -757,7 +830,8 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         compaction_id=run.compaction_id,
         # The group size is the store's business, not the client's.
         boundary={k: v for k, v in boundary.items() if k != GROUP_SIZE_FIELD},
-        summary=summary,
+        # The carry is for the next compaction, not for the client.
+        summary={k: v for k, v in summary.items() if k != CARRY_FIELD},
         kept_entries=[r.to_builtins() for r in (*prep.kept_before, *preserved) if r.entry.uuid],
         attachments=extra,
         hook_results=[*prep.hook_results, *post_results],

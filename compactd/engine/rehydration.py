@@ -4,13 +4,15 @@
 shape, as dicts, ``parentUuid`` left null for the writer to link) that re-inject the agent's
 working set after a compaction (docs/rehydration.md): the most recently read files re-read from
 disk, the todo list, the plan file and plan mode, invoked skills, background agents still
-running and the tool / agent / MCP announcements. ``kept`` are the records a partial
-compaction keeps verbatim: files read in them are not re-attached.
+running and the announcements the client supplied as extras (the transcript's own are not
+repeated: the main loop announces them again). ``kept`` are the records a partial compaction
+keeps verbatim: files read in them are not re-attached. All of it fits the room the view budget
+leaves (``limit_tokens``, docs/compaction.md#survival-ledger).
 
 The facts come from the current context (``core.rehydrate.scan_context``) and the session's
 read-file state; disk reads happen in a worker thread, confined to the session's roots (plan
 files may also live in Claude Code's plans directory, user skills in its skills directory);
-budgets and order are decided by the pure ``core.rehydrate.plan_attachments``.
+budgets and order are decided by the pure ``core.rehydrate.fit_attachments``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import anyio
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import rehydrate as rh
+from compactd.core.ledger import SUMMARY_SHARE, view_budget
 from compactd.services import fs
 from compactd.transcript.model import Record, transcript_timestamp
 
@@ -44,20 +47,22 @@ def claude_config_dir(runtime: Runtime) -> Path:
 
 
 async def rehydration_attachments(
-    runtime: Runtime, session: Session, kept: Sequence[Record]
+    runtime: Runtime, session: Session, kept: Sequence[Record], *, limit_tokens: int | None = None
 ) -> list[dict[str, Any]]:
-    """The attachments to write after a compaction of ``session`` that keeps ``kept``.
+    """The attachments to write after a compaction of ``session`` that keeps ``kept``, within
+    ``limit_tokens`` raw tokens (what the view budget leaves after the summary).
 
     Call it before the boundary is committed: it reads the read-file state and the context
     the compaction is about to replace.
     """
-    return await _build(runtime, session, kept, session.rehydration_extras)
+    return await _build(runtime, session, kept, session.rehydration_extras, limit_tokens)
 
 
 async def rehydrate_now(
     runtime: Runtime, session: Session, extras: p.RehydrationExtras | None
 ) -> list[dict[str, Any]]:
-    """``attachments/rehydrate``: what a full compaction now would re-inject.
+    """``attachments/rehydrate``: what a full compaction now would re-inject, within the part
+    of the view budget the summary leaves at least.
 
     ``extras`` (validated here) are remembered for the session's later compactions.
     """
@@ -77,7 +82,10 @@ async def rehydrate_now(
                 p.ErrorCode.INVALID_PARAMS, "extras.planFilePath must be a non-empty path"
             )
         session.rehydration_extras = extras
-    return await _build(runtime, session, (), session.rehydration_extras)
+    # The room a summary that keeps to its share leaves.
+    budget = view_budget(runtime.status(session).effective_window)
+    room = budget.raw_tokens - int(budget.raw_tokens * SUMMARY_SHARE)
+    return await _build(runtime, session, (), session.rehydration_extras, room)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,7 @@ async def _build(
     session: Session,
     kept: Sequence[Record],
     extras: p.RehydrationExtras | None,
+    limit_tokens: int | None,
 ) -> list[dict[str, Any]]:
     cwd = session.meta.cwd
     config = claude_config_dir(runtime)
@@ -131,11 +140,9 @@ async def _build(
         elif ref.name in disk.skill_texts:
             text, where = disk.skill_texts[ref.name]
             skills.append(rh.SkillSnapshot(name=ref.name, content=text, path=where))
-    announcements = list(facts.announcements)
-    if extras is not None and extras.announcements:
-        supplied = {a["type"] for a in extras.announcements}
-        announcements = [a for a in announcements if a.get("type") not in supplied]
-        announcements.extend(dict(a) for a in extras.announcements)
+    # The transcript's own listings are announced again by the main loop; only what the client
+    # asked for is re-injected.
+    announcements = [dict(a) for a in (extras.announcements or [])] if extras is not None else []
     plan = None
     if plan_path is not None or plan_mode:
         plan = rh.PlanSnapshot(path=plan_path or "", content=disk.plan_content, mode=plan_mode)
@@ -151,7 +158,7 @@ async def _build(
     now = transcript_timestamp()
     return [
         rh.attachment_entry(payload, str(uuid.uuid4()), now, session.session_id)
-        for payload in rh.plan_attachments(inputs, budgets)
+        for payload in rh.fit_attachments(inputs, limit_tokens, budgets)
     ]
 
 

@@ -32,9 +32,9 @@ from compactd import protocol as p
 from compactd.core import session_memory as sm
 from compactd.core import tokens
 from compactd.core.dispatch import SummaryOutlook
+from compactd.core.ledger import build_ledger
 from compactd.core.microcompact import MicroPlan
 from compactd.core.normalize import to_api_messages
-from compactd.core.offline_summary import collect_ledger
 from compactd.core.prompts import PromptKind
 from compactd.engine.compaction import CompactionSpec, Selection, predict, run_compaction
 from compactd.services.store import atomic_write
@@ -177,7 +177,8 @@ class SessionMemoryService:
         current = await anyio.to_thread.run_sync(self._read_notes, session) or sm.template()
         summarizer = self._runtime.summarizer
         if summarizer.offline:
-            notes = sm.offline_notes(collect_ledger(context, cleared_tool_ids=cleared), current)
+            ledger = build_ledger(context, cleared_tool_ids=cleared, cwd=session.meta.cwd)
+            notes = sm.offline_notes(ledger, current)
         else:
             messages = to_api_messages(context, cleared_tool_ids=cleared)
             if not messages:

@@ -1,5 +1,6 @@
 """recall/search: find or fetch any entry of the transcript, those compactions hid included
-(``core/recall.py``)."""
+(``core/recall.py``); a query that is a recall pointer (``recall:<uuid>``, as summaries write
+them) fetches that entry."""
 
 from __future__ import annotations
 
@@ -27,14 +28,20 @@ async def search(app: App, params: p.RecallParams, ctx: Context) -> p.RecallResu
             f"limit must be between 1 and {recall.RECALL_MAX_LIMIT} (got {limit})",
         )
     query = params.query
-    if params.uuids is None and (query is None or not query.strip()):
+    uuids = params.uuids
+    if uuids is None and query is not None:
+        # A recall pointer copied from a summary fetches the entry it names.
+        named = recall.pointer_uuids(query)
+        if named and recall.pointer(named[0]) == query.strip():
+            uuids = named
+    if uuids is None and (query is None or not query.strip()):
         raise p.CompactdError(
             p.ErrorCode.INVALID_PARAMS, "recall/search needs a non-empty query or a list of uuids"
         )
 
     def find() -> p.RecallResult:
-        if params.uuids is not None:
-            hits = recall.fetch(session.records, params.uuids[:limit])
+        if uuids is not None:
+            hits = recall.fetch(session.records, uuids[:limit])
         else:
             assert query is not None
             cleared = frozenset(session.cleared_tool_ids)
@@ -48,7 +55,7 @@ async def search(app: App, params: p.RecallParams, ctx: Context) -> p.RecallResu
                     timestamp=h.record.entry.timestamp,
                     compacted=h.hidden_part or id(h.record) not in in_view,
                     snippet=h.snippet,
-                    entry=h.record.to_builtins() if params.uuids is not None else None,
+                    entry=h.record.to_builtins() if uuids is not None else None,
                 )
                 for h in hits
             ]

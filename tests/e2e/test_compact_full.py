@@ -181,7 +181,7 @@ async def test_offline_summarizer_without_api_key(spawn_daemon: SpawnDaemon) -> 
         assert result.summarizer == "offline"
         text = result.summary["message"]["content"]
         assert "6. All User Messages:" in text
-        assert "Built without a model" in text
+        assert "Built by compactd without a model" in text
         assert result.usage is None
         status = await client.tokens_status(sid)
         assert status.tokens == result.post_compact_tokens < result.pre_compact_tokens

@@ -369,7 +369,9 @@ def test_skills_from_calls_meta_messages_and_attachments() -> None:
     ]
 
 
-def test_announcement_deltas_fold_into_the_current_set() -> None:
+def test_the_transcripts_own_announcements_are_not_repeated() -> None:
+    # The main loop announces its tools, agents, skills and MCP instructions again after a
+    # compaction; repeating them would count them twice.
     recs = [
         _attachment(
             {
@@ -379,42 +381,42 @@ def test_announcement_deltas_fold_into_the_current_set() -> None:
                 "removedNames": [],
             }
         ),
-        _attachment(
-            {
-                "type": "deferred_tools_delta",
-                "addedNames": ["C"],
-                "addedLines": ["C"],
-                "removedNames": ["A"],
-            }
-        ),
-        _attachment(
-            {
-                "type": "agent_listing_delta",
-                "addedTypes": ["Explore"],
-                "addedLines": ["- Explore: searches"],
-                "isInitial": True,
-            }
-        ),
-        _attachment({"type": "skill_listing", "content": "- old"}),
-        _attachment({"type": "skill_listing", "content": "- new"}),
-        _attachment({"type": "date", "date": "2026-01-01"}),
+        _attachment({"type": "skill_listing", "content": "- s"}),
     ]
-    ann = rh.scan_context(recs, "/w").announcements
-    by_type = {a["type"]: a for a in ann}
-    assert set(by_type) == {"deferred_tools_delta", "agent_listing_delta", "skill_listing"}
-    assert by_type["deferred_tools_delta"]["addedNames"] == ["B", "C"]
-    assert by_type["deferred_tools_delta"]["removedNames"] == []
-    assert by_type["agent_listing_delta"]["addedLines"] == ["- Explore: searches"]
-    assert by_type["agent_listing_delta"]["isInitial"] is True
-    assert by_type["skill_listing"]["content"] == "- new"
-    rendered = rh.render(by_type["deferred_tools_delta"])
+    facts = rh.scan_context(recs, "/w")
+    inputs = rh.RehydrationInputs(todos=facts.todos, skills=facts.skills, agents=facts.agents)
+    assert rh.plan_attachments(inputs) == []
+    rendered = rh.render(
+        {"type": "deferred_tools_delta", "addedNames": ["B", "C"], "addedLines": ["B", "C"]}
+    )
     assert rendered is not None and "B\nC" in rendered
 
 
-def test_redacted_deltas_are_repeated_as_they_were() -> None:
-    payload = {"type": "agent_listing_delta", "addedTypes": "[redacted:7051]"}
-    ann = rh.scan_context([_attachment(payload)], "/w").announcements
-    assert ann == [payload]
+def test_attachments_fit_the_room_the_view_budget_leaves() -> None:
+    todos = [{"content": "ship", "status": "in_progress", "activeForm": "Shipping"}]
+    inputs = rh.RehydrationInputs(
+        files=[_snap(f"f{i}.py", 4_000) for i in range(5)],
+        todos=todos,
+        skills=[rh.SkillSnapshot(name="pdf", content=_text_of_tokens(3_000))],
+        agents=[rh.RunningAgent(tool_use_id="toolu_1", description="scan")],
+    )
+    whole = rh.plan_attachments(inputs)
+    assert sum(rh.payload_tokens(a) for a in whole) > 20_000
+    assert rh.fit_attachments(inputs, None) == whole
+    for limit in (12_000, 6_000, 1_500, 300, 0):
+        out = rh.fit_attachments(inputs, limit)
+        kinds = [a["type"] for a in out]
+        # The todo list always stays; the rest shrinks or gives way to fit.
+        assert "todo" in kinds, limit
+        assert sum(rh.payload_tokens(a) for a in out) <= limit or kinds == ["todo"], limit
+    # Files shrink first (the most recent keeps its content, later ones become references),
+    # then the skills; references and agents give way last, the todo list never.
+    roomy = [a["type"] for a in rh.fit_attachments(inputs, 12_000)]
+    assert roomy[:3] == ["file", "file", "compact_file_reference"]
+    assert "invoked_skills" in roomy
+    tight = [a["type"] for a in rh.fit_attachments(inputs, 300)]
+    assert tight == ["compact_file_reference"] * 5 + ["todo", "task_status"]
+    assert [a["type"] for a in rh.fit_attachments(inputs, 0)] == ["todo"]
 
 
 def test_paths_are_normalized_against_cwd() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from compactd.core import session_memory as sm
 from compactd.core import split, tokens
-from compactd.core.offline_summary import collect_ledger
+from compactd.core.ledger import build_ledger
 from compactd.transcript.model import Entry
 from tests.helpers import (
     assistant,
@@ -230,7 +230,7 @@ def test_offline_notes_from_the_ledger() -> None:
             assistant([text_block("The test races on a temp file.")], uuid="a2", msg_id="m2"),
         ]
     )
-    notes = sm.offline_notes(collect_ledger(recs))
+    notes = sm.offline_notes(build_ledger(recs))
     parsed = dict(sm.parse_sections(notes))
     assert [h for h, _ in sm.parse_sections(notes)] == [s.heading for s in sm.SECTIONS]
     assert "flaky test" in parsed["Session Title"]
@@ -238,5 +238,5 @@ def test_offline_notes_from_the_ledger() -> None:
     assert "pytest -x tests/test_io.py" in parsed["Workflow"]
     assert sm.has_content(notes)
     # The title of earlier notes is kept.
-    again = sm.offline_notes(collect_ledger(recs), notes.replace("Please fix", "Fixing", 1))
+    again = sm.offline_notes(build_ledger(recs), notes.replace("Please fix", "Fixing", 1))
     assert "Fixing" in dict(sm.parse_sections(again))["Session Title"]

@@ -15,6 +15,7 @@ from typing import Any
 from compactd.core import constants as c
 from compactd.core import rehydrate as rh
 from compactd.core.microcompact import parse_timestamp
+from compactd.core.tools import file_path, result_text
 from compactd.transcript.model import Record, ToolResultBlock, ToolUseBlock
 
 # The transcript entry ``fileState/record`` appends. Like Claude Code's own bookkeeping lines
@@ -130,12 +131,10 @@ class FileState:
 
     def _tool_use(self, block: ToolUseBlock, ts: float, cwd: str, out: StateChanges) -> None:
         name = block.name
-        if name not in c.FILE_READ_TOOLS and name not in c.FILE_WRITE_TOOLS:
+        target = file_path(name, block.input)
+        if target is None:
             return
         args = block.input if isinstance(block.input, dict) else {}
-        target = args.get("file_path") or args.get("notebook_path")
-        if not isinstance(target, str) or not target or "\x00" in target:
-            return
         path = rh.normalize_path(target, cwd)
         fields: dict[str, Any] = {"source": name, "tool_use_id": block.id or None}
         if name in c.FILE_READ_TOOLS:
@@ -162,7 +161,7 @@ class FileState:
             del self.files[read.path]
             out.changed = True
             return
-        text = _result_text(block)
+        text = result_text(block)
         if read.source in c.FILE_READ_TOOLS and text.lstrip().startswith(
             c.FILE_UNCHANGED_STUB_PREFIX
         ):
@@ -217,15 +216,6 @@ class FileState:
 
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _result_text(block: ToolResultBlock) -> str:
-    content = block.content
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(getattr(b, "text", "") for b in content)
-    return ""
 
 
 def build_file_state(

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, Literal
@@ -43,14 +43,11 @@ from typing import Any, Final, Literal
 import msgspec
 
 from compactd.core import constants as c
-from compactd.core.normalize import DOCUMENT_MARKER, IMAGE_MARKER
 from compactd.core.prompts import strip_continuation
 from compactd.core.recall import pointer
+from compactd.core.tools import blocks_text, named_path, result_text
 from compactd.core.view import main_thread
 from compactd.transcript.model import (
-    Block,
-    DocumentBlock,
-    ImageBlock,
     Record,
     TextBlock,
     ToolResultBlock,
@@ -366,7 +363,6 @@ class SurvivalLedger:
 _SHELL_TOOLS: Final = frozenset({"Bash", "PowerShell"})
 _READ_TOOLS: Final = c.FILE_READ_TOOLS | {"NotebookRead"}
 # Input keys that name a path, in any tool (Grep and Glob search under ``path``).
-_PATH_KEYS: Final = ("file_path", "notebook_path", "path", "filePath")
 _RECENT_ACTIONS: Final = 5
 
 _REMINDER: Final = re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.DOTALL)
@@ -486,28 +482,6 @@ def _classify(text: str) -> tuple[HarnessKind | None, str] | None:
     return None, body
 
 
-def _block_text(blocks: Iterable[Block]) -> str:
-    parts: list[str] = []
-    for block in blocks:
-        if isinstance(block, TextBlock):
-            if block.text.strip():
-                parts.append(block.text)
-        elif isinstance(block, ImageBlock):
-            parts.append(IMAGE_MARKER)
-        elif isinstance(block, DocumentBlock):
-            parts.append(DOCUMENT_MARKER)
-    return "\n".join(parts)
-
-
-def _result_text(block: ToolResultBlock) -> str:
-    content = block.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return _block_text(content)
-
-
 def _error_line(text: str) -> str:
     """The line of a failure's output that says what went wrong."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
@@ -577,11 +551,11 @@ class _Walk:
             if entry.is_meta:
                 return
             texts = [b for b in entry.blocks if not isinstance(b, ToolResultBlock)]
-            self._user_text(_block_text(texts), entry.uuid)
+            self._user_text(blocks_text(texts), entry.uuid)
         elif entry.type == "assistant":
             if entry.is_api_error_message:
                 return
-            text = _block_text(b for b in entry.blocks if isinstance(b, TextBlock))
+            text = blocks_text(b for b in entry.blocks if isinstance(b, TextBlock))
             if text.strip():
                 self.ledger.last_assistant_text = text
             for block in entry.blocks:
@@ -629,7 +603,7 @@ class _Walk:
             if carry is not None:
                 self.ledger.carry = _merge_carries(self.ledger.carry, carry)
                 return
-        text = strip_continuation(_block_text(record.entry.blocks))
+        text = strip_continuation(blocks_text(record.entry.blocks))
         if text.strip():
             self.ledger.foreign.append(
                 Message(text, record.entry.uuid, carried=True, chars=len(text))
@@ -658,7 +632,7 @@ class _Walk:
         self.uses[block.id] = block
         self.ledger.tool_counts[block.name] += 1
         args = block.input if isinstance(block.input, dict) else {}
-        path = next((v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and v), None)
+        path = named_path(args)
         if path is not None:
             touch = self._touch(path)
             if block.name in c.FILE_WRITE_TOOLS:
@@ -708,7 +682,7 @@ class _Walk:
         use = self.uses.get(block.tool_use_id)
         if use is None:
             return
-        text = "" if block.tool_use_id in self.cleared else _result_text(block)
+        text = "" if block.tool_use_id in self.cleared else result_text(block)
         ok = block.is_error is not True
         args = use.input if isinstance(use.input, dict) else {}
         if use.name in _SHELL_TOOLS:
@@ -717,7 +691,7 @@ class _Walk:
             if run is not None:
                 self._outcome(run, ok, text)
             return
-        path = next((v for k in _PATH_KEYS if isinstance(v := args.get(k), str) and v), None)
+        path = named_path(args)
         shown = _shown(path, self.cwd) if path else None
         what = f"{use.name} of {shown}" if shown else use.name
         if not ok and use.name in c.FILE_WRITE_TOOLS and path in self.files:

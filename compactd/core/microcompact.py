@@ -27,6 +27,7 @@ from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from compactd.core.tokens import estimate_block_raw, pad
+from compactd.core.tools import file_path
 from compactd.transcript.model import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
@@ -86,7 +87,6 @@ CLEARABLE_TOOLS: Final = frozenset(
 # (docs/microcompact.md#read-file-state; edits and writes record the file too, so a later edit
 # keeps it).
 FILE_STATE_TOOLS: Final = frozenset({"Read", "Edit", "Write", "MultiEdit"})
-FILE_PATH_ARG: Final = "file_path"
 
 # Count-based: always keep the 3 most recent clearable results
 # (docs/microcompact.md#count-based).
@@ -206,7 +206,7 @@ def clearable_results(
                 if call is None or tid in seen or tid in cleared:
                     continue
                 seen.add(tid)
-                path = call.input.get(FILE_PATH_ARG) if isinstance(call.input, dict) else None
+                path = file_path(call.name, call.input)
                 out.append(
                     ToolResult(
                         tool_use_id=tid,

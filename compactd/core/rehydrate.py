@@ -24,6 +24,7 @@ from typing import Any, Final
 from compactd.core import constants as c
 from compactd.core.normalize import system_reminder
 from compactd.core.tokens import estimate_entries_raw, estimate_text_tokens
+from compactd.core.tools import file_path
 from compactd.transcript.model import (
     Entry,
     Record,
@@ -298,7 +299,7 @@ def scan_context(
             elif use.name == c.EXIT_PLAN_MODE_TOOL:
                 exit_plan_calls.add(use.id)
             elif use.name in c.FILE_WRITE_TOOLS and plan_dirs:
-                target = _str(args.get("file_path"))
+                target = file_path(use.name, args)
                 if target and _under(normalize_path(target, cwd), plan_dirs):
                     plan_path = normalize_path(target, cwd)
         for res in _tool_results(entry):
@@ -365,8 +366,8 @@ def read_paths(records: Iterable[Record], cwd: str) -> set[str]:
     for record in records:
         entry = record.entry
         for use in _tool_uses(entry):
-            if use.name in c.FILE_READ_TOOLS and isinstance(use.input, dict):
-                target = _str(use.input.get("file_path"))
+            if use.name in c.FILE_READ_TOOLS:
+                target = file_path(use.name, use.input)
                 if target:
                     out.add(normalize_path(target, cwd))
         payload = entry.attachment if entry.type == "attachment" else None

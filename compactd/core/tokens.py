@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core import constants as c
+from compactd.core.tools import file_path
 from compactd.protocol import (
     BreakdownCategory,
     BreakdownResult,
@@ -743,9 +744,6 @@ _LOCAL_OUTPUT_TAGS: Final = (
     "<bash-stderr>",
 )
 
-# The path argument of the file-reading tools (``constants.FILE_READ_TOOLS``), for
-# duplicate-read detection.
-_READ_PATH_ARG: Final = "file_path"
 _UNKNOWN: Final = "unknown"
 
 
@@ -828,8 +826,8 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
             if isinstance(block, ToolUseBlock):
                 requests.add(block.name or _UNKNOWN, raw)
                 top.add(CATEGORY_TOOL_REQUESTS, raw)
-                path = block.input.get(_READ_PATH_ARG) if isinstance(block.input, dict) else None
-                if block.name in c.FILE_READ_TOOLS and isinstance(path, str) and block.id:
+                path = file_path(block.name, block.input)
+                if block.name in c.FILE_READ_TOOLS and path is not None and block.id:
                     reads.setdefault(path, []).append(block.id)
             elif isinstance(block, ToolResultBlock):
                 results.add(tool_names.get(block.tool_use_id, _UNKNOWN), raw)

@@ -168,3 +168,18 @@ async def test_bad_input_is_reported_without_a_traceback(tmp_path: Path) -> None
     assert code == 2 and "ANTHROPIC_API_KEY" in err
     code, _, err = await _run("replay", str(VIEWER), "--context-window", "1000")
     assert code == 1 and "window" in err and "Traceback" not in err
+
+
+async def test_synthetic_replay_never_ends_an_automatic_compaction_above_the_headroom(
+    tmp_path: Path,
+) -> None:
+    code, out, err = await _run("replay", "--json", "--data-dir", str(tmp_path))
+    assert code == 0, err
+    report = json.loads(out)
+    threshold = report["status"]["autoCompactThreshold"]
+    ends: dict[int, int] = {}
+    for event in report["compactions"]:  # one compact/auto call may run micro, then full
+        ends[event["entry"]] = event["postTokens"]
+    assert ends, "the synthetic session crosses the threshold"
+    assert all(post <= threshold * 0.75 for post in ends.values()), (ends, threshold)
+    assert report["modelCalls"] == sum(1 for e in report["compactions"] if e["mechanism"] == "full")

@@ -132,6 +132,7 @@ def test_cancels_at_random_moments_answer_what_happened(tmp_path: Path) -> None:
     assert sum(t["answered"] for t in tally.values()) > 0
 
 
+@pytest.mark.timeout(400)
 async def test_seeded_kills_lose_nothing_acknowledged(tmp_path: Path) -> None:
     data = tmp_path / "data"
     sid = "kills"

@@ -268,7 +268,7 @@ class App(Runtime):
             if not self.store.exists(session_id):
                 raise p.CompactdError(p.ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}")
             return False
-        for closer in list(session.extras.get("closers", [])):
+        for closer in list(session.closers):
             try:
                 await closer()
             except Exception:

@@ -127,7 +127,7 @@ class FilesService:
                 del self.runtimes[sid]
                 self.watcher.drop(sid)
 
-        session.extras.setdefault("closers", []).append(close)
+        session.closers.append(close)
         return rt
 
     def _ensure_running(self) -> None:

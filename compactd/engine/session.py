@@ -11,9 +11,8 @@ proportion to the context, however long the history.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import msgspec
@@ -58,7 +57,8 @@ class Session:
     undone_micro: set[str] = field(default_factory=set)
     context_start: int = 0
     _context: list[Record] = field(default_factory=list)
-    extras: dict[str, Any] = field(default_factory=dict)
+    # Called when the session is closed: the services drop what they kept for it.
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
     # by the files service's append observer (``engine/files.py``).
     file_state: FileState = field(default_factory=FileState)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,8 +50,6 @@ __all__ = ["SessionMemoryService"]
 
 log = logging.getLogger(__name__)
 
-_EXTRAS_KEY = "sessionMemory"
-
 
 class _Persisted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
     """What survives a restart besides the notes: when and up to where they were written."""
@@ -62,7 +61,7 @@ class _Persisted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tru
 
 @dataclass(eq=False)
 class _Runtime:
-    """Per-session state of the service (kept in ``Session.extras``)."""
+    """Per-session state of the service (kept by the service, for as long as the session lives)."""
 
     persisted: _Persisted
     lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -82,6 +81,8 @@ class SessionMemoryService:
             min_token_growth=_or(opts.min_token_growth, defaults.min_token_growth),
             min_tool_calls=_or(opts.min_tool_calls, defaults.min_tool_calls),
         )
+        # Per-session state, dropped with the session object (a reload starts afresh).
+        self._states: weakref.WeakKeyDictionary[Session, _Runtime] = weakref.WeakKeyDictionary()
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -92,8 +93,8 @@ class SessionMemoryService:
         return self._runtime.store.notes_state_path(session.session_id)
 
     def runtime(self, session: Session) -> _Runtime:
-        rt = session.extras.get(_EXTRAS_KEY)
-        if isinstance(rt, _Runtime):
+        rt = self._states.get(session)
+        if rt is not None:
             return rt
         persisted = _Persisted()
         try:
@@ -103,7 +104,7 @@ class SessionMemoryService:
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
             log.warning("session %s: unreadable session-memory state", session.session_id)
         rt = _Runtime(persisted=persisted)
-        session.extras[_EXTRAS_KEY] = rt
+        self._states[session] = rt
         return rt
 
     def _read_notes(self, session: Session) -> str | None:

@@ -16,11 +16,8 @@ from compactd.core import constants as c
 from compactd.core import rehydrate as rh
 from compactd.core.microcompact import parse_timestamp
 from compactd.core.tools import file_path, result_text
+from compactd.transcript.entries import FILE_READ_ENTRY
 from compactd.transcript.model import Record, ToolResultBlock, ToolUseBlock
-
-# The transcript entry ``fileState/record`` appends. Like Claude Code's own bookkeeping lines
-# (``file-history-snapshot``, ``queue-operation``) it is not part of the model's view.
-FILE_READ_ENTRY = "compactd-file-read"
 
 
 def content_hash(data: bytes) -> str:
@@ -122,10 +119,8 @@ class FileState:
             elif entry.type == FILE_READ_ENTRY:
                 self._recorded(record.to_builtins(), ts, cwd, out)
             elif entry.is_microcompact_boundary and entry.microcompact_metadata:
-                ids = entry.microcompact_metadata.get("compactedToolIds")
-                if isinstance(ids, list) and self.drop_tool_ids(
-                    i for i in ids if isinstance(i, str)
-                ):
+                ids = entry.microcompact_metadata.compacted_tool_ids
+                if ids and self.drop_tool_ids(ids):
                     out.changed = True
         return out
 

@@ -98,8 +98,8 @@ def microcompact_savings(records: Sequence[Record]) -> tuple[int, int]:
 
 
 def _saved_by(entry: Entry) -> int:
-    value = (entry.microcompact_metadata or {}).get("tokensSaved")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    meta = entry.microcompact_metadata
+    return max(0, meta.tokens_saved or 0) if meta is not None else 0
 
 
 def _countable(entry: Entry) -> bool:

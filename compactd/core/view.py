@@ -139,9 +139,8 @@ def undone_target(record: Record) -> str | None:
     entry = record.entry
     if entry.is_compact_boundary and entry.compact_metadata is not None:
         return entry.compact_metadata.undoes
-    if entry.is_microcompact_boundary and entry.microcompact_metadata:
-        value = entry.microcompact_metadata.get("undoes")
-        return value if isinstance(value, str) and value else None
+    if entry.is_microcompact_boundary and entry.microcompact_metadata is not None:
+        return entry.microcompact_metadata.undoes or None
     return None
 
 

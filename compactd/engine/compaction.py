@@ -57,13 +57,13 @@ from compactd.core.prompts import (
 from compactd.engine.rehydration import rehydration_attachments
 from compactd.services import hooks
 from compactd.services.summarizer import SummarizerError, SummaryRequest
+from compactd.transcript import entries
 from compactd.transcript.model import (
     COMPACT_BOUNDARY,
     GROUP_SIZE_FIELD,
     Record,
     ToolUseBlock,
     record_from_dict,
-    transcript_timestamp,
 )
 
 if TYPE_CHECKING:
@@ -83,8 +83,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-BOUNDARY_CONTENT = "Conversation compacted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -660,13 +658,7 @@ def _previous_dropped(head: Record | None) -> int:
 
 
 def _common(session: Session) -> dict[str, Any]:
-    return {
-        "isSidechain": False,
-        "userType": "external",
-        "cwd": session.meta.cwd,
-        "sessionId": session.session_id,
-        "timestamp": transcript_timestamp(),
-    }
+    return entries.common(session.session_id, session.meta.cwd)
 
 
 def _hook_context_entry(session: Session, text: str) -> dict[str, Any]:
@@ -797,7 +789,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             "logicalParentUuid": prep.logical_parent,
             "type": "system",
             "subtype": COMPACT_BOUNDARY,
-            "content": BOUNDARY_CONTENT,
+            "content": entries.COMPACTION_CONTENT,
             "isMeta": False,
             "level": "info",
             "uuid": boundary_uuid,

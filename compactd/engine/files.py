@@ -35,7 +35,7 @@ import anyio
 
 from compactd import protocol as p
 from compactd.core import rehydrate as rh
-from compactd.core.file_state import FILE_READ_ENTRY, FileState, content_hash
+from compactd.core.file_state import FileState, content_hash
 from compactd.services.fs import (
     confine,
     memory_chain_dirs,
@@ -43,6 +43,7 @@ from compactd.services.fs import (
     resolve_roots,
 )
 from compactd.services.watch import DirWatcher
+from compactd.transcript import entries
 from compactd.transcript.model import (
     Record,
     record_from_dict,
@@ -439,19 +440,14 @@ class FilesService:
 
         _real, digest = await anyio.to_thread.run_sync(check)
         at = params.timestamp if params.timestamp is not None else time.time()
-        line: dict[str, Any] = {
-            "type": FILE_READ_ENTRY,
-            "timestamp": transcript_timestamp(at),
-            "readAt": at,
-            "sessionId": session.session_id,
-            "path": rh.normalize_path(params.path, cwd),
-        }
-        if params.offset is not None:
-            line["offset"] = params.offset
-        if params.limit is not None:
-            line["limit"] = params.limit
-        if digest is not None:
-            line["contentHash"] = digest
+        line = entries.file_read_line(
+            session_id=session.session_id,
+            path=rh.normalize_path(params.path, cwd),
+            at=at,
+            offset=params.offset,
+            limit=params.limit,
+            content_hash=digest,
+        )
         async with session.lock:
             await self._runtime.commit(session, [record_from_dict(line)])
         return await self.listing(session)

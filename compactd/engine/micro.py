@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +32,12 @@ from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
 from compactd.engine.cancellation import point_of_no_return
 from compactd.services.store import atomic_write
+from compactd.transcript import entries
 from compactd.transcript.model import (
-    MICROCOMPACT_BOUNDARY,
+    MicrocompactMetadata,
     Record,
     ToolUseBlock,
     record_from_dict,
-    transcript_timestamp,
 )
 
 if TYPE_CHECKING:
@@ -57,9 +56,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-
-# Text of the boundary entry a person sees in a transcript viewer.
-_BOUNDARY_CONTENT = "Old tool results cleared by microcompact"
 
 _STRATEGY_API: Final = "api"
 
@@ -209,31 +205,23 @@ def _boundary(
     It hangs off the last entry (it is not a chain break) and adds compactd's own fields to
     the metadata: the strategy, and for cache edits the ids deleted from the cache.
     """
-    parent = session.last_uuid()
-    metadata: dict[str, Any] = {
-        "trigger": trigger,
-        "preTokens": pre_tokens,
-        "tokensSaved": tokens_saved,
-        "compactedToolIds": compacted,
-        "clearedAttachmentUUIDs": [],
-        "strategy": strategy,
-    }
-    if cache_deleted is not None:
-        metadata["cacheDeletedToolIds"] = cache_deleted
-    entry: dict[str, Any] = {
-        "type": "system",
-        "subtype": MICROCOMPACT_BOUNDARY,
-        "content": _BOUNDARY_CONTENT,
-        "isMeta": False,
-        "level": "info",
-        "parentUuid": parent,
-        "uuid": str(uuid.uuid4()),
-        "timestamp": transcript_timestamp(now),
-        "sessionId": session.session_id,
-        "cwd": session.meta.cwd,
-        "microcompactMetadata": metadata,
-    }
-    return record_from_dict(entry)
+    metadata = MicrocompactMetadata(
+        trigger=trigger,
+        pre_tokens=pre_tokens,
+        tokens_saved=tokens_saved,
+        compacted_tool_ids=compacted,
+        cleared_attachment_uuids=[],
+        strategy=strategy,
+        cache_deleted_tool_ids=cache_deleted,
+    )
+    line = entries.microcompact_boundary(
+        metadata,
+        session_id=session.session_id,
+        cwd=session.meta.cwd,
+        parent=session.last_uuid(),
+        at=now,
+    )
+    return record_from_dict(line)
 
 
 # -- read-file state ----------------------------------------------------------------------------

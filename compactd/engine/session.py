@@ -276,16 +276,14 @@ def _note_microcompact(state: Derived, entry: Entry) -> None:
         return
     if entry.uuid in state.undone_micro:
         return
-    restored = entry.microcompact_metadata.get("restoredToolIds")
-    if isinstance(restored, list):
+    meta = entry.microcompact_metadata
+    if meta.restored_tool_ids:
         # An undo entry (compact/undo of a microcompact): those results are shown again.
-        state.cleared_tool_ids.difference_update(i for i in restored if isinstance(i, str))
-    ids = entry.microcompact_metadata.get("compactedToolIds")
-    if isinstance(ids, list):
-        state.cleared_tool_ids.update(i for i in ids if isinstance(i, str))
-    saved = entry.microcompact_metadata.get("tokensSaved")
-    if isinstance(saved, int) and not isinstance(saved, bool):
-        state.counter.apply_saving(saved)
+        state.cleared_tool_ids.difference_update(meta.restored_tool_ids)
+    if meta.compacted_tool_ids:
+        state.cleared_tool_ids.update(meta.compacted_tool_ids)
+    if meta.tokens_saved:
+        state.counter.apply_saving(meta.tokens_saved)
 
 
 def _is_main_conversation(entry: Entry) -> bool:

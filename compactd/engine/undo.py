@@ -12,15 +12,13 @@ one. Both survive a restart because the view is derived from the transcript.
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from compactd import protocol as p
 from compactd.core.view import compaction_key
-from compactd.engine.compaction import _common
+from compactd.transcript import entries
 from compactd.transcript.model import (
-    COMPACT_BOUNDARY,
-    MICROCOMPACT_BOUNDARY,
+    MicrocompactMetadata,
     Record,
     record_from_dict,
 )
@@ -29,65 +27,37 @@ if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session
 
-__all__ = ["UNDO_BOUNDARY_CONTENT", "undo_last"]
+__all__ = ["undo_last"]
 
 log = logging.getLogger(__name__)
-
-# What a person sees for the undo entry in a transcript viewer.
-UNDO_BOUNDARY_CONTENT = "Compaction undone"
-_UNDO_MICRO_CONTENT = "Microcompact undone"
-
-
-def _fields(session: Session) -> dict[str, Any]:
-    # The same common fields as the compaction engine's entries, plus a system entry's own.
-    return {
-        **_common(session),
-        "uuid": str(uuid.uuid4()),
-        "isMeta": False,
-        "level": "info",
-        "type": "system",
-    }
 
 
 def _undo_entry(session: Session, target: Record, pre_tokens: int) -> tuple[str, dict[str, Any]]:
     last = session.last_uuid()
     entry = target.entry
+    sid, cwd = session.session_id, session.meta.cwd
     if entry.is_compact_boundary:
         key = compaction_key(target) or ""
-        return key, {
-            **_fields(session),
-            "subtype": COMPACT_BOUNDARY,
-            "content": UNDO_BOUNDARY_CONTENT,
-            "parentUuid": None,
-            "logicalParentUuid": last,
-            "compactMetadata": {
-                "trigger": "manual",
-                "preTokens": pre_tokens,
-                "undoes": key,
-                "mechanism": "undo",
-                "compactionId": str(uuid.uuid4()),
-            },
-        }
-    meta = entry.microcompact_metadata or {}
-    ids = meta.get("compactedToolIds")
-    restored = [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+        undo_compaction = entries.compact_undo(
+            session_id=sid, cwd=cwd, last=last, undoes=key, pre_tokens=pre_tokens
+        )
+        return key, undo_compaction
+    meta = entry.microcompact_metadata
     key = entry.uuid or ""
-    return key, {
-        **_fields(session),
-        "subtype": MICROCOMPACT_BOUNDARY,
-        "content": _UNDO_MICRO_CONTENT,
-        "parentUuid": last,
-        "microcompactMetadata": {
-            "trigger": "manual",
-            "preTokens": pre_tokens,
-            "tokensSaved": 0,
-            "compactedToolIds": [],
-            "clearedAttachmentUUIDs": [],
-            "strategy": "undo",
-            "undoes": key,
-            "restoredToolIds": restored,
-        },
-    }
+    undo = MicrocompactMetadata(
+        trigger="manual",
+        pre_tokens=pre_tokens,
+        tokens_saved=0,
+        compacted_tool_ids=[],
+        cleared_attachment_uuids=[],
+        strategy="undo",
+        undoes=key,
+        restored_tool_ids=list(meta.compacted_tool_ids or []) if meta is not None else [],
+    )
+    boundary = entries.microcompact_boundary(
+        undo, session_id=sid, cwd=cwd, parent=last, content=entries.UNDO_MICROCOMPACT_CONTENT
+    )
+    return key, boundary
 
 
 async def undo_last(runtime: Runtime, session: Session) -> p.UndoResult:

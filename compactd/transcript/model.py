@@ -171,6 +171,26 @@ class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_onl
     fixed_prefix_tokens: int | None = None
 
 
+class MicrocompactMetadata(
+    msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False
+):
+    """What a ``microcompact_boundary`` records: Claude Code's fields, then compactd's own."""
+
+    trigger: str | None = None
+    pre_tokens: int | None = None
+    tokens_saved: int | None = None
+    compacted_tool_ids: list[str] | None = None
+    cleared_attachment_uuids: list[str] | None = msgspec.field(
+        default=None, name="clearedAttachmentUUIDs"
+    )
+    # compactd's additions: the strategy, the ids deleted from the prompt cache (cached
+    # strategy), and for an undo entry what it undoes and the results it shows again.
+    strategy: str | None = None
+    cache_deleted_tool_ids: list[str] | None = None
+    undoes: str | None = None
+    restored_tool_ids: list[str] | None = None
+
+
 class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
     """The fields of a transcript line that compactd reads. Unknown ones live in the raw line."""
 
@@ -191,7 +211,7 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc
     message: Message | None = None
     attachment: dict[str, Any] | None = None
     compact_metadata: CompactMetadata | None = None
-    microcompact_metadata: dict[str, Any] | None = None
+    microcompact_metadata: MicrocompactMetadata | None = None
     tool_use_result: Any = None
     summary: str | None = None
     leaf_uuid: str | None = None

@@ -84,8 +84,9 @@ async def test_preview_estimates_and_changes_nothing(h: Harness) -> None:
     assert auto.reason_code == "belowThreshold"
 
     result = await h.client.compact_full(sid)
-    # The model writes the summary: the preview takes it at its budget, an upper bound.
-    assert result.post_compact_tokens <= preview.estimated_post_tokens
+    # A model's summary is estimated from the offline summary of the same entries: within 20%.
+    real = result.post_compact_tokens
+    assert abs(preview.estimated_post_tokens - real) <= real * 0.2, (preview, real)
     assert preview.estimated_post_tokens <= preview.pre_tokens * 1.1
 
 

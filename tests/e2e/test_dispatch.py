@@ -4,7 +4,7 @@ Each test brings a session into one branch of the decision (nothing to do, micro
 memory, full compaction, circuit open, a compaction already running), asks for the preview, checks
 that it changed nothing, then runs compact/auto and compares: same mechanism, same reason code,
 and for the mechanisms that compact, post-compaction tokens within 20% of the real result (or,
-when the model writes the summary, the preview's bound is not exceeded).
+when the model writes the summary, the preview estimates it within 20% too).
 """
 
 from __future__ import annotations
@@ -67,8 +67,9 @@ async def test_nothing_to_do_below_the_threshold_and_forced(h: Harness) -> None:
     forced, done = await preview_then_auto(h.client, sid, force=True)
     assert forced.mechanism == "full" and forced.reason_code == "noSessionMemory"
     assert done.result is not None
-    # The model writes the summary: the preview's figure is its budget, an upper bound.
-    assert done.result.post_compact_tokens <= forced.estimated_post_tokens
+    # The model writes the summary: the preview estimates it from the offline summary.
+    real = done.result.post_compact_tokens
+    assert within_20_percent(forced.estimated_post_tokens, real), (forced, real)
 
 
 async def test_microcompact_alone(h: Harness) -> None:
@@ -87,7 +88,8 @@ async def test_full_compaction_with_the_model(h: Harness) -> None:
     preview, auto = await preview_then_auto(h.client, sid)
     assert preview.mechanism == "full" and preview.reason_code == "noSessionMemory"
     assert auto.result is not None and auto.result.summarizer != "offline"
-    assert auto.result.post_compact_tokens <= preview.estimated_post_tokens
+    real = auto.result.post_compact_tokens
+    assert within_20_percent(preview.estimated_post_tokens, real), (preview, real)
     assert preview.entries_summarized > 100 and preview.entries_kept == 0
 
 

@@ -86,7 +86,6 @@ __all__ = [
     "harness_part",
     "message_lines",
     "message_part",
-    "restore_limit",
     "view_budget",
 ]
 
@@ -1394,9 +1393,3 @@ def complete_summary(
         return summary, []
     section, chosen = fit_text(_restore_parts(missing), partial(_restore_section, missing), limit)
     return summary.rstrip() + "\n\n" + section, _labels(missing, chosen)
-
-
-def restore_limit(budget: ViewBudget, summary_chars: int, overhead: int) -> int:
-    """Characters the ledger section may add to a summary of ``summary_chars`` characters
-    (``overhead``: the continuation message around it)."""
-    return max(0, budget.summary_chars - overhead - summary_chars)

@@ -41,7 +41,6 @@ from compactd.core.ledger import (
     build_ledger,
     carry_of,
     complete_summary,
-    restore_limit,
     view_budget,
 )
 from compactd.core.microcompact import MicroPlan
@@ -457,8 +456,7 @@ def _written(raw: str, mode: str, ledger: SurvivalLedger, view: _View) -> _Writt
     summary = format_summary(raw)
     if not summary:
         return _Written("", [], {})
-    limit = restore_limit(view.budget, len(summary), view.overhead)
-    summary, restored = complete_summary(summary, ledger, limit)
+    summary, restored = complete_summary(summary, ledger, max(0, view.summary_chars - len(summary)))
     return _Written(summary, restored, carry_of(ledger))
 
 

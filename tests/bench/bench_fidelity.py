@@ -19,7 +19,8 @@ The same synthetic sessions are then compacted in a 60,000-token window (40,000 
 the budget binds: what survives there, and that the view still stays within it.
 
 Then one session is compacted 150 times in a row in each mode (15 short user messages and 15
-replies between two compactions, as in the issue), with the view after some of them.
+replies between two compactions, as in the issue; the emulator's model quotes the request's
+user texts), with the number of refusals and the view after some of the compactions.
 
 Figures, not a pass/fail test. Run: ``.venv/bin/python tests/bench/bench_fidelity.py``
 """

@@ -48,6 +48,7 @@ from compactd.core.recall import pointer
 from compactd.core.tools import blocks_text, named_path, result_text
 from compactd.core.view import main_thread
 from compactd.transcript.model import (
+    LEDGER_FIELD,
     Record,
     TextBlock,
     ToolResultBlock,
@@ -298,7 +299,7 @@ class Carry(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 # The summary entry's field that holds its ``Carry`` (compactd's own; other readers ignore it).
-CARRY_FIELD: Final = "compactdLedger"
+CARRY_FIELD: Final = LEDGER_FIELD
 # Bounds of a carry, so that neither it nor the summary grows with the number of compactions:
 # the most recent items are kept, older ones are counted (their originals stay in the
 # transcript, where recall/search finds them). compactd's own choice.

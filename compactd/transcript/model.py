@@ -496,6 +496,8 @@ class ParseReport:
 # client they could change what compactd does with acknowledged lines, so they are removed
 # from appended entries.
 GROUP_SIZE_FIELD = "compactdGroupSize"  # lines written in one write, counted at the boundary
+# The survival ledger a summary carries to the next compaction (core/ledger.CARRY_FIELD).
+LEDGER_FIELD = "compactdLedger"
 _BOOKKEEPING_METADATA = {
     # An undo entry names what it undoes; microcompact undo lists the results it restores.
     "compactMetadata": ("undoes",),
@@ -507,9 +509,10 @@ def without_bookkeeping(obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]
     """``obj`` without compactd's bookkeeping fields, and the names of those it had."""
     dropped: list[str] = []
     out = obj
-    if GROUP_SIZE_FIELD in obj:
-        out = {k: v for k, v in obj.items() if k != GROUP_SIZE_FIELD}
-        dropped.append(GROUP_SIZE_FIELD)
+    for own in (GROUP_SIZE_FIELD, LEDGER_FIELD):
+        if own in out:
+            out = {k: v for k, v in out.items() if k != own}
+            dropped.append(own)
     for field, keys in _BOOKKEEPING_METADATA.items():
         meta = out.get(field)
         if isinstance(meta, dict) and any(k in meta for k in keys):

@@ -11,7 +11,7 @@ import { after, describe, it, type TestContext } from "node:test";
 import { CancellationTokenSource } from "vscode-jsonrpc/node";
 
 import { CompactdError, type CompactResult, type StatusNotification } from "../src/core";
-import { conversation, startDaemon, startEmulator, waitFor, withTimeout, type Daemon, type Emulator } from "./helpers";
+import { PROJECT, conversation, startDaemon, startEmulator, waitFor, withTimeout, type Daemon, type Emulator } from "./helpers";
 
 const NOT_IMPLEMENTED = "compact/full is not implemented by this daemon yet (it answers notImplemented)";
 
@@ -39,7 +39,7 @@ describe("compaction through the client core", () => {
     cleanups.push(() => daemon.close());
     const { client } = daemon;
     const sid = "offline-full";
-    await client.openSession({ sessionId: sid, cwd: "/home/dev/project", model: "claude-sonnet-4-5" });
+    await client.openSession({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5" });
     await client.append(sid, conversation(TURNS, sid, WORDS_PER_RESULT));
     const before = await client.status(sid);
 
@@ -100,7 +100,7 @@ describe("compaction through the client core", () => {
     const { client } = daemon;
     const sid = "auto";
     // 40K window, 4K output: auto-compaction at 23K (docs/thresholds.md#worked-examples).
-    await client.openSession({ sessionId: sid, cwd: "/home/dev/project", model: "claude-sonnet-4-5", contextWindow: 40_000, maxOutputTokens: 4_000 });
+    await client.openSession({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5", contextWindow: 40_000, maxOutputTokens: 4_000 });
     await client.append(sid, conversation(2, sid));
     let below;
     try {
@@ -144,7 +144,7 @@ describe("compaction through the client core", () => {
     cleanups.push(() => daemon.close());
     const { client } = daemon;
     const sid = "cancelled-full";
-    await client.openSession({ sessionId: sid, cwd: "/home/dev/project", model: "claude-sonnet-4-5" });
+    await client.openSession({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5" });
     await client.append(sid, conversation(TURNS, sid, WORDS_PER_RESULT));
     const before = await client.status(sid);
     const viewBefore = await client.messages(sid);

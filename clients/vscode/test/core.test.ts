@@ -17,7 +17,7 @@ import {
   type ThresholdNotification,
   type TokensChanged,
 } from "../src/core";
-import { conversation, daemonCommand, startDaemon, tempDir, waitFor, type Daemon } from "./helpers";
+import { PROJECT, conversation, daemonCommand, startDaemon, tempDir, waitFor, type Daemon } from "./helpers";
 
 describe("CompactdClient against the real daemon", () => {
   let daemon: Daemon;
@@ -48,7 +48,7 @@ describe("CompactdClient against the real daemon", () => {
     const seen: TokensChanged[] = [];
     const listener = client.onTokens((e) => seen.push(e));
     try {
-      const opened = await client.openSession({ sessionId: "open-append", cwd: "/home/dev/project", model: "claude-sonnet-4-5" });
+      const opened = await client.openSession({ sessionId: "open-append", cwd: PROJECT, model: "claude-sonnet-4-5" });
       assert.equal(opened.sessionId, "open-append");
       assert.equal(opened.entryCount, 0);
       assert.equal(opened.status.tokens, 0);
@@ -88,7 +88,7 @@ describe("CompactdClient against the real daemon", () => {
 
   it("breaks the tokens down by category and tool", async () => {
     const client = daemon.client;
-    await client.openSession({ sessionId: "breakdown", cwd: "/home/dev/project", model: "claude-sonnet-4-5" });
+    await client.openSession({ sessionId: "breakdown", cwd: PROJECT, model: "claude-sonnet-4-5" });
     await client.append("breakdown", conversation(4, "breakdown"));
     const bd = await client.breakdown("breakdown");
     assert.ok(bd.totalTokens > 0);
@@ -114,7 +114,7 @@ describe("CompactdClient against the real daemon", () => {
       // A small window so a few turns cross the warning level.
       await client.openSession({
         sessionId: "threshold",
-        cwd: "/home/dev/project",
+        cwd: PROJECT,
         model: "claude-sonnet-4-5",
         contextWindow: 40_000,
         maxOutputTokens: 4_000,
@@ -225,7 +225,7 @@ describe("CompactdClient lifecycle", () => {
       const first = new CompactdClient({ command: daemonCommand(), dataDir });
       await first.start();
       await first.initialize();
-      await first.openSession({ sessionId: "kept", cwd: "/home/dev/project", model: "claude-sonnet-4-5" });
+      await first.openSession({ sessionId: "kept", cwd: PROJECT, model: "claude-sonnet-4-5" });
       const appended = await first.append("kept", conversation(3, "kept"));
       const exits: boolean[] = [];
       first.onExit((info) => exits.push(info.expected));

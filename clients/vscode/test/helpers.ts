@@ -14,6 +14,8 @@ import * as readline from "node:readline";
 import { CompactdClient, type InitializationOptions } from "../src/core";
 
 /** clients/vscode, whether running from out/test or test. */
+/** A real directory to open sessions in: the daemon refuses a cwd that does not exist. */
+export const PROJECT = os.tmpdir();
 export const EXTENSION_DIR = path.resolve(__dirname, __dirname.includes(`${path.sep}out${path.sep}`) ? "../.." : "..");
 export const REPO_ROOT = path.resolve(EXTENSION_DIR, "../..");
 export const PYTHON = path.resolve(EXTENSION_DIR, process.env["COMPACTD_PYTHON"] || "../../.venv/bin/python");

@@ -9,6 +9,7 @@ import json
 import os
 import random
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -405,6 +406,7 @@ def test_mutated_frames_never_stop_the_daemon_nor_answer_twice(
     before = _victim_transcript(data)
     ids: list[int] = []
     appends: dict[int, list[str]] = {}
+    payload = bytearray()
     for _ in range(MUTATION_BATCH):
         msg_id = w.next_id
         w.next_id += 1
@@ -425,19 +427,29 @@ def test_mutated_frames_never_stop_the_daemon_nor_answer_twice(
         ).encode()
         mutated = _mutate(rng, body)
         frames = mutated if isinstance(mutated, list) else [_frame(mutated)]
-        w.stdin.write(b"".join(frames))
+        payload += b"".join(frames)
     # An empty append queues behind every append before it on the session's lock.
     sentinel = w.next_id
     w.next_id += 1
-    w.send(
-        {
-            "jsonrpc": "2.0",
-            "id": sentinel,
-            "method": p.SESSION_APPEND,
-            "params": {"sessionId": "victim", "entries": []},
-        }
+    payload += _frame(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": sentinel,
+                "method": p.SESSION_APPEND,
+                "params": {"sessionId": "victim", "entries": []},
+            }
+        ).encode()
     )
-    w.flush()
+
+    def write() -> None:
+        # In a thread: answers are read meanwhile, as a client does, so that neither side
+        # blocks on a full pipe.
+        w.stdin.write(payload)
+        w.flush()
+
+    writer = threading.Thread(target=write)
+    writer.start()
     answered: dict[Any, int] = {}
     appended = 0
     while True:
@@ -448,6 +460,7 @@ def test_mutated_frames_never_stop_the_daemon_nor_answer_twice(
             appended += result.get("appended", 0)
         if msg.get("id") == sentinel:
             break
+    writer.join()
     for msg in w.drain(quiet=0.3):  # answers of reads that finished after the sentinel
         if "id" in msg and "method" not in msg:
             answered[msg.get("id")] = answered.get(msg.get("id"), 0) + 1

@@ -52,12 +52,21 @@ export function statusBarText(status: TokenStatus): string {
   return `${status.percentLeft}% left · ${shortTokens(status.tokens)}/${shortTokens(limitOf(status))}`;
 }
 
+/** The total in its parts: what every request carries besides the messages, the messages... */
+export function partsLine(status: TokenStatus): string {
+  let out = `system prompt and tools ${groupDigits(status.fixedPrefixTokens ?? 0)} + messages ${groupDigits(status.messageTokens ?? 0)}`;
+  if (status.attachmentTokens) out += ` + attachments ${groupDigits(status.attachmentTokens)}`;
+  if (status.clearedTokens) out += ` - cleared ${groupDigits(status.clearedTokens)}`;
+  return out;
+}
+
 export function statusTooltip(status: TokenStatus, sessionLabel?: string): string {
   const limit = limitOf(status);
   const lines = [
     sessionLabel ? `compactd: ${sessionLabel}` : "compactd",
     `${groupDigits(status.tokens)} of ${groupDigits(limit)} tokens used, ${status.percentLeft}% left` +
       (status.autoCompactEnabled ? " before auto-compaction" : ""),
+    partsLine(status),
     `counted ${groupDigits(status.exactTokens)} from API usage + ${groupDigits(status.estimatedTokens)} estimated`,
     `window ${groupDigits(status.contextWindow)}, effective ${groupDigits(status.effectiveWindow)}, ` +
       `blocking at ${groupDigits(status.blockingLimit)}`,

@@ -100,6 +100,10 @@ describe("format", () => {
     assert.match(tip, /^compactd: abc\n/);
     assert.match(tip, /61,234 of 167,000 tokens used, 63% left before auto-compaction/);
     assert.match(tip, /60,000 from API usage \+ 1,234 estimated/);
+    const parts = statusTooltip(
+      status({ fixedPrefixTokens: 15_000, messageTokens: 46_000, attachmentTokens: 234, clearedTokens: 0 }),
+    );
+    assert.match(parts, /system prompt and tools 15,000 \+ messages 46,000 \+ attachments 234\n/);
     assert.match(tip, /window 200,000, effective 180,000, blocking at 177,000/);
     assert.doesNotMatch(tip, /disabled|paused|off/);
     assert.match(statusTooltip(status({ autoCompactEnabled: false })), /auto-compaction is off/);

@@ -58,7 +58,6 @@ from compactd.services import hooks
 from compactd.services.summarizer import SummarizerError, SummaryRequest
 from compactd.transcript import entries
 from compactd.transcript.model import (
-    COMPACT_BOUNDARY,
     GROUP_SIZE_FIELD,
     Record,
     ToolUseBlock,
@@ -655,33 +654,6 @@ def _previous_dropped(head: Record | None) -> int:
     return meta.cumulative_dropped_tokens or 0
 
 
-def _common(session: Session) -> dict[str, Any]:
-    return entries.common(session.session_id, session.meta.cwd)
-
-
-def _hook_context_entry(session: Session, text: str) -> dict[str, Any]:
-    return {
-        "type": "attachment",
-        "uuid": str(uuid.uuid4()),
-        "attachment": {
-            "type": "hook_additional_context",
-            "content": [text],
-            "hookName": "SessionStart:compact",
-            "hookEvent": "SessionStart",
-            "toolUseID": "SessionStart",
-        },
-        # What the model is shown: the text the hook asked to add, marked as a hook's output.
-        "rendered": [
-            {
-                "content": system_reminder(
-                    f"SessionStart hook (after compaction) added this context:\n{text}"
-                )
-            }
-        ],
-        **_common(session),
-    }
-
-
 async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
     runtime, session, spec = run.runtime, run.session, run.spec
     cache_safe = session.meta.cache_safe_params
@@ -695,32 +667,21 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         preserved = [r for r in (*prep.kept, *appended) if r.entry.uuid]
         boundary_uuid = str(uuid.uuid4())
         summary_uuid = str(uuid.uuid4())
-        summary = {
-            "parentUuid": boundary_uuid,
-            "type": "user",
-            "message": {"role": "user", "content": prep.continuation},
-            "isVisibleInTranscriptOnly": True,
-            "isCompactSummary": True,
-            "uuid": summary_uuid,
-            **_common(session),
-        }
-        if prep.carry:
-            summary[CARRY_FIELD] = prep.carry
-        extra: list[dict[str, Any]] = []
-        parent = summary_uuid
-        for att in prep.attachments:
-            entry = {**_common(session), **att}
-            entry.setdefault("type", "attachment")
-            if not entry.get("uuid"):
-                entry["uuid"] = str(uuid.uuid4())
-            entry["parentUuid"] = parent
-            parent = entry["uuid"]
-            extra.append(entry)
-        for text in prep.session_context:
-            entry = _hook_context_entry(session, text)
-            entry["parentUuid"] = parent
-            parent = entry["uuid"]
-            extra.append(entry)
+        where = {"session_id": session.session_id, "cwd": session.meta.cwd}
+        summary = entries.compact_summary(
+            prep.continuation,
+            **where,
+            boundary_uuid=boundary_uuid,
+            uuid=summary_uuid,
+            carry=prep.carry,
+        )
+        extra = entries.context_attachments(
+            list(prep.attachments),
+            list(prep.session_context),
+            **where,
+            parent=summary_uuid,
+            render=system_reminder,
+        )
         tail_records = [record_from_dict(e) for e in (summary, *extra)]
 
         # Thrash guard: both sides are estimates of the messages alone (usage figures include
@@ -782,20 +743,14 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         prefix_ids = [r.entry.uuid for r in prep.kept_before if r.entry.uuid]
         if prefix_ids:
             metadata["preservedPrefix"] = {"headUuid": prefix_ids[0], "tailUuid": prefix_ids[-1]}
-        boundary = {
-            "parentUuid": None,
-            "logicalParentUuid": prep.logical_parent,
-            "type": "system",
-            "subtype": COMPACT_BOUNDARY,
-            "content": entries.COMPACTION_CONTENT,
-            "isMeta": False,
-            "level": "info",
-            "uuid": boundary_uuid,
-            "compactMetadata": metadata,
+        boundary = entries.compact_boundary(
+            metadata,
+            **where,
+            logical_parent=prep.logical_parent,
             # The store drops a group cut short by a crash: boundary + summary + extras.
-            GROUP_SIZE_FIELD: 1 + len(tail_records),
-            **_common(session),
-        }
+            group_size=1 + len(tail_records),
+            uuid=boundary_uuid,
+        )
         await runtime.commit(session, [record_from_dict(boundary), *tail_records])
         session.health.consecutive_failures = 0
         session.health.last_error = None

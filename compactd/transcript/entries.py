@@ -9,12 +9,15 @@ Bookkeeping fields are never taken from a client's input (``model.without_bookke
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
 
 from compactd.transcript.model import (
     COMPACT_BOUNDARY,
+    GROUP_SIZE_FIELD,
+    LEDGER_FIELD,
     MICROCOMPACT_BOUNDARY,
     MicrocompactMetadata,
     transcript_timestamp,
@@ -27,7 +30,10 @@ __all__ = [
     "UNDO_COMPACTION_CONTENT",
     "UNDO_MICROCOMPACT_CONTENT",
     "common",
+    "compact_boundary",
+    "compact_summary",
     "compact_undo",
+    "context_attachments",
     "file_read_line",
     "microcompact_boundary",
     "new_uuid",
@@ -151,3 +157,102 @@ def file_read_line(
     if content_hash is not None:
         line["contentHash"] = content_hash
     return line
+
+
+def compact_boundary(
+    metadata: dict[str, Any],
+    *,
+    session_id: str,
+    cwd: str,
+    logical_parent: str | None,
+    group_size: int,
+    uuid: str,
+) -> dict[str, Any]:
+    """A compaction's boundary: a chain break (no parent) that points back logically, with the
+    number of lines written with it in one write, so that the store can drop a group a crash
+    cut short (docs/durability.md)."""
+    return {
+        "parentUuid": None,
+        "logicalParentUuid": logical_parent,
+        "type": "system",
+        "subtype": COMPACT_BOUNDARY,
+        "content": COMPACTION_CONTENT,
+        "isMeta": False,
+        "level": "info",
+        "uuid": uuid,
+        "compactMetadata": metadata,
+        GROUP_SIZE_FIELD: group_size,
+        **common(session_id, cwd),
+    }
+
+
+def compact_summary(
+    continuation: str,
+    *,
+    session_id: str,
+    cwd: str,
+    boundary_uuid: str,
+    uuid: str,
+    carry: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The user entry that carries the summary after a boundary; ``carry``: the survival ledger
+    the next compaction folds (``compactdLedger``)."""
+    summary = {
+        "parentUuid": boundary_uuid,
+        "type": "user",
+        "message": {"role": "user", "content": continuation},
+        "isVisibleInTranscriptOnly": True,
+        "isCompactSummary": True,
+        "uuid": uuid,
+        **common(session_id, cwd),
+    }
+    if carry:
+        summary[LEDGER_FIELD] = carry
+    return summary
+
+
+def context_attachments(
+    attachments: list[dict[str, Any]],
+    hook_context: list[str],
+    *,
+    session_id: str,
+    cwd: str,
+    parent: str,
+    render: Callable[[str], str],
+) -> list[dict[str, Any]]:
+    """The attachment lines written after a summary, chained: the rehydration ``attachments``,
+    then what SessionStart hooks asked to add (``render`` marks it as a hook's output)."""
+    out: list[dict[str, Any]] = []
+    for att in attachments:
+        entry = {**common(session_id, cwd), **att}
+        entry.setdefault("type", "attachment")
+        if not entry.get("uuid"):
+            entry["uuid"] = new_uuid()
+        entry["parentUuid"] = parent
+        parent = entry["uuid"]
+        out.append(entry)
+    for text in hook_context:
+        entry = {
+            "type": "attachment",
+            "uuid": new_uuid(),
+            "attachment": {
+                "type": "hook_additional_context",
+                "content": [text],
+                "hookName": "SessionStart:compact",
+                "hookEvent": "SessionStart",
+                "toolUseID": "SessionStart",
+            },
+            # What the model is shown: the text the hook asked to add, marked as a hook's output.
+            "rendered": [
+                {
+                    "content": render(
+                        f"SessionStart hook (after compaction) added this context:\n{text}"
+                    )
+                }
+            ],
+            **common(session_id, cwd),
+            "parentUuid": parent,
+        }
+        parent = entry["uuid"]
+        out.append(entry)
+    return out

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from compactd.core.split import safe_cut_points
-from compactd.transcript.model import Entry, Record
+from compactd.core.split import leading_compaction, safe_cut_points
+from compactd.transcript.model import Record
 
 __all__ = [
     "Direction",
@@ -78,20 +78,6 @@ def _has_content(records: Sequence[Record]) -> bool:
     )
 
 
-def _leading_fixed(entries: Sequence[Entry]) -> int:
-    """How many entries at the head are the previous compaction's boundary and summary.
-
-    They belong to the earlier side whatever the pivot: a cut before them would separate the
-    boundary from its own summary.
-    """
-    n = 0
-    while n < len(entries) and (
-        entries[n].is_compact_boundary or entries[n].is_compact_summary is True
-    ):
-        n += 1
-    return n
-
-
 def plan_partial(context: Sequence[Record], pivot_uuid: str, direction: Direction) -> PartialPlan:
     """Plan a partial compaction of ``context`` (a session's current view) around a pivot.
 
@@ -109,7 +95,7 @@ def plan_partial(context: Sequence[Record], pivot_uuid: str, direction: Directio
             "summarized by an earlier compaction cannot be pivots)",
         )
     entries = [r.entry for r in context]
-    floor = _leading_fixed(entries)
+    floor = leading_compaction(entries)
     points = [i for i in safe_cut_points(entries) if i >= floor]
     if floor not in points:
         points.insert(0, floor)

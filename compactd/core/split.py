@@ -23,6 +23,8 @@ from typing import Any, Final, Literal
 from compactd.transcript.model import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
+    "after_compacted",
+    "leading_compaction",
     "PTL_DROP_FRACTION",
     "TRUNCATION_MARKER",
     "Round",
@@ -134,6 +136,37 @@ def adjust_cut(
     if direction == "forward":
         return points[bisect_left(points, i)]
     raise ValueError(f"direction must be 'back' or 'forward', not {direction!r}")
+
+
+# -- floors: where a cut may not go before ------------------------------------------------------
+
+
+def leading_compaction(entries: Sequence[Entry]) -> int:
+    """How many entries at the head are the previous compaction's boundary and summary.
+
+    No cut goes before them: it would separate the boundary from its own summary. Entries the
+    previous compaction kept verbatim come after them and may be summarized again.
+    """
+    n = 0
+    while n < len(entries) and (
+        entries[n].is_compact_boundary or entries[n].is_compact_summary is True
+    ):
+        n += 1
+    return n
+
+
+def after_compacted(entries: Sequence[Entry], relinked: Sequence[bool]) -> int:
+    """The first index after the previous compaction's boundary, its summary and the entries it
+    kept verbatim (``relinked[i]``: entry ``i`` sits before its boundary in the file).
+
+    Session-memory compaction keeps everything from here on: its notes cover only what came
+    after the last compaction.
+    """
+    floor = 0
+    for i, entry in enumerate(entries):
+        if entry.is_compact_boundary or entry.is_compact_summary or relinked[i]:
+            floor = i + 1
+    return floor
 
 
 def parse_prompt_too_long(message: str) -> tuple[int, int] | None:

@@ -31,7 +31,7 @@ import msgspec
 
 from compactd import protocol as p
 from compactd.core import session_memory as sm
-from compactd.core import tokens
+from compactd.core import split, tokens
 from compactd.core.dispatch import SummaryOutlook
 from compactd.core.ledger import build_ledger
 from compactd.core.microcompact import MicroPlan
@@ -322,20 +322,14 @@ def _selector(session: Session, covered: str) -> Callable[[list[Record]], Select
 
 
 def _floor(session: Session, context: list[Record]) -> int:
-    """The first context index a compaction may keep: after the previous compaction's summary
-    and the entries it relinked (those sit before its boundary in the file)."""
-    floor = 0
+    """The first context index a compaction from the notes may keep (``split.after_compacted``):
+    the entries the previous compaction relinked sit before its boundary in the file."""
     boundary_at = session.context_start if context and context[0].entry.is_compact_boundary else 0
-    for i, r in enumerate(context):
-        entry = r.entry
-        at = session.records.index_of(entry.uuid) if entry.uuid else None
-        if (
-            entry.is_compact_boundary
-            or entry.is_compact_summary
-            or (at is not None and at < boundary_at)
-        ):
-            floor = i + 1
-    return floor
+    relinked = []
+    for r in context:
+        at = session.records.index_of(r.entry.uuid) if r.entry.uuid else None
+        relinked.append(at is not None and at < boundary_at)
+    return split.after_compacted([r.entry for r in context], relinked)
 
 
 def _or(value: int | None, default: int) -> int:

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from compactd import __version__
 from compactd import protocol as p
 from compactd.core.split import group_rounds
 from compactd.core.synthetic import make_session, to_jsonl
+from compactd.core.tokens import known_model, model_limits
 from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
 from compactd.transcript.model import ParseReport, parse_lines
 
@@ -54,9 +56,16 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="compactd", description="Context-window manager daemon for AI coding agents."
     )
     parser.add_argument("--version", action="version", version=f"compactd {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command")
 
-    serve = sub.add_parser("serve", help="run the daemon on stdio (what an editor spawns)")
+    serve = sub.add_parser(
+        "serve",
+        help="run the daemon on stdio (what an editor spawns)",
+        description="Run the daemon. It speaks JSON-RPC 2.0 with LSP base-protocol framing "
+        "(Content-Length headers) on stdin and stdout, and logs to stderr or --log-file. The "
+        "protocol is described in protocol/README.md (methods, errors, lifecycle) and "
+        "protocol/schema.json (every params and result shape).",
+    )
     serve.add_argument("--data-dir", help="where sessions are stored (default: user data dir)")
     serve.add_argument("--log-file", help="log here instead of stderr")
     serve.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv)")
@@ -67,7 +76,18 @@ def _build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="token status and breakdown of a transcript")
     status.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
-    status.add_argument("--model", default=None, help="model whose window applies")
+    status.add_argument(
+        "--model", default=None, help="model whose window applies (default: claude-sonnet-4-5)"
+    )
+    status.add_argument(
+        "--context-window", type=int, default=None, help="window in tokens (default: the model's)"
+    )
+    status.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=None,
+        help="output tokens reserved per request (default: the model's)",
+    )
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     replay = sub.add_parser("replay", help="stream a transcript into a daemon and compact")
@@ -81,7 +101,12 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="window in tokens (default: the model's; 100,000 for the synthetic session)",
     )
-    replay.add_argument("--max-output-tokens", type=int, default=None)
+    replay.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=None,
+        help="output tokens reserved per request (default: the model's)",
+    )
     replay.add_argument(
         "--online",
         action="store_true",
@@ -96,18 +121,40 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
     if args.command == "serve":
         _setup_logging(args.verbose, args.log_file)
         from compactd.server import run_stdio
 
         return run_stdio(Path(args.data_dir) if args.data_dir else None)
     _setup_logging(0, None)
+    # A report piped into `head` ends quietly when the pipe closes, as other tools do.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if getattr(args, "model", None) and not known_model(args.model):
+        window = getattr(args, "context_window", None)
+        assumed = f"{window:,}" if window else f"{model_limits(args.model).context_window:,}"
+        print(
+            f"compactd: unknown model {args.model!r}: assuming a {assumed}-token window; "
+            "set it with --context-window",
+            file=sys.stderr,
+        )
     try:
         if args.command == "demo":
             return asyncio.run(demo(args.transcript, args.data_dir))
         if args.command == "status":
-            return asyncio.run(status(args.transcript, args.model, args.json))
+            return asyncio.run(
+                status(
+                    args.transcript,
+                    args.model,
+                    args.json,
+                    context_window=args.context_window,
+                    max_output_tokens=args.max_output_tokens,
+                )
+            )
         if args.command == "replay":
             return asyncio.run(
                 replay(
@@ -217,7 +264,7 @@ async def demo(transcript: str | None, data_dir: str | None) -> int:
         if not source.is_file():
             source = work / "synthetic-session.jsonl"
             source.write_bytes(to_jsonl(make_session()))
-            print(f"(no fixture transcript found; using a synthetic session at {source})")
+            print("(no fixture transcript found; using a synthetic session)")
         print(f"compactd {__version__} demo: {source.name}")
         async with Client.spawn(
             _daemon_args(str(work / "data")),
@@ -234,7 +281,11 @@ async def demo(transcript: str | None, data_dir: str | None) -> int:
                     else ""
                 )
             )
-            print(f"  stored at {opened.transcript_path}")
+            print(
+                f"  stored at {opened.transcript_path}"
+                if data_dir
+                else "  stored in a temporary folder, deleted at exit (--data-dir keeps it)"
+            )
             _print_status(opened.status)
             _print_breakdown(await client.tokens_breakdown(opened.session_id))
             msgs = await client.messages(opened.session_id)
@@ -305,16 +356,28 @@ async def _demo_auto(client: Client) -> None:
     )
 
 
-async def status(transcript: str, model: str | None, as_json: bool) -> int:
+async def status(
+    transcript: str,
+    model: str | None,
+    as_json: bool,
+    *,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+) -> int:
     """Token status and breakdown of a transcript, through a throwaway daemon."""
     path = Path(transcript)
-    if not path.is_file():
-        print(f"compactd: no such file: {transcript}", file=sys.stderr)
+    problem = _unreadable(path)
+    if problem is not None:
+        print(f"compactd: {transcript}: {problem}", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="compactd-status-") as tmp:
         async with Client.spawn(_daemon_args(tmp)) as client:
             opened = await client.open_session(
-                cwd=str(Path.cwd()), model=model or "claude-sonnet-4-5", transcript_path=str(path)
+                cwd=str(Path.cwd()),
+                model=model or "claude-sonnet-4-5",
+                transcript_path=str(path),
+                context_window=context_window,
+                max_output_tokens=max_output_tokens,
             )
             bd = await client.tokens_breakdown(opened.session_id)
             st = await client.stats(opened.session_id)
@@ -331,6 +394,17 @@ async def status(transcript: str, model: str | None, as_json: bool) -> int:
             if st.compactions:
                 _print_stats(st)
     return 0
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be a transcript, said for a person; None when it may be one."""
+    if path.is_dir():
+        return "is a directory; give a Claude Code transcript file (.jsonl)"
+    if not path.exists():
+        return "no such file"
+    if path.stat().st_size == 0:
+        return "is empty: a transcript has one JSON entry per line"
+    return None
 
 
 # -- replay -------------------------------------------------------------------------------------
@@ -597,8 +671,9 @@ async def replay(
             context_window = REPLAY_SYNTHETIC_WINDOW
     else:
         path = Path(transcript)
-        if not path.is_file():
-            print(f"compactd: no such file: {transcript}", file=sys.stderr)
+        problem = _unreadable(path)
+        if problem is not None:
+            print(f"compactd: {transcript}: {problem}", file=sys.stderr)
             return 1
         lines = path.read_bytes().splitlines()
         name = path.name
@@ -625,7 +700,8 @@ async def replay(
     if as_json:
         out = {
             "sessionId": outcome.session_id,
-            "transcriptPath": outcome.transcript_path,
+            # A temporary data dir is gone when this prints: its path would mislead.
+            "transcriptPath": outcome.transcript_path if data_dir else None,
             "entries": plan.entries,
             "batches": len(plan.batches),
             "skippedArtefacts": plan.skipped_artefacts,

@@ -498,6 +498,11 @@ def _parse_model(name: str) -> tuple[str, tuple[int, int]] | None:
     return None
 
 
+def known_model(model: str) -> bool:
+    """Whether ``model`` names a Claude model the limits table knows (else defaults apply)."""
+    return _parse_model(model.strip().lower().replace(c.ONE_MILLION_SUFFIX, "")) is not None
+
+
 def model_limits(model: str) -> Limits:
     """The table limits of a model name (dated and provider-prefixed names included).
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,55 @@ async def test_synthetic_replay_never_ends_an_automatic_compaction_above_the_hea
     assert ends, "the synthetic session crosses the threshold"
     assert all(post <= threshold * 0.75 for post in ends.values()), (ends, threshold)
     assert report["modelCalls"] == sum(1 for e in report["compactions"] if e["mechanism"] == "full")
+
+
+async def test_wrong_input_is_said_plainly(tmp_path: Path) -> None:
+    code, out, err = await _run("status", str(tmp_path))
+    assert code == 1 and "is a directory" in err and "Traceback" not in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    code, _, err = await _run("status", str(empty))
+    assert code == 1 and "is empty" in err
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"name": "a"}\n')
+    code, _, err = await _run("status", str(notes))
+    assert code == 1 and "transcriptUnreadable" in err and "name" in err
+    code, out, err = await _run("status", "--model", "gpt-4o", str(VIEWER))
+    assert code == 0 and "unknown model 'gpt-4o'" in err and "200,000-token window" in err
+    code, out, err = await _run(
+        "status", "--model", "nonsense", "--context-window", "50000", str(VIEWER)
+    )
+    assert code == 0 and "assuming a 50,000-token window" in err
+    assert "/ 17,000 tokens" in out  # the threshold of that window
+
+
+async def test_help_everywhere() -> None:
+    code, out, _ = await _run()
+    assert code == 2 and "usage: compactd" in out and "serve" in out and "status" in out
+    code, out, _ = await _run("serve", "--help")
+    assert code == 0 and "LSP base-protocol framing" in out and "protocol/README.md" in out
+    for command in ("status", "replay", "demo"):
+        code, out, _ = await _run(command, "--help")
+        assert code == 0
+        options = re.findall(r"^\s+(--[a-z-]+)[^\n]*\n(\s+\S)?", out, re.M)
+        assert options, out
+    code, out, _ = await _run("replay", "--help")
+    assert "output tokens reserved per request" in out
+
+
+def test_a_report_piped_into_head_ends_quietly() -> None:
+    run = subprocess.run(
+        f"{sys.executable} -m compactd status {VIEWER} | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.stdout.count("\n") == 1 and "438 entries" in run.stdout
+    assert "Traceback" not in run.stderr and "BrokenPipe" not in run.stderr
+
+
+async def test_temporary_folders_are_not_printed_as_if_they_stayed() -> None:
+    code, out, err = await _run("replay", "--json", "--context-window", "100000")
+    assert code == 0, err
+    assert json.loads(out)["transcriptPath"] is None

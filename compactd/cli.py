@@ -352,7 +352,7 @@ async def _demo_auto(client: Client) -> None:
     boundaries = sum(1 for e in stored if e.is_compact_boundary or e.is_microcompact_boundary)
     print(
         f"  the transcript still holds {kept} of {len(entries)} original entries, plus "
-        f"{boundaries} compaction boundary entries ({outcome.transcript_path})"
+        f"{boundaries} compaction boundary entries"
     )
 
 

@@ -27,7 +27,7 @@ Pure: the services gather a ``Situation`` and, when the gate lets the session th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -67,9 +67,10 @@ class Situation:
     compacting: bool = False
     # The last compaction failure, named when the breaker is open.
     last_error: str | None = None
-    # What the fixed prefix is made of, when known (e.g. "tools about 9,000, system prompt
-    # about 6,000"), to say why a prefix above the threshold cannot be compacted away.
-    prefix_parts: str | None = None
+    # Says what the fixed prefix is made of, when known (e.g. "tools about 9,000 tokens"), to
+    # explain why a prefix above the threshold cannot be compacted away. Called only then:
+    # working it out encodes the client's tool list, which compact/auto should not do each turn.
+    prefix_parts: Callable[[], str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,12 +161,18 @@ def gate(s: Situation) -> Decision | None:
     return None
 
 
-def prefix_refusal(status: p.TokenStatus, parts: str | None = None) -> str | None:
-    """Why no compaction can help when the fixed prefix alone reaches the threshold; else None."""
+def prefix_refusal(
+    status: p.TokenStatus, describe: Callable[[], str | None] | None = None
+) -> str | None:
+    """Why no compaction can help when the fixed prefix alone reaches the threshold; else None.
+
+    ``describe`` says what the prefix is made of; it is called only when the answer is a refusal.
+    """
     prefix = status.fixed_prefix_tokens
     threshold = status.auto_compact_threshold
     if prefix < threshold:
         return None
+    parts = describe() if describe is not None else None
     made_of = f" ({parts})" if parts else " (system prompt, tools and attachments the client sends)"
     return (
         f"the fixed prefix alone is {prefix} tokens{made_of}, at or above the auto-compact "

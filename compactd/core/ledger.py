@@ -245,7 +245,6 @@ class FileTouch:
     path: str  # as the tool named it
     shown: str  # relative to the working directory when below it
     reads: int = 0
-    searches: int = 0
     edits: int = 0
     writes: int = 0
     last_edit: str = ""  # the first line of the latest edit's new text
@@ -657,7 +656,6 @@ class _Walk:
                 touch.reads += 1
                 self._act(f"read {touch.shown}")
             else:
-                touch.searches += 1
                 self._act(f"{block.name} in {touch.shown}")
         elif block.name in _SHELL_TOOLS:
             command = args.get("command")

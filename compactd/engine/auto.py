@@ -48,7 +48,7 @@ async def decide_auto(
         force=force,
         compacting=session.compacting,
         last_error=session.health.last_error,
-        prefix_parts=prefix_parts(session),
+        prefix_parts=lambda: prefix_parts(session),
     )
     if dispatch.gate(situation) is not None:
         return dispatch.decide(situation)

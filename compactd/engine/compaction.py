@@ -205,7 +205,7 @@ async def run_compaction(
             f"session {session.session_id!r} is already being compacted; try again when it ends",
             sessionId=session.session_id,
         )
-    refusal = dispatch.prefix_refusal(runtime.status(session), prefix_parts(session))
+    refusal = dispatch.prefix_refusal(runtime.status(session), lambda: prefix_parts(session))
     if refusal is not None:
         # No model call can help: the prefix alone fills the window up to the threshold.
         raise p.CompactdError(p.ErrorCode.FIXED_PREFIX_TOO_LARGE, refusal)

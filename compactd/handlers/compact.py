@@ -114,7 +114,7 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
             entries_kept=len(session.context()),
             reason=plan.reason,
         )
-    refusal = dispatch.prefix_refusal(app.status(session), prefix_parts(session))
+    refusal = dispatch.prefix_refusal(app.status(session), lambda: prefix_parts(session))
     if refusal is not None:
         return p.PreviewResult(
             mechanism=requested,

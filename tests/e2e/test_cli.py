@@ -211,11 +211,19 @@ async def test_help_everywhere() -> None:
     assert code == 2 and "usage: compactd" in out and "serve" in out and "status" in out
     code, out, _ = await _run("serve", "--help")
     assert code == 0 and "LSP base-protocol framing" in out and "protocol/README.md" in out
-    for command in ("status", "replay", "demo"):
+    for command in ("serve", "status", "replay", "demo"):
         code, out, _ = await _run(command, "--help")
         assert code == 0
-        options = re.findall(r"^\s+(--[a-z-]+)[^\n]*\n(\s+\S)?", out, re.M)
-        assert options, out
+        options = out.split("options:", 1)[1].splitlines()
+        for i, line in enumerate(options):
+            flag = re.match(r"^  (-\S+(?:, --\S+)?(?: [A-Z_]+)?)(\s*)(.*)$", line)
+            if flag is None:
+                continue
+            # argparse puts the help beside the option, or on the next, deeper-indented line.
+            described = bool(flag.group(3).strip()) or (
+                i + 1 < len(options) and options[i + 1].startswith(" " * 6)
+            )
+            assert described, f"{command}: {line.strip()} has no help line"
     code, out, _ = await _run("replay", "--help")
     assert "output tokens reserved per request" in out
 

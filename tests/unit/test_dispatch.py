@@ -153,10 +153,21 @@ def test_full_when_the_notes_leave_less_headroom() -> None:
     assert f"about {ROOM + 1} tokens" in d.message and f"at most {ROOM}" in d.message
 
 
+def test_the_prefix_is_described_only_when_it_is_refused() -> None:
+    calls: list[int] = []
+
+    def describe() -> str:
+        calls.append(1)
+        return "tools about 9 tokens"
+
+    assert gate(dataclasses.replace(situation(ABOVE), prefix_parts=describe)) is None
+    assert calls == []
+
+
 def test_a_fixed_prefix_above_the_threshold_stops_before_any_outlook() -> None:
     s = dataclasses.replace(
         situation(ABOVE, force=True),
-        prefix_parts="tools about 150,000 tokens",
+        prefix_parts=lambda: "tools about 150,000 tokens",
     )
     status = msgspec.structs.replace(s.status, fixed_prefix_tokens=THRESHOLD + 5)
     d = decide(dataclasses.replace(s, status=status))

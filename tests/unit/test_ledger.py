@@ -118,7 +118,8 @@ def test_commands_are_distinct_with_their_outcome_and_paths_come_from_any_tool()
     assert set(paths) == {"/repo/src/parser.py", "/repo/src/lexer", "/repo/web"}
     assert paths["/repo/src/parser.py"].shown == "src/parser.py"
     assert paths["/repo/src/parser.py"].edits == 1 and paths["/repo/src/parser.py"].reads == 1
-    assert paths["/repo/src/lexer"].searches == 1
+    lexer = paths["/repo/src/lexer"]  # named by a Grep: kept, neither read nor changed
+    assert (lexer.reads, lexer.edits, lexer.writes) == (0, 0, 0)
     [failure] = ledger.failures
     assert failure.what == "`pytest -q`"
     assert failure.message == "exit 1: E   AssertionError: 1 != 2"

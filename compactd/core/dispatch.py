@@ -152,8 +152,8 @@ def gate(s: Situation) -> Decision | None:
         return _nothing(
             s,
             "belowThreshold",
-            f"below the auto-compact threshold ({status.tokens} of "
-            f"{status.auto_compact_threshold} tokens)",
+            f"below the auto-compact threshold ({status.tokens:,} of "
+            f"{status.auto_compact_threshold:,} tokens)",
         )
     refusal = prefix_refusal(status, s.prefix_parts)
     if refusal is not None:
@@ -175,8 +175,8 @@ def prefix_refusal(
     parts = describe() if describe is not None else None
     made_of = f" ({parts})" if parts else " (system prompt, tools and attachments the client sends)"
     return (
-        f"the fixed prefix alone is {prefix} tokens{made_of}, at or above the auto-compact "
-        f"threshold ({threshold}): compacting the conversation cannot bring the next request "
+        f"the fixed prefix alone is {prefix:,} tokens{made_of}, at or above the auto-compact "
+        f"threshold ({threshold:,}): compacting the conversation cannot bring the next request "
         "under it; shorten the system prompt or the tool list, or use a larger window"
     )
 
@@ -200,7 +200,7 @@ def micro_alone(s: Situation, micro: MicroPlan | None) -> Decision | None:
         "micro",
         "microcompactEnough",
         f"clearing old tool results ({micro.strategy}) leaves {after} tokens, within the "
-        f"headroom under the auto-compact threshold (at most {limit} of "
+        f"headroom under the auto-compact threshold (at most {limit:,} of "
         f"{s.status.auto_compact_threshold})",
         s.status.tokens,
         after,
@@ -234,8 +234,8 @@ def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
         return _summarizing(
             "sessionMemory",
             "sessionMemoryFits",
-            f"the session notes and the recent entries leave about {notes.post_tokens} tokens, "
-            f"within the headroom under the auto-compact threshold (at most {limit})",
+            f"the session notes and the recent entries leave about {notes.post_tokens:,} tokens, "
+            f"within the headroom under the auto-compact threshold (at most {limit:,})",
             tokens,
             notes,
             micro,
@@ -247,16 +247,16 @@ def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
         reason = "sessionMemoryTooLarge"
         why = (
             f"the session notes and the entries they keep would leave about "
-            f"{notes.post_tokens} tokens, more than the headroom allows (at most {limit})"
+            f"{notes.post_tokens:,} tokens, more than the headroom allows (at most {limit:,})"
         )
     if micro is not None and micro.cleared and not s.force and notes is None:
         reason = "microcompactTooSmall"
         why = (
             f"clearing old tool results would leave {micro_post(tokens, micro)} tokens, more "
-            f"than the headroom allows (at most {limit}), and {why}"
+            f"than the headroom allows (at most {limit:,}), and {why}"
         )
     full = outlooks.full
-    estimate = f"about {full.post_tokens}"
+    estimate = f"about {full.post_tokens:,}"
     return _summarizing(
         "full",
         reason,

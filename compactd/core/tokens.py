@@ -765,19 +765,46 @@ class _Tally:
         self.raw[name] = self.raw.get(name, 0) + raw
         self.count[name] = self.count.get(name, 0) + 1
 
-    def categories(self, total: int, *, sort: bool, scale: float = 1.0) -> list[BreakdownCategory]:
+    def categories(
+        self, total: int, *, sort: bool, scale: float = 1.0, adds_up_to: int | None = None
+    ) -> list[BreakdownCategory]:
+        shares = apportion([pad(raw) * scale for raw in self.raw.values()], adds_up_to)
         rows = [
             BreakdownCategory(
                 name=name,
-                tokens=round(pad(raw) * scale),
-                percent=_percent_of(round(pad(raw) * scale), total),
+                tokens=tokens,
+                percent=_percent_of(tokens, total),
                 count=self.count[name],
             )
-            for name, raw in self.raw.items()
+            for name, tokens in zip(self.raw, shares, strict=True)
         ]
         if sort:
             rows.sort(key=lambda row: (-row.tokens, row.name))
         return rows
+
+
+def apportion(amounts: Sequence[float], total: int | None = None) -> list[int]:
+    """``amounts`` rounded to whole tokens that add up to ``total`` (default: their rounded sum).
+
+    Rounding each row on its own lets a table's rows miss its total by a few tokens; the
+    largest-remainder rule hands the tokens lost to rounding down to the rows that lost the
+    most, so a breakdown adds up exactly. ``total`` may differ from the sum by a rounding
+    error of another table (a category split by tool): the difference is spread the same way.
+    """
+    floors = [math.floor(a) for a in amounts]
+    target = round(sum(amounts)) if total is None else total
+    missing = target - sum(floors)
+    by_remainder = sorted(range(len(amounts)), key=lambda i: floors[i] - amounts[i])
+    while missing > 0 and by_remainder:
+        for i in by_remainder[:missing]:
+            floors[i] += 1
+        missing = target - sum(floors)
+    while missing < 0 and any(floors):
+        for i in reversed(by_remainder):
+            if missing < 0 and floors[i] > 0:
+                floors[i] -= 1
+                missing += 1
+    return floors
 
 
 def _percent_of(tokens: int, total: int) -> float:
@@ -853,6 +880,7 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
         scale = max(0, count.tokens + cleared - prefix) / conversation
     total = max(0, prefix + round(conversation * scale) - cleared)
     rows = top.categories(total, sort=False, scale=scale)
+    row_tokens = {row.name: row.tokens for row in rows}
     if prefix:
         rows.insert(
             0,
@@ -881,9 +909,16 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
     return BreakdownResult(
         total_tokens=total,
         categories=rows,
-        tool_requests=requests.categories(total, sort=True, scale=scale),
-        tool_results=results.categories(total, sort=True, scale=scale),
-        attachments=attachments.categories(total, sort=True, scale=scale),
+        # Each split adds up to its category's row.
+        tool_requests=requests.categories(
+            total, sort=True, scale=scale, adds_up_to=row_tokens[CATEGORY_TOOL_REQUESTS]
+        ),
+        tool_results=results.categories(
+            total, sort=True, scale=scale, adds_up_to=row_tokens[CATEGORY_TOOL_RESULTS]
+        ),
+        attachments=attachments.categories(
+            total, sort=True, scale=scale, adds_up_to=row_tokens[CATEGORY_ATTACHMENTS]
+        ),
         duplicate_reads=duplicates,
         duplicate_read_tokens=sum(row.wasted_tokens for row in duplicates),
     )

@@ -709,9 +709,9 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         threshold = runtime.status(session).auto_compact_threshold
         if prefix + after >= threshold:
             warnings.append(
-                f"the fixed prefix (system prompt and tools, about {prefix} tokens) plus the "
+                f"the fixed prefix (system prompt and tools, about {prefix:,} tokens) plus the "
                 f"compacted conversation ({after} tokens) is still above the auto-compact "
-                f"threshold ({threshold}): the window refills at once; shorten the system "
+                f"threshold ({threshold:,}): the window refills at once; shorten the system "
                 "prompt, the tool list or the attachments"
             )
             log.warning("session %s: %s", session.session_id, warnings[-1])
@@ -770,7 +770,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         cwd=session.meta.cwd,
         env=runtime.env,
     )
-    run.status("completed", f"{prep.pre_tokens} -> {status.tokens} tokens")
+    run.status("completed", f"{prep.pre_tokens:,} -> {status.tokens:,} tokens")
     return p.CompactResult(
         compaction_id=run.compaction_id,
         # The group size is the store's business, not the client's.

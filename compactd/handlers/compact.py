@@ -139,10 +139,10 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
         entries_summarized=outlook.summarized,
         entries_kept=outlook.kept,
         reason=(
-            f"{requested} compaction: about {outlook.post_tokens} tokens after, the model's "
+            f"{requested} compaction: about {outlook.post_tokens:,} tokens after, the model's "
             "summary estimated from the offline summary of the same entries"
             if outlook.bound
-            else f"{requested} compaction: about {outlook.post_tokens} tokens after"
+            else f"{requested} compaction: about {outlook.post_tokens:,} tokens after"
         ),
     )
 

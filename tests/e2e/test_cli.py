@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import re
+import signal
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,10 @@ async def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str,
     out, err = await asyncio.wait_for(process.communicate(), 50)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+def _int(figure: str) -> int:
+    return int(figure.replace(",", ""))
 
 
 def _boundaries(transcript: Path) -> list[dict[str, Any]]:
@@ -96,15 +104,18 @@ async def test_replay_timeline_is_what_the_daemon_wrote(tmp_path: Path) -> None:
     # The human-readable run makes the same decisions and prints them as a timeline.
     code, text, err = await _run("replay", str(VIEWER), *SMALL_WINDOW)
     assert code == 0, err
-    rows = re.findall(r"^\s+(\d+)\s+(\w+)\s+([\d,]+) ->\s+([\d,]+)$", text, re.M)
-    assert [(int(a), b) for a, b, _, _ in rows] == [(e["entry"], e["mechanism"]) for e in events]
+    rows = re.findall(r"^(\w+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)$", text, re.M)
+    assert [(_int(at), mechanism) for mechanism, at, _, _ in rows] == [
+        (e["entry"], e["mechanism"]) for e in events
+    ]
     assert f"timeline: {len(events)} compaction(s)" in text
     # Exact figures differ a little between runs: the summary names the stored transcript,
     # whose temporary path differs. The printed total is the sum of the printed rows.
-    saved = sum(int(pre.replace(",", "")) - int(post.replace(",", "")) for *_, pre, post in rows)
-    assert f"total tokens saved: {saved:,}" in text
-    # Not a terminal: progress comes as plain lines, never carriage returns.
-    assert "\r" not in text and "entries " in text and "context [" in text
+    saved = sum(_int(pre) - _int(post) for *_, pre, post in rows)
+    assert f"tokens saved in all: {saved:,}" in text
+    # Not a terminal: progress comes as plain lines, never carriage returns or escapes.
+    assert "\r" not in text and "\x1b" not in text
+    assert re.search(r"^replayed [\d,]+ of [\d,]+ entries \(\d+%\) · context \[", text, re.M)
 
 
 async def test_replay_leaves_out_the_original_compactions(tmp_path: Path) -> None:
@@ -123,7 +134,7 @@ async def test_replay_leaves_out_the_original_compactions(tmp_path: Path) -> Non
 
 
 async def test_replay_matches_a_client_driven_replay(spawn_daemon: SpawnDaemon) -> None:
-    from compactd.cli import plan_replay, replay_session
+    from compactd.cli.replay import plan_replay, replay_session
 
     code, out, err = await _run("replay", str(VIEWER), *SMALL_WINDOW, "--json")
     assert code == 0, err
@@ -153,10 +164,11 @@ async def test_demo_runs_offline_and_keeps_the_originals() -> None:
     assert code == 0, err
     assert "imported 438 entries" in out
     assert "compacting offline" in out and "offline summary" in out
-    match = re.search(r"the transcript still holds (\d+) of (\d+) original entries", out)
+    match = re.search(r"the transcript still holds ([\d,]+) of ([\d,]+) original entries", out)
     assert match and match.group(1) == match.group(2)
     assert re.search(r"timeline: [1-9]\d* compaction\(s\)", out)
-    assert "status after:" in out
+    assert "after the replay" in out
+    assert "<temporary folder>/data/sessions/" in out  # not a path that is gone at exit
 
 
 async def test_bad_input_is_reported_without_a_traceback(tmp_path: Path) -> None:
@@ -236,7 +248,7 @@ def test_a_report_piped_into_head_ends_quietly() -> None:
         text=True,
         timeout=60,
     )
-    assert run.stdout.count("\n") == 1 and "438 entries" in run.stdout
+    assert run.stdout == VIEWER.name + "\n"
     assert "Traceback" not in run.stderr and "BrokenPipe" not in run.stderr
 
 
@@ -244,3 +256,156 @@ async def test_temporary_folders_are_not_printed_as_if_they_stayed() -> None:
     code, out, err = await _run("replay", "--json", "--context-window", "100000")
     assert code == 0, err
     assert json.loads(out)["transcriptPath"] is None
+
+
+# -- in a terminal --------------------------------------------------------------------------------
+
+_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _in_terminal(
+    *args: str, columns: int = 100, rows: int = 40, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run ``compactd ARGS`` on a pseudo-terminal of ``columns`` x ``rows``, as a person would;
+    return its exit code and what the terminal received."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "compactd", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env={**base, "TERM": "xterm-256color", **(env or {})},
+    )
+    os.close(slave)
+    received = bytearray()
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not chunk:
+            break
+        received += chunk
+    os.close(master)
+    assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
+    return process.returncode, received.decode().replace("\r\n", "\n")
+
+
+def test_status_of_every_fixture_fits_a_100_by_40_terminal() -> None:
+    fixtures = sorted(FIXTURES.glob("*.jsonl"))
+    assert len(fixtures) >= 6
+    for path in fixtures:
+        _, screen = _in_terminal("status", str(path))
+        assert _ESCAPE.search(screen), "on a terminal the report is in colour"
+        lines = _ESCAPE.sub("", screen).rstrip("\n").split("\n")
+        assert len(lines) <= 40, (path.name, len(lines))
+        widest = max(lines, key=len)
+        assert len(widest) <= 100, (path.name, widest)
+
+
+def test_no_color_plain_and_pipes_get_plain_text() -> None:
+    for args, env in (
+        (["status", str(R2_AUTO)], {"NO_COLOR": "1"}),
+        (["status", str(R2_AUTO), "--plain"], {}),
+        (["replay", str(VIEWER), *SMALL_WINDOW], {"NO_COLOR": "1"}),
+    ):
+        _, screen = _in_terminal(*args, env=env)
+        assert "\x1b" not in screen, (args, env)
+        assert not set(screen) & set("━─│╭"), "no box drawing in plain text"
+        assert "\r" not in screen.replace("\r\n", "\n"), "no line rewritten in place"
+    # Piped, the same report is plain without being asked.
+    piped = subprocess.run(
+        [sys.executable, "-m", "compactd", "status", str(R2_AUTO)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TERM": "xterm-256color"},
+    )
+    assert "\x1b" not in piped.stdout and "[" in piped.stdout  # the gauge in ASCII
+
+
+def _accounting_rows(text: str) -> tuple[list[tuple[str, int]], int]:
+    """The rows and the total of the plain status table."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("the next request carries"))
+    rows: list[tuple[str, int]] = []
+    for line in lines[start + 1 :]:
+        match = re.match(r"^(.+?)\s+(-?[\d,]+)\s+(-?[\d.]+%|-)$", line)
+        assert match, line
+        if match.group(1) == "total":
+            return rows, _int(match.group(2))
+        rows.append((match.group(1), _int(match.group(2))))
+    raise AssertionError("no total row")
+
+
+async def test_status_table_adds_up_and_says_what_auto_would_do() -> None:
+    for path, extra in (
+        (VIEWER, []),
+        (R2_AUTO, []),
+        (FIXTURES / "NotTahaAli__sessclone__compaction.jsonl", []),
+        (VIEWER, SMALL_WINDOW),  # above the threshold: auto would compact
+        (VIEWER, ["--context-window", "20000", "--max-output-tokens", "2000"]),  # cannot
+    ):
+        (code, text, err), (_, raw, _) = await asyncio.gather(
+            _run("status", str(path), *extra), _run("status", str(path), *extra, "--json")
+        )
+        assert code == 0, err
+        report = json.loads(raw)
+        rows, total = _accounting_rows(text)
+        assert sum(tokens for _, tokens in rows) == total == report["status"]["tokens"]
+        prefix = report["status"].get("fixedPrefixTokens", 0)  # omitted when 0
+        assert rows[0] == ("system prompt and tools", prefix) or (
+            prefix == 0 and rows[0][0].startswith("system prompt and tools (no usage yet)")
+        )
+        assert f"{total:,} / " in text  # the gauge shows the same total
+        auto = report["preview"]["auto"]
+        if auto["wouldCompact"]:
+            expected = (
+                f"next: compact/auto would run {auto['mechanism']}, "
+                f"{auto['preTokens']:,} -> about {auto['estimatedPostTokens']:,} tokens"
+            )
+        elif auto["reasonCode"] == "belowThreshold":
+            to_go = report["status"]["autoCompactThreshold"] - total
+            expected = f"next: nothing to do, {to_go:,} tokens below the auto-compact threshold"
+        else:
+            assert auto["reasonCode"] == "fixedPrefixTooLarge"
+            expected = f"next: compact/auto would not compact: {auto['reason']}"
+        assert expected in text, (path.name, extra)
+
+
+async def test_every_report_has_json(tmp_path: Path) -> None:
+    code, out, err = await _run("demo", "--json")
+    assert code == 0, err
+    demo = json.loads(out)
+    assert demo["import"]["entries"] == 438 and demo["import"]["transcriptPath"] is None
+    compaction = demo["compaction"]
+    assert compaction["postCompactTokens"] == compaction["status"]["tokens"]
+    assert demo["auto"]["originalEntriesKept"] == demo["auto"]["originalEntries"]
+    assert "<temporary folder>" in compaction["summary"]
+    code, out, _ = await _run("status", str(VIEWER), "--json")
+    assert set(json.loads(out)) == {"status", "breakdown", "stats", "preview"}
+    code, out, _ = await _run("replay", str(VIEWER), "--json", *SMALL_WINDOW)
+    assert json.loads(out)["compactions"]
+
+
+def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "compactd", "replay", "--data-dir", str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group, as a shell's foreground job
+    )
+    assert process.stdout is not None
+    # Wait for the replay to be under way, then press Ctrl-C: the terminal signals the group.
+    assert process.stdout.readline().startswith(b"compactd ")
+    assert process.stdout.readline().startswith(b"replaying ")
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert err.decode() == "compactd: interrupted\n"
+    # The daemon it spawned is gone too.
+    alive = subprocess.run(["pgrep", "-f", str(data)], capture_output=True, text=True)
+    assert alive.stdout == "", alive.stdout

@@ -1,0 +1,202 @@
+"""The ``compactd`` command: ``serve`` for editors, and reports for people (``status``,
+``replay``, ``demo``).
+
+The daemon (``serve``) writes protocol frames to stdout and nothing else, and logs to stderr or
+``--log-file``. The reports write through :class:`compactd.cli.term.Terminal` (``rich`` on a
+terminal, plain text otherwise, ``--json`` on request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from compactd_client import RpcError
+
+from compactd import __version__
+from compactd.cli.inputs import DEFAULT_MODEL
+from compactd.cli.term import Terminal
+from compactd.core.tokens import known_model, model_limits
+from compactd.services.summarizer import ENV_API_KEY
+
+# Exit codes: 1 for a failure, 2 for a wrong command line (argparse's own), 128 + the signal
+# for an interruption, as shells report it.
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+
+
+def _setup_logging(verbosity: int, log_file: str | None) -> None:
+    level = logging.WARNING - 10 * min(verbosity, 2)
+    handler: logging.Handler = (
+        logging.FileHandler(log_file, encoding="utf-8")
+        if log_file
+        else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # pygls logs whole message bodies (prompts, file contents) at INFO: keep it quiet.
+    for name in ("pygls", "pygls.protocol", "pygls.server", "pygls.feature_manager"):
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    # pygls also logs a traceback for every error answer (bad params, unknown sessions); those
+    # are normal answers here, and compactd logs real failures itself.
+    logging.getLogger("pygls.protocol.json_rpc").setLevel(logging.CRITICAL)
+    # The HTTP stack logs request details at INFO/DEBUG; only errors are useful here.
+    for name in ("httpx", "httpx2", "httpcore", "anthropic"):
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compactd", description="Context-window manager daemon for AI coding agents."
+    )
+    parser.add_argument("--version", action="version", version=f"compactd {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the daemon on stdio (what an editor spawns)",
+        description="Run the daemon. It speaks JSON-RPC 2.0 with LSP base-protocol framing "
+        "(Content-Length headers) on stdin and stdout, and logs to stderr or --log-file. The "
+        "protocol is described in protocol/README.md (methods, errors, lifecycle) and "
+        "protocol/schema.json (every params and result shape).",
+    )
+    serve.add_argument("--data-dir", help="where sessions are stored (default: user data dir)")
+    serve.add_argument("--log-file", help="log here instead of stderr")
+    serve.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv)")
+
+    # Every report can be asked for as plain text or as JSON.
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument(
+        "--plain",
+        action="store_true",
+        help="plain text: no colour, no box drawing, no live progress (also when NO_COLOR is "
+        "set or stdout is not a terminal)",
+    )
+    output.add_argument("--json", action="store_true", help="print the report as one JSON object")
+
+    demo = sub.add_parser("demo", parents=[output], help="the offline demo that `make demo` runs")
+    demo.add_argument("transcript", nargs="?", help="a Claude Code transcript (.jsonl)")
+    demo.add_argument("--data-dir", help="keep the demo's sessions here (default: a temp dir)")
+
+    status = sub.add_parser(
+        "status",
+        parents=[output],
+        help="token status, breakdown and next step of a transcript",
+        description="Where a Claude Code transcript stands against its model's window: the "
+        "parts of the next request (adding up to its total), the heaviest tools, the "
+        "compactions already made, and what compact/auto would do next. Read-only: the "
+        "transcript is imported into a throwaway daemon.",
+    )
+    status.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
+    status.add_argument(
+        "--model", default=None, help=f"model whose window applies (default: {DEFAULT_MODEL})"
+    )
+    status.add_argument(
+        "--context-window", type=int, default=None, help="window in tokens (default: the model's)"
+    )
+    status.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=None,
+        help="output tokens reserved per request (default: the model's)",
+    )
+
+    replay = sub.add_parser(
+        "replay", parents=[output], help="stream a transcript into a daemon and compact"
+    )
+    replay.add_argument(
+        "transcript", nargs="?", help="a Claude Code transcript (default: a synthetic session)"
+    )
+    replay.add_argument("--model", default=None, help="model whose window applies")
+    replay.add_argument(
+        "--context-window",
+        type=int,
+        default=None,
+        help="window in tokens (default: the model's; 100,000 for the synthetic session)",
+    )
+    replay.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=None,
+        help="output tokens reserved per request (default: the model's)",
+    )
+    replay.add_argument(
+        "--online",
+        action="store_true",
+        help=f"summarize with the Anthropic API ({ENV_API_KEY} from the environment)",
+    )
+    replay.add_argument("--data-dir", help="keep the replayed session here (default: a temp dir)")
+    replay.add_argument(
+        "--rounds-per-batch", type=int, default=1, help="API rounds appended per batch"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.command == "serve":
+        _setup_logging(args.verbose, args.log_file)
+        from compactd.server import run_stdio
+
+        return run_stdio(Path(args.data_dir) if args.data_dir else None)
+    _setup_logging(0, None)
+    # A report piped into `head` ends quietly when the pipe closes, as other tools do.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    term = Terminal(plain=args.plain)
+    if getattr(args, "model", None) and not known_model(args.model):
+        window = getattr(args, "context_window", None)
+        assumed = f"{window:,}" if window else f"{model_limits(args.model).context_window:,}"
+        term.error(
+            f"unknown model {args.model!r}: assuming a {assumed}-token window; "
+            "set it with --context-window"
+        )
+    try:
+        return asyncio.run(_report(term, args))
+    except RpcError as exc:
+        term.error(str(exc))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        # Ctrl-C: the daemon the report spawned got the signal too and stops on its own.
+        term.error("interrupted")
+        return EXIT_INTERRUPTED
+
+
+async def _report(term: Terminal, args: argparse.Namespace) -> int:
+    from compactd.cli.demo import demo
+    from compactd.cli.replay import replay
+    from compactd.cli.status import status
+
+    if args.command == "demo":
+        return await demo(term, args.transcript, args.data_dir, as_json=args.json)
+    if args.command == "status":
+        return await status(
+            term,
+            args.transcript,
+            model=args.model,
+            as_json=args.json,
+            context_window=args.context_window,
+            max_output_tokens=args.max_output_tokens,
+        )
+    assert args.command == "replay"
+    return await replay(
+        term,
+        args.transcript,
+        model=args.model,
+        context_window=args.context_window,
+        max_output_tokens=args.max_output_tokens,
+        online=args.online,
+        data_dir=args.data_dir,
+        rounds_per_batch=args.rounds_per_batch,
+        as_json=args.json,
+    )

@@ -1,0 +1,358 @@
+"""``compactd replay``: stream a transcript into a fresh daemon as an agent would, calling
+``compact/auto`` before every request, and report the compactions the daemon made."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compactd_client import Client
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.text import Text
+
+from compactd import __version__
+from compactd import protocol as p
+from compactd.cli import report
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
+from compactd.cli.report import ReplayEvent
+from compactd.cli.term import Terminal, gauge
+from compactd.core.split import group_rounds
+from compactd.core.synthetic import make_session, to_jsonl
+from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
+from compactd.transcript.model import ParseReport, parse_lines
+
+# The window the replay of the synthetic session uses: small enough that its ~180K tokens are
+# compacted more than once, large enough to be a real model's
+# (docs/thresholds.md#auto-compact-threshold).
+REPLAY_SYNTHETIC_WINDOW = 100_000
+# Progress lines printed over a replay in plain text (one per step of 10%).
+_PLAIN_PROGRESS_STEPS = 10
+# Largest append batch of a replay: a round longer than this (an inline sub-agent run inside
+# one response) is appended in pieces, as an agent streams it, with compact/auto in between.
+REPLAY_MAX_BATCH = 20
+
+
+@dataclass(slots=True)
+class ReplayPlan:
+    """A transcript cut into append batches (API rounds), without its original compactions."""
+
+    batches: list[list[dict[str, Any]]]
+    entries: int
+    skipped_artefacts: int
+    corrupt_lines: int
+
+
+def plan_replay(
+    lines: list[bytes], rounds_per_batch: int = 1, max_batch: int = REPLAY_MAX_BATCH
+) -> ReplayPlan:
+    """Group a transcript's entries by API round, as an agent appends them turn by turn.
+
+    A batch holds ``rounds_per_batch`` rounds, cut into pieces of at most ``max_batch``
+    entries.
+
+    The original compaction boundaries and summaries are left out: the point of a replay is to
+    see which compactions this daemon makes on its own.
+    """
+    parsed = ParseReport()
+    records = [
+        r
+        for r in parse_lines(lines, parsed)
+        if not (
+            r.entry.is_compact_boundary
+            or r.entry.is_microcompact_boundary
+            or r.entry.is_compact_summary
+        )
+    ]
+    kept = len(records)
+    skipped = parsed.lines - parsed.skipped - kept
+    rounds = group_rounds([r.entry for r in records])
+    batches: list[list[dict[str, Any]]] = []
+    step = max(1, rounds_per_batch)
+    size = max(1, max_batch)
+    for i in range(0, len(rounds), step):
+        group = rounds[i : i + step]
+        span = [r.to_builtins() for r in records[group[0].start : group[-1].end]]
+        batches += [span[j : j + size] for j in range(0, len(span), size)]
+    return ReplayPlan(batches, kept, skipped, parsed.skipped)
+
+
+def _events(done: int, result: p.AutoResult) -> list[ReplayEvent]:
+    """The boundaries one ``compact/auto`` answer wrote (a microcompact may precede a full)."""
+    out: list[ReplayEvent] = []
+    micro = result.micro
+    if micro is not None and micro.tokens_saved > 0 and micro.boundary is not None:
+        out.append(
+            ReplayEvent(
+                done, "micro", micro.pre_tokens, micro.post_tokens, micro.boundary.get("uuid")
+            )
+        )
+    full = result.result
+    if full is not None:
+        out.append(
+            ReplayEvent(
+                done,
+                result.mechanism or "full",
+                full.pre_compact_tokens,
+                full.post_compact_tokens,
+                full.boundary.get("uuid"),
+            )
+        )
+    return out
+
+
+_INPUT_FIELDS = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _rescaled(entry: dict[str, Any], removed: int, floor: int) -> dict[str, Any]:
+    """``entry`` with its API usage as the replayed, compacted session would have reported it.
+
+    The recorded usage measured the original context; the replay's compactions took
+    ``removed`` tokens out of it, so the input is scaled down by that much, never below
+    ``floor`` (what the replayed context holds now, fixed prefix included).
+    """
+    message = entry.get("message")
+    usage = message.get("usage") if isinstance(message, dict) else None
+    if not isinstance(usage, dict) or removed <= 0:
+        return entry
+    fields = {k: v for k in _INPUT_FIELDS if isinstance(v := usage.get(k), int) and v > 0}
+    recorded = sum(fields.values())
+    if recorded <= 0:
+        return entry
+    target = max(floor, recorded - removed)
+    if target >= recorded:
+        return entry
+    scaled = {k: v * target // recorded for k, v in fields.items()}
+    # Integer division loses a few tokens: give them back to the first field.
+    first = next(iter(scaled))
+    scaled[first] += target - sum(scaled.values())
+    assert isinstance(message, dict)
+    return {**entry, "message": {**message, "usage": {**usage, **scaled}}}
+
+
+class _Progress:
+    """The replay's progress: a live bar on a terminal, a line per tenth in plain text."""
+
+    def __init__(self, term: Terminal, total: int, quiet: bool) -> None:
+        self.term = term
+        self.total = total
+        self.quiet = quiet
+        self._next_step = 1
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> _Progress:
+        if not self.quiet and not self.term.plain:
+            self._bar = Progress(
+                TextColumn("replayed {task.completed:,.0f} of {task.total:,.0f} entries"),
+                BarColumn(bar_width=12),
+                TextColumn("· context"),
+                TextColumn("{task.fields[context]}"),
+                console=self.term.console,
+            )
+            self._task = self._bar.add_task("replay", total=self.total, context="")
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            self.term.say(text)
+
+    def update(self, done: int, status: p.TokenStatus) -> None:
+        if self.quiet:
+            return
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=done, context=gauge(self.term, status))
+            return
+        if done * _PLAIN_PROGRESS_STEPS >= self._next_step * self.total or done == self.total:
+            while done * _PLAIN_PROGRESS_STEPS >= self._next_step * self.total:
+                self._next_step += 1
+            share = f"{done / self.total:.0%}" if self.total else "100%"
+            line = Text(f"replayed {done:,} of {self.total:,} entries ({share}) · context ")
+            self.term.say(line.append_text(gauge(self.term, status)))
+
+
+@dataclass(slots=True)
+class ReplayOutcome:
+    session_id: str
+    transcript_path: str
+    events: list[ReplayEvent]
+    status: p.TokenStatus
+    # Reasons compact/auto gave for not compacting above the threshold.
+    refusals: int = 0
+
+    @property
+    def saved(self) -> int:
+        return sum(ev.pre_tokens - ev.post_tokens for ev in self.events)
+
+    @property
+    def model_calls(self) -> int:
+        """Summary requests a model would have answered (one per summarizing compaction)."""
+        return sum(1 for ev in self.events if ev.mechanism == "full")
+
+    @property
+    def billed_input_tokens(self) -> int:
+        """Input those requests would have carried: each sends the context it summarizes."""
+        return sum(ev.pre_tokens for ev in self.events if ev.mechanism == "full")
+
+
+async def replay_session(
+    client: Client,
+    plan: ReplayPlan,
+    *,
+    model: str,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+    term: Terminal | None = None,
+    quiet: bool = False,
+) -> ReplayOutcome:
+    """Append ``plan`` to a new session batch by batch, calling ``compact/auto`` after each
+    append exactly as an agent does before its next request; show progress unless quiet."""
+    term = term if term is not None else Terminal()
+    opened = await client.open_session(
+        cwd=str(Path.cwd()),
+        model=model,
+        context_window=context_window,
+        max_output_tokens=max_output_tokens,
+    )
+    sid = opened.session_id
+    events: list[ReplayEvent] = []
+    done = 0
+    reasons: set[str] = set()
+    status = opened.status
+    with _Progress(term, plan.entries, quiet) as progress:
+        progress.say(
+            f"replaying {plan.entries:,} entries in {len(plan.batches):,} batches into a "
+            f"{status.context_window:,}-token window "
+            f"(auto-compact at {status.auto_compact_threshold:,})"
+        )
+        if plan.skipped_artefacts:
+            progress.say(f"  left out {plan.skipped_artefacts} compaction entries of the original")
+        for batch in plan.batches:
+            removed = sum(ev.pre_tokens - ev.post_tokens for ev in events)
+            if removed:
+                # The recorded usage measured the original, uncompacted context: rescaled, it
+                # is what this replay's compacted context would have reported.
+                batch = [_rescaled(e, removed, status.tokens) for e in batch]
+            await client.append(sid, batch)
+            done += len(batch)
+            auto = await client.compact_auto(sid)
+            status = auto.status or await client.tokens_status(sid)
+            new = _events(done, auto)
+            events += new
+            for ev in new:
+                progress.say(
+                    f"  compacted at entry {ev.entry:,}: {ev.mechanism} "
+                    f"{ev.pre_tokens:,} -> {ev.post_tokens:,} tokens"
+                )
+            if not auto.was_compacted and status.is_above_auto_compact_threshold:
+                reason = auto.reason or "no reason given"
+                if reason not in reasons:
+                    reasons.add(reason)
+                    progress.say(f"  not compacted at entry {done:,}: {reason}")
+            progress.update(done, status)
+    return ReplayOutcome(sid, opened.transcript_path, events, status, len(reasons))
+
+
+def outcome_json(outcome: ReplayOutcome, plan: ReplayPlan, *, kept: bool) -> dict[str, Any]:
+    """The replay as JSON; ``transcriptPath`` only when the data dir outlives the command."""
+    return {
+        "sessionId": outcome.session_id,
+        "transcriptPath": outcome.transcript_path if kept else None,
+        "entries": plan.entries,
+        "batches": len(plan.batches),
+        "skippedArtefacts": plan.skipped_artefacts,
+        "compactions": [
+            {
+                "entry": ev.entry,
+                "mechanism": ev.mechanism,
+                "preTokens": ev.pre_tokens,
+                "postTokens": ev.post_tokens,
+                "boundaryUuid": ev.boundary_uuid,
+            }
+            for ev in outcome.events
+        ],
+        "tokensSaved": outcome.saved,
+        "modelCalls": outcome.model_calls,
+        "billedInputTokens": outcome.billed_input_tokens,
+        "status": outcome.status,
+    }
+
+
+def show_outcome(term: Terminal, outcome: ReplayOutcome) -> None:
+    term.say()
+    report.timeline(term, outcome.events, outcome.saved, refused=outcome.refusals > 0)
+    if outcome.model_calls:
+        term.say(
+            f"model calls: {outcome.model_calls} (summaries), billing about "
+            f"{outcome.billed_input_tokens:,} input tokens"
+        )
+    else:
+        term.say("model calls: none (microcompact and session memory need no model)")
+    term.say()
+    term.say("after the replay", style="bold")
+    report.status_lines(term, outcome.status)
+    term.say(report.parts_line(outcome.status), style="dim")
+
+
+async def replay(
+    term: Terminal,
+    transcript: str | None,
+    *,
+    model: str | None = None,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+    online: bool = False,
+    data_dir: str | None = None,
+    rounds_per_batch: int = 1,
+    as_json: bool = False,
+) -> int:
+    """``compactd replay``: stream a transcript (default: a synthetic session in a 100K window)
+    into a fresh daemon and end with the timeline of the compactions it made."""
+    if transcript is None:
+        lines = to_jsonl(make_session()).splitlines()
+        name = "a synthetic session"
+        if context_window is None:
+            context_window = REPLAY_SYNTHETIC_WINDOW
+    else:
+        path = Path(transcript)
+        problem = unreadable(path)
+        if problem is not None:
+            term.error(f"{transcript}: {problem}")
+            return 1
+        lines = path.read_bytes().splitlines()
+        name = path.name
+    if online and not (os.environ.get(ENV_API_KEY) or os.environ.get(ENV_AUTH_TOKEN)):
+        term.error(f"--online needs {ENV_API_KEY} in the environment")
+        return 2
+    plan = plan_replay(lines, rounds_per_batch)
+    options: dict[str, Any] = {} if online else {"summarizer": {"offline": True}}
+    with tempfile.TemporaryDirectory(prefix="compactd-replay-") as tmp:
+        async with Client.spawn(
+            daemon_args(data_dir or tmp), initialization_options=options
+        ) as client:
+            if not as_json:
+                summarizer = "the Anthropic API" if online else "the offline summarizer"
+                term.say(f"compactd {__version__} replay of {name}, compacting with {summarizer}")
+            outcome = await replay_session(
+                client,
+                plan,
+                model=model or DEFAULT_MODEL,
+                context_window=context_window,
+                max_output_tokens=max_output_tokens,
+                term=term,
+                quiet=as_json,
+            )
+    if as_json:
+        term.json(outcome_json(outcome, plan, kept=data_dir is not None))
+        return 0
+    show_outcome(term, outcome)
+    if data_dir:
+        term.say(f"the replayed session is kept in {outcome.transcript_path}")
+    return 0

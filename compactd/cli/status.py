@@ -1,0 +1,83 @@
+"""``compactd status``: where a transcript stands against its window, in parts that add up, and
+what ``compact/auto`` would do next."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from compactd_client import Client, RpcError
+
+from compactd import protocol as p
+from compactd.cli import report
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
+from compactd.cli.term import Terminal
+
+
+async def previews(
+    client: Client, session_id: str
+) -> tuple[p.PreviewResult, p.PreviewResult | str]:
+    """``compact/auto``'s decision now, and a full compaction's outcome (or why it cannot run)."""
+    auto = await client.compact_preview(session_id, mechanism="auto")
+    full: p.PreviewResult | str
+    try:
+        full = await client.compact_preview(session_id, mechanism="full")
+    except RpcError as exc:
+        full = exc.message
+    return auto, full
+
+
+async def status(
+    term: Terminal,
+    transcript: str,
+    *,
+    model: str | None,
+    as_json: bool,
+    context_window: int | None = None,
+    max_output_tokens: int | None = None,
+) -> int:
+    """Token status, breakdown and outlook of a transcript, through a throwaway daemon."""
+    path = Path(transcript)
+    problem = unreadable(path)
+    if problem is not None:
+        term.error(f"{transcript}: {problem}")
+        return 1
+    model = model or DEFAULT_MODEL
+    with tempfile.TemporaryDirectory(prefix="compactd-status-") as tmp:
+        # Offline: a preview never calls a model, and nothing here may need a key.
+        options = {"summarizer": {"offline": True}}
+        async with Client.spawn(daemon_args(tmp), initialization_options=options) as client:
+            opened = await client.open_session(
+                cwd=str(Path.cwd()),
+                model=model,
+                transcript_path=str(path),
+                context_window=context_window,
+                max_output_tokens=max_output_tokens,
+            )
+            sid = opened.session_id
+            bd = await client.tokens_breakdown(sid)
+            st = await client.stats(sid)
+            auto, full = await previews(client, sid)
+    if as_json:
+        out: dict[str, Any] = {
+            "status": opened.status,
+            "breakdown": bd,
+            "stats": st,
+            "preview": {"auto": auto, "full": full if isinstance(full, p.PreviewResult) else None},
+        }
+        if isinstance(full, str):
+            out["preview"]["fullRefused"] = full
+        term.json(out)
+        return 0
+    skipped = f", {opened.skipped_lines} corrupt line(s) skipped" if opened.skipped_lines else ""
+    term.say(path.name, style="bold")
+    term.say(f"{opened.entry_count:,} entries{skipped}, model {model}", style="dim")
+    report.status_lines(term, opened.status)
+    term.say()
+    report.accounting(term, opened.status, bd)
+    report.tools(term, bd)
+    report.duplicates(term, bd)
+    report.compactions(term, st)
+    report.next_step(term, opened.status, auto, full)
+    return 0

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit protocol-check protocol bench node-test test-editors clean
+.PHONY: demo test lint typecheck unit protocol-check protocol bench node-test test-editors screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,6 +51,12 @@ test-editors: $(STAMP)
 		$(BIN)/python -m pytest -q -rs tests/editors
 
 test: lint typecheck protocol-check unit node-test test-editors
+
+# The terminal screenshots the README shows: each report run in a 100x40 tmux pane, captured with
+# its colours and saved as SVG in docs/screenshots/.
+screenshots: $(STAMP)
+	@command -v tmux >/dev/null || (apt-get update -q && apt-get install -y -q tmux)
+	$(BIN)/python docs/screenshots/capture.py
 
 bench: $(STAMP)
 	@for b in tests/bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

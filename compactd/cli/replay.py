@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from compactd_client import Client
-from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
 from compactd import __version__
@@ -33,6 +33,9 @@ _PLAIN_PROGRESS_STEPS = 10
 # Largest append batch of a replay: a round longer than this (an inline sub-agent run inside
 # one response) is appended in pieces, as an agent streams it, with compact/auto in between.
 REPLAY_MAX_BATCH = 20
+# The live line holds two bars: the context's is shorter than a report's, so both fit 100
+# columns.
+_LIVE_GAUGE_WIDTH = 12
 
 
 @dataclass(slots=True)
@@ -132,6 +135,14 @@ def _rescaled(entry: dict[str, Any], removed: int, floor: int) -> dict[str, Any]
     return {**entry, "message": {**message, "usage": {**usage, **scaled}}}
 
 
+class _GaugeColumn(ProgressColumn):
+    """The context gauge, with its colours (a text column would print it as plain text)."""
+
+    def render(self, task: Task) -> Text:
+        value = task.fields.get("context")
+        return value if isinstance(value, Text) else Text("")
+
+
 class _Progress:
     """The replay's progress: a live bar on a terminal, a line per tenth in plain text."""
 
@@ -146,10 +157,10 @@ class _Progress:
     def __enter__(self) -> _Progress:
         if not self.quiet and not self.term.plain:
             self._bar = Progress(
-                TextColumn("replayed {task.completed:,.0f} of {task.total:,.0f} entries"),
-                BarColumn(bar_width=12),
+                TextColumn("replayed {task.completed:,.0f}/{task.total:,.0f} entries"),
+                BarColumn(bar_width=10),
                 TextColumn("· context"),
-                TextColumn("{task.fields[context]}"),
+                _GaugeColumn(),
                 console=self.term.console,
             )
             self._task = self._bar.add_task("replay", total=self.total, context="")
@@ -168,7 +179,8 @@ class _Progress:
         if self.quiet:
             return
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=done, context=gauge(self.term, status))
+            context = gauge(self.term, status, width=_LIVE_GAUGE_WIDTH)
+            self._bar.update(self._task, completed=done, context=context)
             return
         if done * _PLAIN_PROGRESS_STEPS >= self._next_step * self.total or done == self.total:
             while done * _PLAIN_PROGRESS_STEPS >= self._next_step * self.total:

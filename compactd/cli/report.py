@@ -139,12 +139,21 @@ def compactions(term: Terminal, st: p.StatsResult) -> None:
         if earlier:
             title += f" (the last {len(shown)})"
         term.say(title, style="bold")
-        table = term.table("#", "trigger", "mechanism", "before", "after", text_columns=3)
+        table = term.table(
+            "#", "trigger", "mechanism", "before", "after", "entries summarized", text_columns=3
+        )
         for i, c in enumerate(shown, earlier + 1):
             after = f"~{c.post_tokens:,}" if c.post_tokens_estimated else f"{c.post_tokens:,}"
             mechanism = c.mechanism + (" (undone)" if c.undone else "")
             mechanism += " (thrash)" if c.thrash else ""
-            table.add_row(str(i), c.trigger, mechanism, f"{c.pre_tokens:,}", after)
+            table.add_row(
+                str(i),
+                c.trigger,
+                mechanism,
+                f"{c.pre_tokens:,}",
+                after,
+                f"{c.entries_summarized:,}",
+            )
         term.show(table)
     if st.microcompactions:
         term.say(

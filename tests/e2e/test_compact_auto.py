@@ -171,8 +171,8 @@ async def test_a_fixed_prefix_above_the_threshold_is_refused_before_any_model_ca
     assert status.fixed_prefix_tokens >= threshold and status.message_tokens < 100
     preview = await client.compact_preview(sid)
     assert not preview.would_compact and preview.reason_code == "fixedPrefixTooLarge"
-    assert f"{status.fixed_prefix_tokens} tokens" in preview.reason
-    assert str(threshold) in preview.reason
+    assert f"{status.fixed_prefix_tokens:,} tokens" in preview.reason
+    assert f"{threshold:,}" in preview.reason
     auto = await client.compact_auto(sid)
     assert not auto.was_compacted and auto.reason_code == "fixedPrefixTooLarge"
     forced = await client.compact_auto(sid, force=True)

@@ -206,3 +206,13 @@ def run_sh(block: Block, where: str, tmp_path: Path) -> None:
             assert "compact" in done.stdout and "entries" in done.stdout, done.stdout
         else:
             assert "-m pytest" in done.stdout, done.stdout
+
+
+def test_local_links_lead_somewhere() -> None:
+    """Every link and image of the README that names a file of the repository finds it."""
+    text = README.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not re.match(r"[a-z]+:", t)]
+    assert "docs/screenshots/status.svg" in local and "docs/screenshots/replay.svg" in local
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, missing

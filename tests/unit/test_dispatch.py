@@ -150,7 +150,7 @@ def test_full_when_the_notes_leave_less_headroom() -> None:
     large = dataclasses.replace(NOTES, post_tokens=ROOM + 1)
     d = decide(situation(ABOVE), outlooks(notes=large))
     assert (d.mechanism, d.reason) == ("full", "sessionMemoryTooLarge")
-    assert f"about {ROOM + 1} tokens" in d.message and f"at most {ROOM}" in d.message
+    assert f"about {ROOM + 1:,} tokens" in d.message and f"at most {ROOM:,}" in d.message
 
 
 def test_the_prefix_is_described_only_when_it_is_refused() -> None:
@@ -172,8 +172,8 @@ def test_a_fixed_prefix_above_the_threshold_stops_before_any_outlook() -> None:
     status = msgspec.structs.replace(s.status, fixed_prefix_tokens=THRESHOLD + 5)
     d = decide(dataclasses.replace(s, status=status))
     assert (d.mechanism, d.reason) == ("none", "fixedPrefixTooLarge")
-    assert f"{THRESHOLD + 5} tokens (tools about 150,000 tokens)" in d.message
-    assert str(THRESHOLD) in d.message
+    assert f"{THRESHOLD + 5:,} tokens (tools about 150,000 tokens)" in d.message
+    assert f"{THRESHOLD:,}" in d.message
 
 
 def test_full_without_notes_reports_its_bound() -> None:
@@ -189,7 +189,7 @@ def test_full_without_notes_reports_its_bound() -> None:
         None,
         bound=True,
     )
-    assert "about 9000 tokens" in d.message
+    assert "about 9,000 tokens" in d.message
 
 
 # -- estimates ----------------------------------------------------------------------------------------

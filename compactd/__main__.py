@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from compactd.cli import main
+from compactd.cli.main import main
 
 sys.exit(main())

@@ -1,5 +1,1 @@
-"""The ``compactd`` command line (``compactd.cli.main``)."""
-
-from compactd.cli.main import main
-
-__all__ = ["main"]
+"""The ``compactd`` command line; its entry point is ``compactd.cli.main:main``."""

@@ -8,8 +8,8 @@ from typing import Any
 
 from compactd_client import Client, RpcError
 
+import compactd.cli.report as report
 from compactd import __version__
-from compactd.cli import report
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args
 from compactd.cli.replay import (
     REPLAY_SYNTHETIC_WINDOW,

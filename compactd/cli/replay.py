@@ -13,9 +13,9 @@ from compactd_client import Client
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
+import compactd.cli.report as report
 from compactd import __version__
 from compactd import protocol as p
-from compactd.cli import report
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
 from compactd.cli.report import ReplayEvent
 from compactd.cli.term import Terminal, gauge

@@ -9,8 +9,8 @@ from typing import Any
 
 from compactd_client import Client, RpcError
 
+import compactd.cli.report as report
 from compactd import protocol as p
-from compactd.cli import report
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
 from compactd.cli.term import Terminal
 

@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 from compactd_client import Client  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
-from compactd.cli import plan_replay  # noqa: E402
+from compactd.cli.replay import plan_replay  # noqa: E402
 from compactd.core.synthetic import make_session, to_jsonl  # noqa: E402
 from tests.conftest import FIXTURES, daemon_args  # noqa: E402
 from tests.e2e.test_compact_support import CACHE_SAFE  # noqa: E402

@@ -24,6 +24,13 @@ CATEGORY_LABELS = {
     "clearedByMicrocompact": "cleared by microcompact",
 }
 
+# What compact/auto may run, in words (the PreviewResult mechanisms).
+MECHANISMS = {
+    "micro": "microcompact",
+    "sessionMemory": "a session-memory compaction",
+    "full": "a full compaction",
+}
+
 # How many rows the longer lists keep, so that a status fits one screen (40 x 100).
 TOP_TOOLS = 5
 TOP_DUPLICATES = 3
@@ -100,7 +107,7 @@ def tools(term: Terminal, bd: p.BreakdownResult) -> None:
         return
     term.say()
     ranked = sorted(rows.values(), key=lambda r: (-(r.calls + r.results), r.name))
-    table = term.table("by tool", "uses", "calls", "results")
+    table = term.table("by tool", "uses", "call tokens", "result tokens")
     for row in ranked[:TOP_TOOLS]:
         table.add_row(row.name, f"{row.uses:,}", f"{row.calls:,}", f"{row.results:,}")
     rest = ranked[TOP_TOOLS:]
@@ -175,7 +182,7 @@ def next_step(
     term.say()
     if auto.would_compact:
         term.say(
-            f"next: compact/auto would run {auto.mechanism}, "
+            f"next: compact/auto would run {MECHANISMS.get(auto.mechanism, auto.mechanism)}, "
             f"{auto.pre_tokens:,} -> about {auto.estimated_post_tokens:,} tokens",
             style="bold",
         )
@@ -184,6 +191,8 @@ def next_step(
         term.say(f"next: nothing to do, {to_go:,} tokens below the auto-compact threshold")
     else:
         term.say(f"next: compact/auto would not compact: {auto.reason or auto.reason_code}")
+    if auto.would_compact and auto.mechanism == "full":
+        return  # the line above is that compaction; a manual one would differ only in wording
     if isinstance(full, str):
         term.say(f"compacting now (compact/full) cannot run: {full}", style="dim")
     elif full.would_compact:

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 from compactd_client import Client
 
+from compactd.cli.report import MECHANISMS
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.helpers import transcript_lines
 
@@ -363,7 +364,7 @@ async def test_status_table_adds_up_and_says_what_auto_would_do() -> None:
         auto = report["preview"]["auto"]
         if auto["wouldCompact"]:
             expected = (
-                f"next: compact/auto would run {auto['mechanism']}, "
+                f"next: compact/auto would run {MECHANISMS[auto['mechanism']]}, "
                 f"{auto['preTokens']:,} -> about {auto['estimatedPostTokens']:,} tokens"
             )
         elif auto["reasonCode"] == "belowThreshold":

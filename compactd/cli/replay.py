@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from compactd_client import Client
+from rich.console import RenderableType
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
@@ -136,11 +137,11 @@ def _rescaled(entry: dict[str, Any], removed: int, floor: int) -> dict[str, Any]
 
 
 class _GaugeColumn(ProgressColumn):
-    """The context gauge, with its colours (a text column would print it as plain text)."""
+    """The context's gauge beside the replay's own bar."""
 
-    def render(self, task: Task) -> Text:
+    def render(self, task: Task) -> RenderableType:
         value = task.fields.get("context")
-        return value if isinstance(value, Text) else Text("")
+        return value if value is not None else Text("")
 
 
 class _Progress:
@@ -186,8 +187,8 @@ class _Progress:
             while done * _PLAIN_PROGRESS_STEPS >= self._next_step * self.total:
                 self._next_step += 1
             share = f"{done / self.total:.0%}" if self.total else "100%"
-            line = Text(f"replayed {done:,} of {self.total:,} entries ({share}) · context ")
-            self.term.say(line.append_text(gauge(self.term, status)))
+            before = f"replayed {done:,} of {self.total:,} entries ({share}) · context "
+            self.term.show(gauge(self.term, status, before=before))
 
 
 @dataclass(slots=True)

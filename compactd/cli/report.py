@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.text import Text
-
 from compactd import protocol as p
 from compactd.cli.term import Terminal, gauge, gauge_limit
 
@@ -44,10 +42,9 @@ def label(category: str) -> str:
 def status_lines(term: Terminal, status: p.TokenStatus) -> None:
     """The gauge and the limits it is measured against, in two lines."""
     what = "before auto-compact" if status.auto_compact_enabled else "of the effective window"
-    line = Text("next request ")
-    line.append_text(gauge(term, status))
-    line.append(f", {status.percent_left}% left {what}")
-    term.say(line)
+    term.show(
+        gauge(term, status, before="next request ", after=f", {status.percent_left}% left {what}")
+    )
     reserve = status.context_window - status.effective_window
     auto = (
         f"; auto-compact at {status.auto_compact_threshold:,}"

@@ -15,6 +15,7 @@ from typing import IO, Any
 import msgspec
 from rich import box
 from rich.console import Console, RenderableType
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -60,7 +61,8 @@ class Terminal:
         self.console.print(line, soft_wrap=True)
 
     def show(self, renderable: RenderableType) -> None:
-        self.console.print(renderable)
+        # A line of text is never folded by rich (see say); tables and grids fit the width.
+        self.console.print(renderable, soft_wrap=isinstance(renderable, Text))
 
     def table(self, *columns: str, text_columns: int = 1) -> Table:
         """A table of ``text_columns`` text columns, then right-aligned figures."""
@@ -112,17 +114,32 @@ def gauge_limit(status: p.TokenStatus) -> int:
     return status.auto_compact_threshold if status.auto_compact_enabled else status.effective_window
 
 
-def gauge(term: Terminal, status: p.TokenStatus, width: int = GAUGE_WIDTH) -> Text:
-    """``[#####.....] 21,562 / 167,000 tokens (13%)``: the next request against its limit."""
+def gauge(
+    term: Terminal,
+    status: p.TokenStatus,
+    *,
+    before: str = "",
+    after: str = "",
+    width: int = GAUGE_WIDTH,
+) -> RenderableType:
+    """``before [#####.....] 21,562 / 167,000 tokens (13%)after``: the next request against its
+    limit, as rich's progress bar in the status's colour, or in ASCII in plain text."""
     limit = gauge_limit(status)
-    frac = min(1.0, status.tokens / limit) if limit > 0 else 0.0
-    filled = round(frac * width)
-    out = Text()
-    if term.plain:
-        out.append("[" + "#" * filled + "." * (width - filled) + "]")
-    else:
-        out.append("━" * filled, style=level_style(status))
-        out.append("━" * (width - filled), style="grey35")
     share = f"{status.tokens / limit:.0%}" if limit > 0 else "-"
-    out.append(f" {status.tokens:,} / {limit:,} tokens ({share})")
-    return out
+    figures = f"{status.tokens:,} / {limit:,} tokens ({share}){after}"
+    if term.plain:
+        frac = min(1.0, status.tokens / limit) if limit > 0 else 0.0
+        filled = round(frac * width)
+        return Text(f"{before}[{'#' * filled}{'.' * (width - filled)}] {figures}")
+    colour = level_style(status)
+    bar = ProgressBar(
+        total=max(1, limit),
+        completed=min(status.tokens, max(1, limit)),
+        width=width,
+        complete_style=colour,
+        finished_style=colour,
+    )
+    row = Table.grid(padding=(0, 1))
+    cells: list[RenderableType] = [Text(before.rstrip())] if before.strip() else []
+    row.add_row(*cells, bar, Text(figures))
+    return row

@@ -131,9 +131,9 @@ class App(Runtime):
         if tokens.thresholds(limits, self.env).auto_compact_threshold <= 0:
             raise p.CompactdError(
                 p.ErrorCode.INVALID_PARAMS,
-                f"a {limits.context_window}-token window leaves no room for the conversation once "
-                f"{limits.max_output_tokens} output tokens and the compaction buffer are reserved;"
-                " pass a smaller maxOutputTokens",
+                f"a {limits.context_window:,}-token window leaves no room for the conversation "
+                f"once {limits.max_output_tokens:,} output tokens and the compaction buffer are "
+                "reserved; pass a smaller maxOutputTokens or a larger contextWindow",
             )
         # A relative transcript path means what it means to the agent: relative to its cwd.
         source = (

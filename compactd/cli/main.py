@@ -164,12 +164,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(_report(term, args))
     except RpcError as exc:
-        term.error(str(exc))
+        term.error(_in_flags(str(exc)))
         return EXIT_FAILED
     except KeyboardInterrupt:
         # Ctrl-C: the daemon the report spawned got the signal too and stops on its own.
         term.error("interrupted")
         return EXIT_INTERRUPTED
+
+
+# The session/open params a report passes on from its options: the daemon's errors name the
+# params, the person typed the options.
+_PARAM_FLAGS = {"contextWindow": "--context-window", "maxOutputTokens": "--max-output-tokens"}
+
+
+def _in_flags(message: str) -> str:
+    for param, flag in _PARAM_FLAGS.items():
+        message = message.replace(param, flag)
+    return message
 
 
 async def _report(term: Terminal, args: argparse.Namespace) -> int:

@@ -182,6 +182,10 @@ async def test_bad_input_is_reported_without_a_traceback(tmp_path: Path) -> None
     assert code == 2 and "ANTHROPIC_API_KEY" in err
     code, _, err = await _run("replay", str(VIEWER), "--context-window", "1000")
     assert code == 1 and "window" in err and "Traceback" not in err
+    # The daemon's error names the options the person typed, not the wire's params.
+    assert "--max-output-tokens" in err and "maxOutputTokens" not in err
+    code, _, err = await _run("status", str(VIEWER), "--context-window", "-5")
+    assert code == 1 and err == "compactd: --context-window must be positive (invalidParams)\n"
 
 
 async def test_synthetic_replay_never_ends_an_automatic_compaction_above_the_headroom(

@@ -238,7 +238,7 @@ class MicroPlan:
 
     strategy: PlanStrategy
     cleared: tuple[ToolResult, ...] = ()
-    # Padded tokens the context shrinks by (the same scale as ``tokens/status``).
+    # Tokens the count shrinks by (``tokens/status`` before minus after; see ``_saved``).
     tokens_saved: int = 0
     reason: str | None = None
     # Files that leave the read-file state (see ``dropped_paths``).
@@ -261,7 +261,13 @@ class MicroPlan:
 
 
 def _saved(results: Iterable[ToolResult]) -> int:
-    return pad(sum(result_saving(r) for r in results))
+    """What clearing ``results`` takes off the count (docs/microcompact.md#what-a-clearing-saves).
+
+    Unpadded: a cleared result is usually covered by the latest usage, which measured it
+    exactly, and the plain estimate is the best guess of what the API counted for it. Padding
+    it, as the count pads what it adds, would take more off than the request loses.
+    """
+    return sum(result_saving(r) for r in results)
 
 
 def dropped_paths(results: Sequence[ToolResult], cleared: Iterable[ToolResult]) -> tuple[str, ...]:
@@ -311,8 +317,8 @@ def plan_count(
         return MicroPlan(
             "count",
             reason=(
-                f"clearing would free {saved} tokens, below the minimum of "
-                f"{config.min_savings}; the newest {config.protected_tokens} tokens of tool "
+                f"clearing would free {saved:,} tokens, below the minimum of "
+                f"{config.min_savings:,}; the newest {config.protected_tokens:,} tokens of tool "
                 "results are protected"
             ),
         )

@@ -26,6 +26,9 @@ SMALL_WINDOW = 40_000
 # A window whose threshold the synthetic session is above, but whose headroom (75% of the
 # threshold) what time-based microcompact leaves of it fits in.
 MICRO_WINDOW = 45_000
+# A window whose threshold (10K) what count-based clearing leaves of the session (about 9K) is
+# under, but not under its headroom (7.5K).
+HEADROOM_WINDOW = 43_000
 
 
 async def test_below_threshold_nothing_happens_and_force_compacts(h: Harness) -> None:
@@ -81,10 +84,12 @@ async def test_microcompact_alone_can_be_enough(h: Harness) -> None:
 async def test_microcompact_that_leaves_too_little_headroom_gives_way_to_a_summary(
     spawn_daemon: SpawnDaemon,
 ) -> None:
-    # In the 40K window, clearing old results would leave the session under the threshold
-    # but above 75% of it: it would cross again a few turns later. A full compaction runs.
+    # Clearing old results would leave the session under the threshold but above 75% of it:
+    # it would cross again a few turns later. A full compaction runs.
     async with spawn_daemon(options={"summarizer": {"offline": True}}) as client:
-        sid = await open_session(client, session_entries(recent=False), contextWindow=SMALL_WINDOW)
+        sid = await open_session(
+            client, session_entries(recent=False), contextWindow=HEADROOM_WINDOW
+        )
         status = await client.tokens_status(sid)
         micro = await client.compact_preview(sid, mechanism="micro")
         room = int(status.auto_compact_threshold * 0.75)

@@ -90,8 +90,9 @@ async def test_count_microcompact_clears_reports_and_survives_restart(
             else:
                 assert content == before[tid]
         # The view and the count agree: what left the messages is what the count dropped.
+        # The plain estimate: docs/microcompact.md#what-a-clearing-saves.
         dropped = sum(_raw(before[t]) - _raw(after[t]) for t in cleared)
-        assert abs(pad(dropped) - result.tokens_saved) <= 1
+        assert abs(dropped - result.tokens_saved) <= len(cleared)
         # What is left of the clearable results fits in the protected window.
         left = sum(_raw(after[t]) for t in ids if t not in cleared)
         assert pad(left) <= 40_000

@@ -189,7 +189,7 @@ def prefix_sizes(cache_safe: Mapping[str, Any] | None) -> dict[str, int]:
     for key, name in (("system", "system prompt"), ("tools", "tools")):
         value = (cache_safe or {}).get(key)
         if value:
-            sizes[name] = pad(chars_to_tokens(_json_length(value)))
+            sizes[name] = chars_to_tokens(_json_length(value))
     return sizes
 
 
@@ -351,12 +351,18 @@ class TokenCounter:
         "_saved",
         "_seen",
         "carried_prefix",
+        "known_prefix",
     )
 
-    def __init__(self, entries: Iterable[Entry] = (), carried_prefix: int = 0) -> None:
+    def __init__(
+        self, entries: Iterable[Entry] = (), carried_prefix: int = 0, known_prefix: int = 0
+    ) -> None:
         # The fixed prefix known from before this context (a compaction, the client's
         # cacheSafeParams): counted until a response in the context reports usage.
         self.carried_prefix = carried_prefix
+        # What the client says every request carries (the estimate of its cacheSafeParams):
+        # the prefix is never taken to be smaller.
+        self.known_prefix = known_prefix
         self._best_prefix: int | None = None
         self._attachment_raw = 0
         self._seen = 0
@@ -433,28 +439,33 @@ class TokenCounter:
     def learned_prefix(self) -> int | None:
         """The fixed prefix learned from the usage in this context, or None without any.
 
-        Each response's usage implies a figure; the largest is kept. The padded estimate
-        errs high on the messages, more the more of them a usage covers, so the figure of the
-        response that covered the fewest messages, usually the first, is the truest.
+        Each response's usage implies a figure; the largest is kept, and never less than what
+        the client says it sends (``known_prefix``). The padded estimate errs high on text and
+        attachments, so a usage covering mostly those implies too small a prefix; the floor
+        and the largest figure keep the prefix from being forgotten that way
+        (docs/thresholds.md#accounting).
         """
-        return self._best_prefix
+        if self._best_prefix is None:
+            return None
+        return max(self._best_prefix, self.known_prefix)
 
     @property
     def fixed_prefix(self) -> int:
         """The best figure of the fixed prefix now: learned from usage, else carried."""
         learned = self.learned_prefix
-        return self.carried_prefix if learned is None else learned
+        return max(self.carried_prefix, self.known_prefix) if learned is None else learned
 
     @property
     def current(self) -> TokenCount:
         anchor = self._anchor
         if anchor is None:
+            prefix = self.fixed_prefix
             return _make_count(
                 0,
                 self._cumulative_raw,
                 self._saved,
-                prefix=self.carried_prefix,
-                source="carried" if self.carried_prefix else "none",
+                prefix=prefix,
+                source="carried" if prefix else "none",
                 attachment_raw=self._attachment_raw,
                 anchored=False,
             )

@@ -121,7 +121,10 @@ class Session:
         if head is not None and head.entry.is_compact_boundary and head.uuid:
             start = records.index_of(head.uuid)
         derived = Derived(context=ctx, context_start=start or 0, undone_micro=views.undone_ids())
-        derived.counter = tokens.TokenCounter(carried_prefix=self._carried_prefix(head))
+        derived.counter = tokens.TokenCounter(
+            carried_prefix=self._carried_prefix(head),
+            known_prefix=tokens.estimate_prefix(self.meta.cache_safe_params),
+        )
         counted = _without_stale_usage(ctx, records, derived.context_start)
         derived.has_main_thread = any(_is_main_conversation(r.entry) for r in counted)
         _feed(derived, counted)

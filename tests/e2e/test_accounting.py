@@ -96,3 +96,38 @@ async def test_a_fresh_session_counts_the_prefix_its_client_described(
         assert learned.fixed_prefix_source == "usage"
         assert learned.tokens == 5_002
         assert learned.fixed_prefix_tokens + learned.message_tokens == learned.tokens
+
+
+async def test_a_usage_implying_less_than_the_described_prefix_is_not_believed(
+    spawn_daemon: SpawnDaemon,
+) -> None:
+    system = [{"type": "text", "text": "You are a careful engineer. " * 400}]
+    async with spawn_daemon() as client:
+        sid = (
+            await client.open_session(
+                cwd=CWD,
+                model="claude-sonnet-4-5",
+                cache_safe_params=p.CacheSafeParams(system=system, tools=[]),
+            )
+        ).session_id
+        await client.append(sid, [user("x" * 40_000, uuid="u1")])
+        described = (await client.tokens_status(sid)).fixed_prefix_tokens
+        assert described > 2_500
+        # 15,001 reported, less the padded estimate of the message (13,334): 1,667 would be
+        # the prefix, less than the system prompt the client described.
+        await client.append(
+            sid,
+            [
+                assistant(
+                    "ok",
+                    uuid="a1",
+                    msg_id="m1",
+                    model="claude-sonnet-4-5",
+                    usage={"input_tokens": 15_000, "output_tokens": 1},
+                )
+            ],
+        )
+        status = await client.tokens_status(sid)
+        assert status.tokens == 15_001 and status.fixed_prefix_source == "usage"
+        assert status.fixed_prefix_tokens == described
+        assert status.fixed_prefix_tokens + status.message_tokens == status.tokens

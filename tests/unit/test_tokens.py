@@ -733,3 +733,18 @@ def test_the_fixed_prefix_is_learned_from_usage_and_carried_across_a_rewrite() -
     rewritten.extend([assistant("y" * 4, msg_id="m2", use=usage(inp=1_000))])
     assert rewritten.current.prefix_source == "usage"
     assert rewritten.current.fixed_prefix == 1_000 - pad(200 + 1)
+
+
+def test_the_prefix_is_never_less_than_what_the_client_described() -> None:
+    entries = [user("a" * 4_000), assistant("x" * 12, msg_id="m1", use=usage(inp=1_500))]
+    implied = 1_500 - pad(1_000 + 3)
+    assert TokenCounter(entries).fixed_prefix == implied
+    floored = TokenCounter(entries, known_prefix=800)
+    assert floored.fixed_prefix == 800 and floored.current.fixed_prefix == 800
+    assert floored.current.tokens == 1_500  # the total is the usage either way
+    # Above the floor, the usage's own figure stands.
+    assert TokenCounter(entries, known_prefix=100).fixed_prefix == implied
+    # Before any usage the floor is counted, as a carried figure would be.
+    fresh = TokenCounter([user("a" * 400)], known_prefix=800).current
+    assert fresh.fixed_prefix == 800 and fresh.prefix_source == "carried"
+    assert fresh.tokens == 800 + pad(100)

@@ -96,7 +96,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
     status.add_argument(
-        "--model", default=None, help=f"model whose window applies (default: {DEFAULT_MODEL})"
+        "--model",
+        default=None,
+        help="model whose window applies (default: the one the transcript's latest response "
+        f"names, else {DEFAULT_MODEL})",
     )
     status.add_argument(
         "--context-window", type=int, default=None, help="window in tokens (default: the model's)"
@@ -114,7 +117,12 @@ def _build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "transcript", nargs="?", help="a Claude Code transcript (default: a synthetic session)"
     )
-    replay.add_argument("--model", default=None, help="model whose window applies")
+    replay.add_argument(
+        "--model",
+        default=None,
+        help="model whose window applies (default: the one the transcript names, else "
+        f"{DEFAULT_MODEL})",
+    )
     replay.add_argument(
         "--context-window",
         type=int,

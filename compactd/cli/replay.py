@@ -17,7 +17,7 @@ from rich.text import Text
 import compactd.cli.report as report
 from compactd import __version__
 from compactd import protocol as p
-from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
+from compactd.cli.inputs import choose_model, daemon_args, unreadable
 from compactd.cli.report import ReplayEvent
 from compactd.cli.term import Terminal, gauge
 from compactd.core.split import group_rounds
@@ -356,7 +356,7 @@ async def replay(
             outcome = await replay_session(
                 client,
                 plan,
-                model=model or DEFAULT_MODEL,
+                model=choose_model(model, None if transcript is None else Path(transcript))[0],
                 context_window=context_window,
                 max_output_tokens=max_output_tokens,
                 term=term,

@@ -1,8 +1,9 @@
 """What survives a compaction, in both summarizer modes (issue 20), and what it leaves.
 
 Each session is appended to a real daemon over stdio (model claude-sonnet-4-5: 200K window,
-180K effective), then ``compact/full`` runs once, either with the offline summarizer or with the
-Messages API emulator answering a fixed summary (the model mode: the ledger checks that summary
+180K effective; a fixture with the model it was recorded with, whose window may be 1M), then
+``compact/full`` runs once, either with the offline summarizer or with the Messages API
+emulator answering a fixed summary (the model mode: the ledger checks that summary
 and restores what it left out). What the model sees next (``session/messages``) is measured by
 issue 20's rule (``tests/fidelity.py``): user messages by their first 60 characters, files by
 basename, shell commands by their first 40 characters. The view is its ``tokens/status`` count,
@@ -42,6 +43,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 from compactd_client import Client, RpcError  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
+from compactd.cli.inputs import recorded_model  # noqa: E402
 from compactd.core.tokens import estimate_text_tokens, pad  # noqa: E402
 from tests.emulator import Emulator, Reply  # noqa: E402
 from tests.fidelity import (  # noqa: E402
@@ -102,8 +104,9 @@ async def _compact(
     entries: list[dict[str, Any]],
     answer: str,
     window: int | None,
+    model: str = MODEL,
 ) -> tuple[p.TokenStatus, p.CompactResult, p.MessagesResult, p.TokenStatus]:
-    params: dict[str, Any] = {"cwd": cwd, "model": MODEL}
+    params: dict[str, Any] = {"cwd": cwd, "model": model}
     if window is not None:
         params["contextWindow"] = window
     opened = await client.request(p.SESSION_OPEN, params)
@@ -119,18 +122,21 @@ async def _compact(
 async def measure(
     client: Client, emu: Emulator | None, mode: str, cwd: str, window: int | None = None
 ) -> list[Row]:
-    cases: list[tuple[str, list[dict[str, Any]], str]] = []
+    cases: list[tuple[str, list[dict[str, Any]], str, str]] = []
     if window is None:
         for path in sorted(FIXTURES.glob("*.jsonl")):
             entries, answer = _fixture(path)
-            cases.append((_label(path), entries, answer))
+            # Opened with the model it ran with: a 1M-token session does not fit 200K.
+            cases.append((_label(path), entries, answer, recorded_model(path) or MODEL))
     for name, make in SESSIONS.items():
         session = make(cwd)
         write_files(session.files_on_disk)
-        cases.append((name, session.entries, cc_like_summary(session.entries)))
+        cases.append((name, session.entries, cc_like_summary(session.entries), MODEL))
     rows = []
-    for name, entries, answer in cases:
-        before, result, view, after = await _compact(client, emu, cwd, entries, answer, window)
+    for name, entries, answer, model in cases:
+        before, result, view, after = await _compact(
+            client, emu, cwd, entries, answer, window, model
+        )
         m, f, c = recalls(items_of(entries), view_text(view.messages))
         summary = pad(estimate_text_tokens(result.summary["message"]["content"]))
         rows.append(

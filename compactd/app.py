@@ -20,6 +20,7 @@ import msgspec
 import platformdirs
 
 from compactd import protocol as p
+from compactd.core import constants as c
 from compactd.core import tokens
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FilesService
@@ -27,7 +28,12 @@ from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.engine.session_memory import SessionMemoryService
 from compactd.services.store import LoadedTranscript, SessionMeta, valid_session_id
-from compactd.transcript.model import Record, record_from_dict, without_bookkeeping
+from compactd.transcript.model import (
+    Record,
+    newest_first,
+    record_from_dict,
+    without_bookkeeping,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +119,11 @@ class App(Runtime):
                 f"cwd {params.cwd!r} is not an existing directory (give the absolute path of "
                 "the project the agent works in)",
             )
-        if not params.model.strip():
-            raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "model must be a non-empty string")
+        if params.model is not None and not params.model.strip():
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS,
+                "model must be a non-empty string (omit it to use the transcript's)",
+            )
         if params.transcript_path is not None and (
             not params.transcript_path.strip() or "\x00" in params.transcript_path
         ):
@@ -125,16 +134,8 @@ class App(Runtime):
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "contextWindow must be positive")
         if params.max_output_tokens is not None and params.max_output_tokens <= 0:
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "maxOutputTokens must be positive")
-        limits = tokens.resolve_limits(
-            params.model, params.context_window, params.max_output_tokens, self.env
-        )
-        if tokens.thresholds(limits, self.env).auto_compact_threshold <= 0:
-            raise p.CompactdError(
-                p.ErrorCode.INVALID_PARAMS,
-                f"a {limits.context_window:,}-token window leaves no room for the conversation "
-                f"once {limits.max_output_tokens:,} output tokens and the compaction buffer are "
-                "reserved; pass a smaller maxOutputTokens or a larger contextWindow",
-            )
+        if params.model is not None:
+            self._check_limits(params.model, params)  # before reading anything
         # A relative transcript path means what it means to the agent: relative to its cwd.
         source = (
             (cwd / Path(params.transcript_path).expanduser()).absolute()
@@ -148,8 +149,22 @@ class App(Runtime):
                 return await self._reopen(sid, params, source)
             return await self._create(sid, params, source)
 
+    def _check_limits(self, model: str, params: p.OpenParams) -> None:
+        """Refuse a window that leaves nothing for the conversation."""
+        limits = tokens.resolve_limits(
+            model, params.context_window, params.max_output_tokens, self.env
+        )
+        if tokens.thresholds(limits, self.env).auto_compact_threshold <= 0:
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS,
+                f"a {limits.context_window:,}-token window leaves no room for the conversation "
+                f"once {limits.max_output_tokens:,} output tokens and the compaction buffer are "
+                "reserved; pass a smaller maxOutputTokens or a larger contextWindow",
+            )
+
     async def _reopen(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
         session = await self.get_session(sid)
+        self._check_limits(params.model or session.meta.model, params)
         if source is not None and session.meta.imported_from != str(source.resolve()):
             raise p.CompactdError(
                 p.ErrorCode.SESSION_EXISTS,
@@ -170,13 +185,18 @@ class App(Runtime):
     async def _create(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
         data = b""
         imported_from: str | None = None
+        model = params.model
         if source is not None:
             data = await anyio.to_thread.run_sync(_read_transcript, source)
             imported_from = str(source.resolve())
+            if model is None:
+                model = await anyio.to_thread.run_sync(_transcript_model, data)
+        model = model or c.DEFAULT_MODEL
+        self._check_limits(model, params)
         meta = SessionMeta(
             session_id=sid,
             cwd=params.cwd,
-            model=params.model,
+            model=model,
             context_window=params.context_window,
             max_output_tokens=params.max_output_tokens,
             agent_kind=params.agent_kind or "main",
@@ -239,6 +259,7 @@ class App(Runtime):
             status=status,
             skipped_lines=session.skipped_lines,
             imported_from=session.meta.imported_from,
+            model=session.meta.model,
         )
 
     async def append(self, session: Session, entries: list[dict[str, Any]]) -> p.AppendResult:
@@ -321,6 +342,11 @@ def parse_entries(entries: list[dict[str, Any]]) -> list[Record]:
             log.info("entries[%d]: ignored compactd's own fields %s", i, ", ".join(dropped))
         records.append(record_from_dict(clean))
     return records
+
+
+def _transcript_model(data: bytes) -> str | None:
+    """The model an imported transcript's latest response names (docs/thresholds.md#model-limits)."""
+    return tokens.recorded_model(newest_first(data, containing=b'"assistant"'))
 
 
 def _read_transcript(path: Path) -> bytes:

@@ -313,7 +313,10 @@ class TokenStatus(_Wire, kw_only=True):
 class OpenParams(_Params, kw_only=True):
     session_id: str | None = None
     cwd: str
-    model: str
+    # The model whose window applies. Omitted: the model the imported transcript's latest
+    # response names (when its window is known), else the session's own, else
+    # ``DEFAULT_MODEL`` (docs/thresholds.md#model-limits).
+    model: str | None = None
     context_window: TokenCount | None = None
     max_output_tokens: TokenCount | None = None
     agent_kind: AgentKind | None = None
@@ -327,6 +330,8 @@ class OpenResult(_Wire, kw_only=True):
     transcript_path: str
     entry_count: int
     status: TokenStatus
+    # The model whose window the status is measured against (given, or found as OpenParams says).
+    model: str | None = None
     skipped_lines: int = 0
     imported_from: str | None = None
 

@@ -250,7 +250,7 @@ export interface NoParams {
 export interface OpenParams {
   sessionId?: string | null;
   cwd: string;
-  model: string;
+  model?: string | null;
   contextWindow?: number | null;
   maxOutputTokens?: number | null;
   agentKind?: "main" | "subagent" | null;
@@ -264,6 +264,7 @@ export interface OpenResult {
   transcriptPath: string;
   entryCount: number;
   status: TokenStatus;
+  model?: string | null;
   skippedLines?: number;
   importedFrom?: string | null;
 }

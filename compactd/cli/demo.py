@@ -10,7 +10,7 @@ from compactd_client import Client, RpcError
 
 import compactd.cli.report as report
 from compactd import __version__
-from compactd.cli.inputs import DEFAULT_MODEL, choose_model, daemon_args
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args
 from compactd.cli.replay import (
     REPLAY_SYNTHETIC_WINDOW,
     outcome_json,
@@ -54,7 +54,6 @@ async def demo(
         ) as client:
             opened = await client.open_session(
                 cwd=str(Path.cwd()),
-                model=choose_model(None, source)[0],
                 transcript_path=str(source),
             )
             sid = opened.session_id

@@ -17,11 +17,12 @@ from rich.text import Text
 import compactd.cli.report as report
 from compactd import __version__
 from compactd import protocol as p
-from compactd.cli.inputs import choose_model, daemon_args, unreadable
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
 from compactd.cli.report import ReplayEvent
 from compactd.cli.term import Terminal, gauge
 from compactd.core.split import group_rounds
 from compactd.core.synthetic import make_session, to_jsonl
+from compactd.core.tokens import recorded_model
 from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
 from compactd.transcript.model import ParseReport, parse_lines
 
@@ -47,6 +48,8 @@ class ReplayPlan:
     entries: int
     skipped_artefacts: int
     corrupt_lines: int
+    # The model the transcript's latest response names, when its window is known.
+    model: str | None = None
 
 
 def plan_replay(
@@ -80,7 +83,8 @@ def plan_replay(
         group = rounds[i : i + step]
         span = [r.to_builtins() for r in records[group[0].start : group[-1].end]]
         batches += [span[j : j + size] for j in range(0, len(span), size)]
-    return ReplayPlan(batches, kept, skipped, parsed.skipped)
+    model = recorded_model(r.entry for r in reversed(records))
+    return ReplayPlan(batches, kept, skipped, parsed.skipped, model)
 
 
 def _events(done: int, result: p.AutoResult) -> list[ReplayEvent]:
@@ -356,7 +360,8 @@ async def replay(
             outcome = await replay_session(
                 client,
                 plan,
-                model=choose_model(model, None if transcript is None else Path(transcript))[0],
+                # A replay appends rather than imports: the transcript's model is read here.
+                model=model or plan.model or DEFAULT_MODEL,
                 context_window=context_window,
                 max_output_tokens=max_output_tokens,
                 term=term,

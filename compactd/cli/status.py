@@ -11,7 +11,7 @@ from compactd_client import Client, RpcError
 
 import compactd.cli.report as report
 from compactd import protocol as p
-from compactd.cli.inputs import choose_model, daemon_args, unreadable
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
 from compactd.cli.term import Terminal
 
 
@@ -43,7 +43,6 @@ async def status(
     if problem is not None:
         term.error(f"{transcript}: {problem}")
         return 1
-    model, model_source = choose_model(model, path)
     with tempfile.TemporaryDirectory(prefix="compactd-status-") as tmp:
         # Offline: a preview never calls a model, and nothing here may need a key.
         options = {"summarizer": {"offline": True}}
@@ -72,9 +71,10 @@ async def status(
         return 0
     skipped = f", {opened.skipped_lines} corrupt line(s) skipped" if opened.skipped_lines else ""
     term.say(path.name, style="bold")
-    term.say(
-        f"{opened.entry_count:,} entries{skipped}, model {model} ({model_source})", style="dim"
-    )
+    # Without --model the daemon takes the model the transcript names (docs/thresholds.md).
+    used = opened.model or DEFAULT_MODEL
+    named = " (named by the transcript)" if not model and used != DEFAULT_MODEL else ""
+    term.say(f"{opened.entry_count:,} entries{skipped}, model {used}{named}", style="dim")
     report.status_lines(term, opened.status)
     term.say()
     report.accounting(term, opened.status, bd)

@@ -50,6 +50,10 @@ BLOCKING_BUFFER: Final = 3_000
 
 # -- model limits (docs/thresholds.md#model-limits) ---------------------------------------------
 
+# The model a session gets when its client names none and its transcript names none compactd
+# knows (compactd's choice: a current 200K model).
+DEFAULT_MODEL: Final = "claude-sonnet-4-5"
+
 # A model not found in the table gets a 200K window and 32K of output. 200K must never be
 # assumed for known 1M models (docs/thresholds.md#model-limits), hence the table below; this
 # is only the fallback.

@@ -509,6 +509,18 @@ def _parse_model(name: str) -> tuple[str, tuple[int, int]] | None:
     return None
 
 
+def recorded_model(newest_first: Iterable[Entry]) -> str | None:
+    """The model the latest response names among ``newest_first`` (entries, newest first),
+    when its window is known: a session recorded with a 1M-token model must not be measured
+    against the default's 200K. API-error entries name ``<synthetic>`` and are passed over."""
+    for entry in newest_first:
+        message = entry.message if entry.type == "assistant" else None
+        model = message.model if message is not None else None
+        if model and known_model(model):
+            return model
+    return None
+
+
 def known_model(model: str) -> bool:
     """Whether ``model`` names a Claude model the limits table knows (else defaults apply)."""
     return _parse_model(model.strip().lower().replace(c.ONE_MILLION_SUFFIX, "")) is not None

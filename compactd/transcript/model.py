@@ -613,6 +613,26 @@ def parse_lines(lines: Iterable[bytes], report: ParseReport | None = None) -> It
             yield record
 
 
+def newest_first(data: bytes, containing: bytes = b"") -> Iterator[Entry]:
+    """The entries of a whole file's bytes from the last line back, lazily.
+
+    Only lines holding ``containing`` are parsed (a cheap filter for a search that usually
+    ends near the end of the file); corrupt lines are passed over.
+    """
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end) + 1
+        line = data[start:end].strip()
+        end = start - 1
+        if not line or containing not in line:
+            continue
+        try:
+            record, _ = record_from_line(line)
+        except ValueError:
+            continue
+        yield record.entry
+
+
 def parse_buffer(data: bytes, report: ParseReport | None = None) -> Iterator[tuple[int, Record]]:
     """Like ``parse_lines`` over a whole file's bytes, also yielding where each line starts."""
     rep = report if report is not None else ParseReport()

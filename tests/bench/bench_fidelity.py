@@ -43,8 +43,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 from compactd_client import Client, RpcError  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
-from compactd.cli.inputs import recorded_model  # noqa: E402
-from compactd.core.tokens import estimate_text_tokens, pad  # noqa: E402
+from compactd.core.tokens import estimate_text_tokens, pad, recorded_model  # noqa: E402
+from compactd.transcript.model import record_from_dict  # noqa: E402
 from tests.emulator import Emulator, Reply  # noqa: E402
 from tests.fidelity import (  # noqa: E402
     SESSIONS,
@@ -126,8 +126,10 @@ async def measure(
     if window is None:
         for path in sorted(FIXTURES.glob("*.jsonl")):
             entries, answer = _fixture(path)
-            # Opened with the model it ran with: a 1M-token session does not fit 200K.
-            cases.append((_label(path), entries, answer, recorded_model(path) or MODEL))
+            # Opened with the model it ran with: a 1M-token session does not fit 200K. (The
+            # entries are appended, not imported, so the daemon cannot read it from them.)
+            newest_first = (record_from_dict(e).entry for e in reversed(entries))
+            cases.append((_label(path), entries, answer, recorded_model(newest_first) or MODEL))
     for name, make in SESSIONS.items():
         session = make(cwd)
         write_files(session.files_on_disk)

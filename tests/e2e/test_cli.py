@@ -19,7 +19,6 @@ from typing import Any
 import msgspec
 from compactd_client import Client
 
-from compactd.cli.inputs import recorded_model
 from compactd.cli.report import MECHANISMS
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.helpers import transcript_lines
@@ -68,12 +67,8 @@ async def test_status_matches_tokens_status(spawn_daemon: SpawnDaemon) -> None:
         for path, (code, out, err) in zip(paths, runs, strict=True):
             assert code == 0, err
             printed = json.loads(out)
-            # The report measures a session against the window of the model it ran with.
-            model = recorded_model(path)
-            assert model is not None
-            opened = await client.open_session(
-                cwd=str(Path.cwd()), model=model, transcript_path=str(path)
-            )
+            # Without a model, the daemon measures against the one the transcript names.
+            opened = await client.open_session(cwd=str(Path.cwd()), transcript_path=str(path))
             status = await client.tokens_status(opened.session_id)
             assert printed["status"] == msgspec.to_builtins(status), path.name
             breakdown = await client.tokens_breakdown(opened.session_id)
@@ -88,9 +83,9 @@ async def test_status_matches_tokens_status(spawn_daemon: SpawnDaemon) -> None:
     r2 = json.loads(runs[1][1])["status"]
     assert (r2["contextWindow"], r2["autoCompactThreshold"]) == (1_000_000, 967_000)
     code, out, _ = await _run("status", str(R2_AUTO))
-    assert "model claude-opus-5-5 (the transcript's)" in out
+    assert "model claude-opus-5-5 (named by the transcript)" in out
     code, out, _ = await _run("status", str(R2_AUTO), "--model", "claude-sonnet-4-5")
-    assert "model claude-sonnet-4-5 (--model)" in out and "/ 167,000 tokens" in out
+    assert "model claude-sonnet-4-5\n" in out and "/ 167,000 tokens" in out
 
 
 async def test_replay_timeline_is_what_the_daemon_wrote(tmp_path: Path) -> None:

@@ -342,7 +342,7 @@ class Client:
         self,
         *,
         cwd: str,
-        model: str,
+        model: str | None = None,
         session_id: str | None = None,
         context_window: int | None = None,
         max_output_tokens: int | None = None,

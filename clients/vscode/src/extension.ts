@@ -39,7 +39,6 @@ export interface CompactdApi {
   activeSession(): string | undefined;
 }
 
-const DEFAULT_MODEL = "claude-sonnet-4-5";
 const STATUS_ICON = "$(fold)";
 const PYTHON_EXTENSION = "ms-python.python";
 
@@ -301,10 +300,12 @@ class Controller implements vscode.Disposable {
     const client = await this.ensureClient();
     const config = this.config();
     const contextWindow = config.get<number | null>("contextWindow") || undefined;
+    // No model set: the daemon takes the one the transcript names, else the session's own.
+    const model = config.get<string>("model")?.trim() || undefined;
     const opened = await client.openSession({
       sessionId,
       cwd: this.workspaceDir(),
-      model: config.get<string>("model") || DEFAULT_MODEL,
+      ...(model ? { model } : {}),
       ...(contextWindow ? { contextWindow } : {}),
       ...(transcriptPath ? { transcriptPath } : {}),
     });

@@ -247,7 +247,7 @@ async def test_import_of_missing_transcript_is_a_clear_error(
 @pytest.mark.parametrize(
     ("method", "params", "code"),
     [
-        (p.SESSION_OPEN, {"cwd": CWD}, "invalidParams"),  # model missing
+        (p.SESSION_OPEN, {"model": "m"}, "invalidParams"),  # cwd missing
         (p.SESSION_OPEN, {"cwd": CWD, "model": 5}, "invalidParams"),
         (p.SESSION_OPEN, {"cwd": CWD, "model": "m", "bogus": 1}, "invalidParams"),
         (p.SESSION_OPEN, {"cwd": CWD, "model": "m", "sessionId": "../../etc"}, "invalidParams"),

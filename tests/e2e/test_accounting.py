@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from compactd_client import Client
 
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon, fixture_transcripts
@@ -63,18 +64,22 @@ async def test_every_figure_is_one_accounting(spawn_daemon: SpawnDaemon, path: P
         assert stats.compactions[-1].undone and stats.compactions[-1].post_tokens == after.tokens
 
 
+async def _open_described(client: Client) -> str:
+    """A new session whose client described a system prompt of about 2,800 tokens."""
+    system = [{"type": "text", "text": "You are a careful engineer. " * 400}]
+    opened = await client.open_session(
+        cwd=CWD,
+        model="claude-sonnet-4-5",
+        cache_safe_params=p.CacheSafeParams(system=system, tools=[]),
+    )
+    return opened.session_id
+
+
 async def test_a_fresh_session_counts_the_prefix_its_client_described(
     spawn_daemon: SpawnDaemon,
 ) -> None:
-    system = [{"type": "text", "text": "You are a careful engineer. " * 400}]
     async with spawn_daemon() as client:
-        sid = (
-            await client.open_session(
-                cwd=CWD,
-                model="claude-sonnet-4-5",
-                cache_safe_params=p.CacheSafeParams(system=system, tools=[]),
-            )
-        ).session_id
+        sid = await _open_described(client)
         await client.append(sid, [user("hello", uuid="u1")])
         status = await client.tokens_status(sid)
         assert status.fixed_prefix_source == "carried"
@@ -101,15 +106,8 @@ async def test_a_fresh_session_counts_the_prefix_its_client_described(
 async def test_a_usage_implying_less_than_the_described_prefix_is_not_believed(
     spawn_daemon: SpawnDaemon,
 ) -> None:
-    system = [{"type": "text", "text": "You are a careful engineer. " * 400}]
     async with spawn_daemon() as client:
-        sid = (
-            await client.open_session(
-                cwd=CWD,
-                model="claude-sonnet-4-5",
-                cache_safe_params=p.CacheSafeParams(system=system, tools=[]),
-            )
-        ).session_id
+        sid = await _open_described(client)
         await client.append(sid, [user("x" * 40_000, uuid="u1")])
         described = (await client.tokens_status(sid)).fixed_prefix_tokens
         assert described > 2_500

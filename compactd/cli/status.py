@@ -60,6 +60,9 @@ async def status(
             auto, full = await previews(client, sid)
     if as_json:
         out: dict[str, Any] = {
+            "model": opened.model,
+            "entries": opened.entry_count,
+            "skippedLines": opened.skipped_lines,
             "status": opened.status,
             "breakdown": bd,
             "stats": st,

@@ -396,7 +396,17 @@ async def test_every_report_has_json(tmp_path: Path) -> None:
     assert demo["auto"]["originalEntriesKept"] == demo["auto"]["originalEntries"]
     assert "<temporary folder>" in compaction["summary"]
     code, out, _ = await _run("status", str(VIEWER), "--json")
-    assert set(json.loads(out)) == {"status", "breakdown", "stats", "preview"}
+    report = json.loads(out)
+    assert set(report) == {
+        "model",
+        "entries",
+        "skippedLines",
+        "status",
+        "breakdown",
+        "stats",
+        "preview",
+    }
+    assert (report["model"], report["entries"]) == ("claude-sonnet-4-20250514", 438)
     code, out, _ = await _run("replay", str(VIEWER), "--json", *SMALL_WINDOW)
     assert json.loads(out)["compactions"]
 

@@ -134,8 +134,8 @@ class App(Runtime):
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "contextWindow must be positive")
         if params.max_output_tokens is not None and params.max_output_tokens <= 0:
             raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "maxOutputTokens must be positive")
-        if params.model is not None:
-            self._check_limits(params.model, params)  # before reading anything
+        if params.model is not None:  # before reading anything
+            self._check_limits(params.model, params.context_window, params.max_output_tokens)
         # A relative transcript path means what it means to the agent: relative to its cwd.
         source = (
             (cwd / Path(params.transcript_path).expanduser()).absolute()
@@ -149,11 +149,9 @@ class App(Runtime):
                 return await self._reopen(sid, params, source)
             return await self._create(sid, params, source)
 
-    def _check_limits(self, model: str, params: p.OpenParams) -> None:
+    def _check_limits(self, model: str, window: int | None, max_output: int | None) -> None:
         """Refuse a window that leaves nothing for the conversation."""
-        limits = tokens.resolve_limits(
-            model, params.context_window, params.max_output_tokens, self.env
-        )
+        limits = tokens.resolve_limits(model, window, max_output, self.env)
         if tokens.thresholds(limits, self.env).auto_compact_threshold <= 0:
             raise p.CompactdError(
                 p.ErrorCode.INVALID_PARAMS,
@@ -164,7 +162,12 @@ class App(Runtime):
 
     async def _reopen(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
         session = await self.get_session(sid)
-        self._check_limits(params.model or session.meta.model, params)
+        stored = session.meta
+        self._check_limits(
+            params.model or stored.model,
+            params.context_window or stored.context_window,
+            params.max_output_tokens or stored.max_output_tokens,
+        )
         if source is not None and session.meta.imported_from != str(source.resolve()):
             raise p.CompactdError(
                 p.ErrorCode.SESSION_EXISTS,
@@ -192,7 +195,7 @@ class App(Runtime):
             if model is None:
                 model = await anyio.to_thread.run_sync(_transcript_model, data)
         model = model or c.DEFAULT_MODEL
-        self._check_limits(model, params)
+        self._check_limits(model, params.context_window, params.max_output_tokens)
         meta = SessionMeta(
             session_id=sid,
             cwd=params.cwd,

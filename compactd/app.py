@@ -195,7 +195,8 @@ class App(Runtime):
             if model is None:
                 model = await anyio.to_thread.run_sync(_transcript_model, data)
         model = model or c.DEFAULT_MODEL
-        self._check_limits(model, params.context_window, params.max_output_tokens)
+        if params.model is None:  # a model given was checked before anything was read
+            self._check_limits(model, params.context_window, params.max_output_tokens)
         meta = SessionMeta(
             session_id=sid,
             cwd=params.cwd,

@@ -8,18 +8,19 @@ from dataclasses import dataclass
 
 from compactd import protocol as p
 from compactd.cli.term import Terminal, gauge, gauge_limit
+from compactd.core import tokens as tk
 
 # What each breakdown category is, in words (compactd/core/tokens.py names them).
 CATEGORY_LABELS = {
-    "fixedPrefix": "system prompt and tools",
-    "human": "user messages",
-    "assistant": "assistant text",
-    "localCommandOutput": "local command output",
-    "meta": "harness messages and summaries",
-    "toolRequests": "tool calls",
-    "toolResults": "tool results",
-    "attachments": "attachments",
-    "clearedByMicrocompact": "cleared by microcompact",
+    tk.CATEGORY_FIXED_PREFIX: "system prompt and tools",
+    tk.CATEGORY_HUMAN: "user messages",
+    tk.CATEGORY_ASSISTANT: "assistant text",
+    tk.CATEGORY_LOCAL_COMMAND_OUTPUT: "local command output",
+    tk.CATEGORY_META: "harness messages and summaries",
+    tk.CATEGORY_TOOL_REQUESTS: "tool calls",
+    tk.CATEGORY_TOOL_RESULTS: "tool results",
+    tk.CATEGORY_ATTACHMENTS: "attachments",
+    tk.CATEGORY_CLEARED: "cleared by microcompact",
 }
 
 # What compact/auto may run, in words (the PreviewResult mechanisms).
@@ -74,10 +75,11 @@ def accounting(term: Terminal, status: p.TokenStatus, bd: p.BreakdownResult) -> 
     Empty rows are left out; the rows shown still add up, since an empty row adds nothing.
     """
     table = term.table("the next request carries", "tokens", "share")
-    if not any(row.name == "fixedPrefix" for row in bd.categories):
-        table.add_row(f"{label('fixedPrefix')} (no usage yet)", "0", "-")
+    prefix = tk.CATEGORY_FIXED_PREFIX
+    if not any(row.name == prefix for row in bd.categories):
+        table.add_row(f"{label(prefix)} (no usage yet)", "0", "-")
     for row in bd.categories:
-        if row.tokens or row.name == "fixedPrefix":
+        if row.tokens or row.name == prefix:
             table.add_row(label(row.name), f"{row.tokens:,}", f"{row.percent:.1f}%")
     term.total(table, "total", f"{status.tokens:,}", "100.0%" if status.tokens else "-")
     term.show(table)

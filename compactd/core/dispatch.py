@@ -199,9 +199,9 @@ def micro_alone(s: Situation, micro: MicroPlan | None) -> Decision | None:
     return Decision(
         "micro",
         "microcompactEnough",
-        f"clearing old tool results ({micro.strategy}) leaves {after} tokens, within the "
+        f"clearing old tool results ({micro.strategy}) leaves {after:,} tokens, within the "
         f"headroom under the auto-compact threshold (at most {limit:,} of "
-        f"{s.status.auto_compact_threshold})",
+        f"{s.status.auto_compact_threshold:,})",
         s.status.tokens,
         after,
         0,
@@ -252,7 +252,7 @@ def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
     if micro is not None and micro.cleared and not s.force and notes is None:
         reason = "microcompactTooSmall"
         why = (
-            f"clearing old tool results would leave {micro_post(tokens, micro)} tokens, more "
+            f"clearing old tool results would leave {micro_post(tokens, micro):,} tokens, more "
             f"than the headroom allows (at most {limit:,}), and {why}"
         )
     full = outlooks.full

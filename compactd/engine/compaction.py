@@ -700,7 +700,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         if after >= before:
             raise p.CompactdError(
                 p.ErrorCode.COMPACTION_INEFFECTIVE,
-                f"the compacted context would not be smaller ({before} -> {after} estimated "
+                f"the compacted context would not be smaller ({before:,} -> {after:,} estimated "
                 "tokens); nothing was written",
                 preTokens=before,
                 postTokens=after,
@@ -710,7 +710,7 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         if prefix + after >= threshold:
             warnings.append(
                 f"the fixed prefix (system prompt and tools, about {prefix:,} tokens) plus the "
-                f"compacted conversation ({after} tokens) is still above the auto-compact "
+                f"compacted conversation ({after:,} tokens) is still above the auto-compact "
                 f"threshold ({threshold:,}): the window refills at once; shorten the system "
                 "prompt, the tool list or the attachments"
             )

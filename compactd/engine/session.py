@@ -72,6 +72,8 @@ class Session:
     # (announcements, plan file): remembered for the session's later compactions.
     rehydration_extras: p.RehydrationExtras | None = None
     _views: ViewIndex | None = field(default=None, repr=False)
+    # ``described_prefix`` for the cacheSafeParams object it was worked out from.
+    _described: tuple[object, int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.records, History):
@@ -123,7 +125,7 @@ class Session:
         derived = Derived(context=ctx, context_start=start or 0, undone_micro=views.undone_ids())
         derived.counter = tokens.TokenCounter(
             carried_prefix=self._carried_prefix(head),
-            known_prefix=tokens.estimate_prefix(self.meta.cache_safe_params),
+            known_prefix=self.described_prefix,
         )
         counted = _without_stale_usage(ctx, records, derived.context_start)
         derived.has_main_thread = any(_is_main_conversation(r.entry) for r in counted)
@@ -148,6 +150,18 @@ class Session:
         # transcript); once the main thread shows up, they stop counting.
         return not self.has_main_thread and any(_is_main_conversation(r.entry) for r in new)
 
+    @property
+    def described_prefix(self) -> int:
+        """The estimate of the system prompt and tools the client described in cacheSafeParams.
+
+        Worked out once per cacheSafeParams: it encodes the whole tool list, and every
+        rebuild (a compaction, an undo) asks for it.
+        """
+        params = self.meta.cache_safe_params
+        if self._described is None or self._described[0] is not params:
+            self._described = (params, tokens.estimate_prefix(params))
+        return self._described[1]
+
     def _carried_prefix(self, head: Record | None) -> int:
         """The fixed prefix to count until a response in the new context reports usage.
 
@@ -162,7 +176,7 @@ class Session:
         meta = head.entry.compact_metadata if head is not None else None
         if meta is not None and meta.fixed_prefix_tokens:
             return meta.fixed_prefix_tokens
-        return tokens.estimate_prefix(self.meta.cache_safe_params)
+        return self.described_prefix
 
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""

@@ -59,3 +59,14 @@ async def test_a_transcript_naming_no_known_model_gets_the_default(
         with pytest.raises(RpcError) as info:
             await client.open_session(cwd=CWD, model="  ")
         assert info.value.code == "invalidParams" and "omit it" in info.value.message
+
+
+async def test_a_window_too_small_for_the_transcripts_model_is_refused_and_creates_nothing(
+    spawn_daemon: SpawnDaemon,
+) -> None:
+    async with spawn_daemon() as client:
+        with pytest.raises(RpcError) as info:
+            # claude-opus-5-5 reserves 20,000 of output and 13,000 of buffer: 1,000 is no room.
+            await client.open_session(cwd=CWD, transcript_path=str(R2_AUTO), context_window=1_000)
+        assert info.value.code == "invalidParams" and "1,000-token window" in info.value.message
+        assert (await client.list_sessions()).sessions == []

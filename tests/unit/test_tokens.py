@@ -6,11 +6,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactd.core import constants as c
+from compactd.core import tokens as tokens_module
 from compactd.core.tokens import (
     CATEGORY_ASSISTANT,
     CATEGORY_ATTACHMENTS,
@@ -748,3 +750,32 @@ def test_the_prefix_is_never_less_than_what_the_client_described() -> None:
     fresh = TokenCounter([user("a" * 400)], known_prefix=800).current
     assert fresh.fixed_prefix == 800 and fresh.prefix_source == "carried"
     assert fresh.tokens == 800 + pad(100)
+
+
+def test_a_session_estimates_its_described_prefix_once_per_cache_safe_params(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from compactd.engine.session import Session
+    from compactd.services.store import SessionMeta
+
+    calls: list[object] = []
+    real = tokens_module.estimate_prefix
+
+    def counting(params: Any) -> int:
+        calls.append(params)
+        return real(params)
+
+    monkeypatch.setattr(tokens_module, "estimate_prefix", counting)
+    described = {"system": "s" * 4_000, "tools": [{"name": "Read"}]}
+    meta = SessionMeta(
+        session_id="s", cwd="/", model="claude-sonnet-4-5", cache_safe_params=described
+    )
+    session = Session(meta=meta, transcript_path="/dev/null", records=[])
+    for _ in range(5):  # compactions and undos rebuild the view
+        session.rebuild()
+    assert len(calls) == 1
+    assert session.counter.known_prefix == real(described) > 900
+    # New cacheSafeParams (a reopen with others) are estimated again.
+    session.meta = msgspec.structs.replace(meta, cache_safe_params={"system": "short"})
+    session.rebuild()
+    assert len(calls) == 2 and session.counter.known_prefix == real({"system": "short"})

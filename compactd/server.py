@@ -37,7 +37,7 @@ from compactd.app import App
 from compactd.engine import cancellation
 from compactd.engine.cancellation import Guard
 from compactd.framing import DEFAULT_MAX_FRAME_BYTES, FrameError, FrameReader
-from compactd.handlers import HANDLERS, Handler
+from compactd.handlers import HANDLERS, Handler, invoke
 
 log = logging.getLogger(__name__)
 
@@ -326,31 +326,8 @@ class CompactdServer(LanguageServer):
                 self._idle.set()
 
     async def _call(self, method: str, handler: Handler, params: Any) -> Any:
-        app = self.app
-        assert app is not None
-        if params is None:
-            params = {}
-        if not isinstance(params, dict):
-            raise p.CompactdError(
-                p.ErrorCode.INVALID_PARAMS, f"{method} takes its params as an object"
-            )
-        if _nested_deeper(params, p.MAX_PARAMS_DEPTH):
-            raise p.CompactdError(
-                p.ErrorCode.INVALID_PARAMS,
-                f"invalid params for {method}: nested deeper than {p.MAX_PARAMS_DEPTH} levels",
-            )
-        try:
-            decoded = msgspec.convert(params, p.REQUESTS[method][0])
-        except RecursionError as exc:
-            raise p.CompactdError(
-                p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: nested too deeply"
-            ) from exc
-        except msgspec.ValidationError as exc:
-            raise p.CompactdError(
-                p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
-            ) from exc
-        result = await handler(app, decoded, self.request_context())
-        return msgspec.to_builtins(result)
+        assert self.app is not None
+        return await invoke(self.app, method, params, self.request_context(), handler)
 
     def request_context(self) -> RequestContext:
         return RequestContext(self)
@@ -502,22 +479,6 @@ class WorkDone:
                 callback()
 
         future.add_done_callback(done)
-
-
-def _nested_deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests deeper than ``limit``, found without recursion."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
-        elif isinstance(item, list):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
-    return False
 
 
 def _alive(pid: int) -> bool:

@@ -7,6 +7,11 @@ for errors the client should see.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from compactd import protocol as p
 from compactd.handlers import (
     attachments,
     cache,
@@ -18,7 +23,10 @@ from compactd.handlers import (
     stats,
     tokens,
 )
-from compactd.handlers.base import Handler
+from compactd.handlers.base import Context, Handler
+
+if TYPE_CHECKING:
+    from compactd.app import App
 
 HANDLERS: dict[str, Handler] = {
     **session.HANDLERS,
@@ -32,4 +40,57 @@ HANDLERS: dict[str, Handler] = {
     **session_memory.HANDLERS,
 }
 
-__all__ = ["HANDLERS", "Handler"]
+
+async def invoke(
+    app: App, method: str, params: Any, ctx: Context, handler: Handler | None = None
+) -> Any:
+    """Run ``method`` with its JSON ``params``: decode, call the handler, encode the result.
+
+    The one step between a transport and the handlers: the server calls it for every request
+    and the in-process test harness calls it without the wire. Bad params raise
+    ``CompactdError(invalidParams)`` before the handler runs, so they change nothing.
+    """
+    if handler is None:
+        handler = HANDLERS.get(method)
+        if handler is None:
+            raise p.CompactdError(p.ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, f"{method} takes its params as an object")
+    if _nested_deeper(params, p.MAX_PARAMS_DEPTH):
+        raise p.CompactdError(
+            p.ErrorCode.INVALID_PARAMS,
+            f"invalid params for {method}: nested deeper than {p.MAX_PARAMS_DEPTH} levels",
+        )
+    try:
+        decoded = msgspec.convert(params, p.REQUESTS[method][0])
+    except RecursionError as exc:
+        raise p.CompactdError(
+            p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: nested too deeply"
+        ) from exc
+    except msgspec.ValidationError as exc:
+        raise p.CompactdError(
+            p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
+        ) from exc
+    result = await handler(app, decoded, ctx)
+    return msgspec.to_builtins(result)
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests deeper than ``limit``, found without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
+    return False
+
+
+__all__ = ["HANDLERS", "Context", "Handler", "invoke"]

@@ -409,6 +409,7 @@ class CompactdServer(LanguageServer):
                 await self.app.close_session(sid)
             except Exception:
                 log.exception("error closing session %s", sid)
+        self.app.release_all()  # whatever a failed close left held
         try:
             await self.app.summarizer.aclose()  # the SDK's HTTP connections
         except Exception:

@@ -171,6 +171,12 @@ export interface FullParams {
   customInstructions?: string | null;
 }
 
+export interface HolderInfo {
+  pid?: number | null;
+  host?: string | null;
+  since?: string | null;
+}
+
 export interface HookResult {
   event: string;
   command: string;
@@ -257,6 +263,7 @@ export interface OpenParams {
   transcriptPath?: string | null;
   cacheSafeParams?: CacheSafeParams | null;
   apiContextManagement?: boolean | null;
+  readOnly?: boolean;
 }
 
 export interface OpenResult {
@@ -267,6 +274,8 @@ export interface OpenResult {
   model?: string | null;
   skippedLines?: number;
   importedFrom?: string | null;
+  readOnly?: boolean;
+  heldBy?: HolderInfo | null;
 }
 
 export interface PartialInfo {
@@ -344,6 +353,8 @@ export interface SessionInfo {
   open: boolean;
   entryCount?: number | null;
   tokens?: number | null;
+  readOnly?: boolean;
+  heldBy?: HolderInfo | null;
 }
 
 export interface SessionMemoryOptions {
@@ -495,5 +506,5 @@ export declare const METHODS: {
   readonly TOKENS_STATUS: "tokens/status";
 };
 
-export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "fixedPrefixTooLarge" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "serverNotInitialized" | "sessionBusy" | "sessionExists" | "sessionNotFound" | "shuttingDown" | "summaryFailed" | "transcriptUnreadable";
-export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "fixedPrefixTooLarge", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "serverNotInitialized", "sessionBusy", "sessionExists", "sessionNotFound", "shuttingDown", "summaryFailed", "transcriptUnreadable"
+export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "fixedPrefixTooLarge" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "serverNotInitialized" | "sessionBusy" | "sessionExists" | "sessionLocked" | "sessionNotFound" | "sessionReadOnly" | "shuttingDown" | "summaryFailed" | "transcriptUnreadable";
+export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "fixedPrefixTooLarge", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "serverNotInitialized", "sessionBusy", "sessionExists", "sessionLocked", "sessionNotFound", "sessionReadOnly", "shuttingDown", "summaryFailed", "transcriptUnreadable"

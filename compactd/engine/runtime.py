@@ -101,6 +101,7 @@ class Runtime:
         """
         if not records:
             return
+        session.check_writable()
         await point_of_no_return()
         await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
         await session.add(records)

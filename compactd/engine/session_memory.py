@@ -114,6 +114,7 @@ class SessionMemoryService:
             return None
 
     def _write(self, session: Session, notes: str, persisted: _Persisted) -> None:
+        session.check_writable()
         atomic_write(self.notes_path(session), notes.encode("utf-8"))
         atomic_write(self._state_path(session), msgspec.json.encode(persisted))
 
@@ -121,7 +122,7 @@ class SessionMemoryService:
 
     def observe(self, session: Session, records: list[Record]) -> None:
         """Append observer: count tool calls and start an extraction when the rule says so."""
-        if not self.enabled or session.meta.agent_kind == "subagent":
+        if not self.enabled or session.meta.agent_kind == "subagent" or session.read_only:
             return
         rt = self.runtime(session)
         entries = [r.entry for r in records]
@@ -154,6 +155,7 @@ class SessionMemoryService:
 
     async def extract(self, session: Session) -> None:
         """Update the notes from the current context; waits for a running extraction first."""
+        session.check_writable()
         rt = self.runtime(session)
         async with rt.lock:
             try:

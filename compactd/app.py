@@ -110,6 +110,8 @@ class App(Runtime):
                     p.ErrorCode.SESSION_NOT_FOUND, f"no session {sid!r}", sessionId=sid
                 )
         except BaseException:
+            # A creation that failed leaves nothing, not even the directory it locked in.
+            self.store.discard(sid)
             lock.release()
             raise
         self._owned[sid] = lock
@@ -296,8 +298,7 @@ class App(Runtime):
             created_at=time.time(),
         )
         loaded = self.store.create_transcript(sid, data)
-        if source is not None and loaded.report.entries == 0:
-            self.store.discard(sid)
+        if source is not None and loaded.report.entries == 0:  # _own discards what it wrote
             raise p.CompactdError(
                 p.ErrorCode.TRANSCRIPT_UNREADABLE,
                 f"{source} is not a Claude Code transcript: {loaded.report.describe()}",

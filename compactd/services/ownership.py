@@ -8,8 +8,10 @@ once and reads the record to name the holder. The owner also holds an exclusive 
 and drops at once: a probe never touches ``owner.lock``, so it can never make an opener believe
 the session is held. The locks are the operating system's (``flock`` on POSIX, ``msvcrt.locking``
 on Windows), so a killed process's locks go with it and a stale record is simply overwritten by
-the next owner. The lock files are never deleted: removing a lock file while another process
-waits on it is how two owners happen. Blocking I/O only; the policy lives in ``compactd.app``.
+the next owner. The lock files stay for the life of the session: only a creation that failed
+removes its directory, while holding the lock, and a process that locked the removed file
+notices (``acquire`` checks the file it locked is still the one at the path) and tries again.
+Blocking I/O only; the policy lives in ``compactd.app``.
 """
 
 from __future__ import annotations
@@ -130,12 +132,20 @@ class OwnerLock:
 
 
 def acquire(directory: Path, holder: Holder | None = None) -> OwnerLock:
-    """Take the session in ``directory`` (which must exist); ``SessionHeld`` if another has it."""
+    """Take the session in ``directory``; ``SessionHeld`` if another process has it.
+
+    ``FileNotFoundError`` if the directory is missing, or was removed while this call locked
+    a file in it (a creation that failed removes its directory while holding the lock): the
+    caller creates the directory again and retries, and so locks the file that is there now.
+    """
     me = holder or this_process()
-    owner_fd = os.open(directory / OWNER_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    path = directory / OWNER_FILE
+    owner_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if not _try_lock(owner_fd, shared=False):
             raise SessionHeld(_wait_for_record(owner_fd))
+        if not _same_file(owner_fd, path):
+            raise FileNotFoundError(f"{path} was removed while it was being locked")
         probe_fd = os.open(directory / PROBE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             _lock_wait(probe_fd)
@@ -147,6 +157,15 @@ def acquire(directory: Path, holder: Holder | None = None) -> OwnerLock:
         os.close(owner_fd)  # also drops the owner lock if it was taken
         raise
     return OwnerLock(directory, owner_fd, probe_fd, me)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (st.st_dev, st.st_ino)
 
 
 def probe(directory: Path) -> Holder | None:

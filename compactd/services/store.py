@@ -26,6 +26,7 @@ import functools
 import os
 import re
 import secrets
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,10 @@ from compactd.transcript.model import (
     read_line,
     record_from_dict,
 )
+
+# Times ``Store.lock`` creates a session's directory again when a failed creation removed it
+# while this process was locking it; more in a row would mean a loop of failing creations.
+_LOCK_ATTEMPTS = 5
 
 # Session ids become directory names: keep them to a conservative alphabet.
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -147,21 +152,25 @@ class Store:
         atomic_write(self.session_dir(meta.session_id) / "meta.json", msgspec.json.encode(meta))
 
     def discard(self, session_id: str) -> None:
-        """Remove the files of a session that never got its meta file (a failed import).
+        """Remove the directory of a session that never got its meta file (a failed creation).
 
-        The directory and its lock files stay: another process may be waiting on them.
+        Call it holding the session's lock: a process that locks the removed lock file next
+        finds it gone and locks the new one (``ownership.acquire``).
         """
         d = self.session_dir(session_id)
-        if (d / "meta.json").exists():
-            return
-        for child in d.iterdir():
-            if child.name not in (ownership.OWNER_FILE, ownership.PROBE_FILE):
-                child.unlink(missing_ok=True)
+        if not (d / "meta.json").exists():
+            shutil.rmtree(d, ignore_errors=True)
 
     # -- ownership ----------------------------------------------------------------------------
 
     def lock(self, session_id: str) -> ownership.OwnerLock:
         """Own the session (its directory is created): ``ownership.SessionHeld`` if held."""
+        for _ in range(_LOCK_ATTEMPTS - 1):
+            self._make_dir(session_id)
+            try:
+                return ownership.acquire(self.session_dir(session_id))
+            except FileNotFoundError:
+                continue  # a failed creation removed the directory meanwhile: again
         self._make_dir(session_id)
         return ownership.acquire(self.session_dir(session_id))
 

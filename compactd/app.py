@@ -210,6 +210,10 @@ class App(Runtime):
         if source is not None:
             data = await anyio.to_thread.run_sync(_read_transcript, source)
             imported_from = str(source.resolve())
+            if params.follow:
+                # A last line without its newline is still being written: followed, it is read
+                # once whole (docs/follow.md#reading-new-lines).
+                data = data[: data.rfind(b"\n") + 1]
             if model is None:
                 model = await anyio.to_thread.run_sync(_transcript_model, data)
         model = model or c.DEFAULT_MODEL
@@ -232,7 +236,9 @@ class App(Runtime):
 
         def create() -> Session:
             loaded = self.store.create_transcript(sid, data)
-            if source is not None and loaded.report.entries == 0:
+            # An empty file may be followed: the agent has not written its first line yet.
+            empty = params.follow and loaded.report.lines == 0
+            if source is not None and loaded.report.entries == 0 and not empty:
                 self.store.discard(sid)
                 raise p.CompactdError(
                     p.ErrorCode.TRANSCRIPT_UNREADABLE,

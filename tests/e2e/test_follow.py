@@ -19,6 +19,7 @@ import pytest
 from compactd_client import Client, RpcError, Subscription
 
 from compactd import protocol as p
+from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.helpers import CWD, stored_transcript
 
@@ -187,9 +188,61 @@ async def test_follow_line_by_line_through_a_claude_code_compaction(
         tool_id, parent = _first_tool_use(lines[boundary:])
         src.append(microcompact_line(tool_id, parent))
         await until_entries(updates, src.entries())
+        cleared = json.dumps((await client.messages(sid)).messages)
+        assert CLEARED_TOOL_RESULT_PLACEHOLDER in cleared
         await assert_same_as_import(client, sid, src.path, data_dir)
     # The followed file was only read.
     assert src.path.read_bytes() == src.written
+
+
+async def test_follow_sends_thresholds_as_the_count_crosses_them(
+    spawn_daemon: SpawnDaemon, tmp_path: Path
+) -> None:
+    lines = fixture_lines(R2_AUTO)
+    boundary = next(i for i, x in enumerate(lines) if b'"compact_boundary"' in x)
+    src = Transcript(project_dir(tmp_path) / "live.jsonl", lines[:4])
+    sid = "gauge"
+    async with (
+        spawn_daemon() as client,
+        client.follow_updates(sid) as updates,
+        client.threshold_crossings(sid) as crossings,
+    ):
+        # A small window, so the turns before Claude Code's compaction fill it.
+        opened = await client.open_session(
+            cwd=CWD,
+            session_id=sid,
+            transcript_path=str(src.path),
+            follow=True,
+            model="claude-sonnet-4-5",
+            context_window=40_000,
+            max_output_tokens=4_000,
+        )
+        assert not opened.status.is_above_warning_threshold
+        crossed: list[str] = []
+        above = levels_above(opened.status)
+        # A line at a time: each crossing comes with the line that made the count cross.
+        for line in lines[4:boundary]:
+            src.append(line)
+            note = await until_entries(updates, src.entries())
+            now = levels_above(note.status)
+            # Sent before the session/followed of the same read, so already here.
+            sent = crossings.drain()
+            assert [c.level for c in sent] == [lvl for lvl in now if lvl not in above]
+            assert all(c.tokens == note.status.tokens >= c.threshold for c in sent)
+            crossed += [c.level for c in sent]
+            above = now
+        assert crossed == ["warning", "error", "autoCompact", "blocking"]
+
+
+def levels_above(status: p.TokenStatus) -> list[str]:
+    """The threshold levels ``status`` is above, lowest first."""
+    flags = {
+        "warning": status.is_above_warning_threshold,
+        "error": status.is_above_error_threshold,
+        "autoCompact": status.is_above_auto_compact_threshold,
+        "blocking": status.is_at_blocking_limit,
+    }
+    return [level for level, on in flags.items() if on]
 
 
 async def test_follow_a_replaced_and_a_truncated_file(
@@ -252,6 +305,27 @@ async def test_follow_resumes_after_a_restart_and_stops_at_close(
         src.append(lines[-1].replace(b'"cost-state"', b'"cost-state-2"'))
         stopped = await client.open_session(cwd=CWD, session_id=sid, follow=False)
         assert not stopped.following and stopped.entry_count == src.entries() - 1
+
+
+async def test_follow_a_file_from_its_first_line(spawn_daemon: SpawnDaemon, tmp_path: Path) -> None:
+    lines = fixture_lines(R2_AUTO)
+    # Claude Code has not finished writing its first line.
+    src = Transcript(project_dir(tmp_path) / "live.jsonl", [lines[0][:30]])
+    sid = "new"
+    async with spawn_daemon() as client, client.follow_updates(sid) as updates:
+        opened = await client.open_session(
+            cwd=CWD, session_id=sid, transcript_path=str(src.path), follow=True
+        )
+        assert opened.following and opened.entry_count == 0 and opened.skipped_lines == 0
+        src.append(lines[0][30:] + b"".join(lines[1:6]))
+        note = await until_entries(updates, 6)
+        assert note.appended == 6
+        await assert_same_as_import(client, sid, src.path, tmp_path / "data")
+        # A file that is not a transcript is still refused.
+        other = Transcript(src.path.with_name("notes.jsonl"), [b"not json\n"])
+        with pytest.raises(RpcError) as err:
+            await client.open_session(cwd=CWD, transcript_path=str(other.path), follow=True)
+        assert err.value.data["code"] == p.ErrorCode.TRANSCRIPT_UNREADABLE
 
 
 async def test_follow_needs_a_transcript(daemon: Client, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from compactd.core import tokens
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.services.store import MAX_IMPORT_BYTES, as_imported
-from compactd.services.tail import Position, position_of, read_new
+from compactd.services.tail import Position, TailRead, position_of, read_new
 from compactd.services.watch import DirWatcher
 from compactd.transcript.model import ParseReport, Record, parse_buffer
 
@@ -101,12 +101,11 @@ class Follower:
             return await self._sync()
 
     async def _sync(self) -> int:
-        read = await anyio.to_thread.run_sync(read_new, self.path, self.position, MAX_IMPORT_BYTES)
+        # Read and decoded in a worker thread: a file read again may be large.
+        read, records, skipped = await anyio.to_thread.run_sync(_read, self.path, self.position)
         if not read.data and not read.reread:
             self.position = read.position
             return 0
-        report = ParseReport()
-        records = [as_imported(r) for _, r in parse_buffer(read.data, report)]
         session = self.session
         runtime = self.runtime
         async with session.lock:
@@ -122,7 +121,7 @@ class Follower:
             self.position = read.position
             self._held = held
             if not read.reread:
-                session.skipped_lines += report.skipped
+                session.skipped_lines += skipped
         if fresh or read.reread:
             status = runtime.status(session)
             runtime.check_thresholds(session, status)
@@ -158,6 +157,14 @@ class Follower:
         await anyio.to_thread.run_sync(self.runtime.store.write_meta, meta)
         session.meta = meta
         log.info("session %s: the followed transcript now uses %s", session.session_id, model)
+
+
+def _read(path: Path, since: Position | None) -> tuple[TailRead, list[Record], int]:
+    """What the file gained, its records as an import copies them, and the lines skipped."""
+    read = read_new(path, since, MAX_IMPORT_BYTES)
+    report = ParseReport()
+    records = [as_imported(r) for _, r in parse_buffer(read.data, report)]
+    return read, records, report.skipped
 
 
 def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:

@@ -251,6 +251,26 @@ class SessionMemoryOptions(
     min_tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
+class BackgroundCompactionOptions(
+    msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
+):
+    """Zero-wait compaction (issue 28): a summary prepared in the background from a snapshot
+    before the auto-compact threshold, applied at once when the threshold comes.
+
+    Accepted and validated; the preparation itself is not built yet, so today every field is
+    inert and compaction behaves as with ``enabled: false``. ``enabled`` (default true);
+    ``startAt``: the fraction of the auto-compact threshold at which a preparation starts
+    (default 0.8); ``idleMinutes``: idle time after which a session above half its threshold
+    prepares (default 55, before a one-hour prompt cache expires); ``applyWhenIdle``: also apply
+    the prepared summary while idle (default false).
+    """
+
+    enabled: bool | None = None
+    start_at: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    idle_minutes: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    apply_when_idle: bool | None = None
+
+
 class InitializationOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
@@ -264,6 +284,7 @@ class InitializationOptions(
     memory_file_names: list[str] | None = None
     microcompact: MicrocompactOptions | None = None
     session_memory: SessionMemoryOptions | None = None
+    background_compaction: BackgroundCompactionOptions | None = None
 
 
 # -- session ------------------------------------------------------------------------------------

@@ -31,6 +31,13 @@ export interface AutoResult {
   status?: TokenStatus | null;
 }
 
+export interface BackgroundCompactionOptions {
+  enabled?: boolean | null;
+  startAt?: number | null;
+  idleMinutes?: number | null;
+  applyWhenIdle?: boolean | null;
+}
+
 export interface BreakdownCategory {
   name: string;
   tokens: number;
@@ -193,6 +200,7 @@ export interface InitializationOptions {
   memoryFileNames?: Array<string> | null;
   microcompact?: MicrocompactOptions | null;
   sessionMemory?: SessionMemoryOptions | null;
+  backgroundCompaction?: BackgroundCompactionOptions | null;
 }
 
 export interface ListResult {

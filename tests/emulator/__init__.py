@@ -33,6 +33,7 @@ from .script import (
     prompt_too_long,
     rate_limited,
     reply_from_dict,
+    request_kind,
     truncated_stream,
     user_texts,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "prompt_too_long",
     "rate_limited",
     "reply_from_dict",
+    "request_kind",
     "text_tokens",
     "truncated_stream",
     "user_texts",

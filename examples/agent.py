@@ -162,15 +162,19 @@ async def main() -> None:
         agent = Agent(daemon, api, cwd=os.getcwd(), context_window=args.context_window)
         await agent.open()
         for prompt in args.prompts:
+            print(f"> {prompt}", flush=True)
             done = len(agent.compactions)
             answer = await agent.turn(prompt)
             for waited, auto in agent.compactions[done:]:
-                assert auto.result is not None
-                print(
-                    f"[compacted: {auto.result.pre_compact_tokens:,} -> "
-                    f"{auto.result.post_compact_tokens:,} tokens, waited {waited * 1000:.0f} ms]"
+                # A summary (full or session memory) has a result; clearing old tool results
+                # (microcompact) has its own.
+                before, after = (
+                    (auto.result.pre_compact_tokens, auto.result.post_compact_tokens)
+                    if auto.result is not None
+                    else (auto.micro.pre_tokens, auto.micro.post_tokens)  # type: ignore[union-attr]
                 )
-            print(f"> {prompt}\n{answer}")
+                print(f"[{auto.mechanism}: {before:,} -> {after:,} tokens, waited {waited:.1f} s]")
+            print(answer)
 
 
 if __name__ == "__main__":

@@ -58,8 +58,8 @@ from tests.helpers import emulator_options, transcript_lines  # noqa: E402
 
 # One second of a session lasts SCALE seconds here.
 SCALE = 0.01
-# A summary takes the model 90 s: real Claude Code compactions took 18-105 s in published
-# transcripts, and one user's 89 had a median of 137 s (issue 28).
+# A summary takes the model 90 s, inside the range real compactions take
+# (docs/compaction.md#waiting-for-the-summary).
 SUMMARY_SECONDS = 90.0
 # A pause longer than this is the user away; it is cut to this before scaling.
 MAX_GAP_SECONDS = 120.0

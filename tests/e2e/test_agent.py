@@ -70,13 +70,13 @@ def test_the_agent_compacts_and_carries_on(emulator: Emulator, tmp_path: Path) -
 
     # The answers, each after its prompt, and the compaction reported where it happened.
     out = done.stdout.splitlines()
-    assert [line for line in out if not line.startswith("[compacted")] == [
+    assert [line for line in out if not line.startswith("[")] == [
         line
         for prompt, answer in zip(prompts, answers, strict=True)
         for line in (f"> {prompt}", answer)
     ]
-    compacted = [line for line in out if line.startswith("[compacted")]
-    assert len(compacted) == 1, out
+    compacted = [line for line in out if line.startswith("[")]
+    assert len(compacted) == 1 and compacted[0].startswith("[full: "), out
     assert out.index(compacted[0]) > out.index(f"> {prompts[1]}")  # not before two files
 
     kinds = [request_kind(r.body) for r in emulator.message_requests]

@@ -16,7 +16,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
+import pytest
+from compactd_client import Client, RpcError
+
+from tests.conftest import ROOT, daemon_args, spawn
 from tests.emulator import Emulator, RecordedRequest, Reply, ToolUse, request_kind
 from tests.helpers import transcript_lines
 
@@ -126,3 +129,19 @@ def _results(line: dict[str, Any]) -> list[str]:
     if not isinstance(content, list):
         return []
     return [b["content"] for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+async def test_background_compaction_options_are_checked(tmp_path: Path) -> None:
+    # Accepted with every field (nothing is prepared yet: issue 28), refused when out of range.
+    good = {"enabled": False, "startAt": 0.7, "idleMinutes": 30, "applyWhenIdle": True}
+    async with spawn(tmp_path / "a", {"backgroundCompaction": good}) as client:
+        assert (await client.list_sessions()).sessions == []
+    for bad in ({"startAt": 1.5}, {"idleMinutes": 0}, {"prepareEarly": True}):
+        client = await Client.spawn_process(daemon_args(tmp_path / "b"))
+        try:
+            with pytest.raises(RpcError) as refused:
+                await client.initialize({"backgroundCompaction": bad})
+            assert refused.value.code == "invalidParams"
+            assert "backgroundCompaction" in refused.value.message
+        finally:
+            await client.shutdown()

@@ -107,7 +107,7 @@ class Agent:
     def line(self, kind: str, message: dict[str, Any]) -> dict[str, Any]:
         """One transcript line, in the shape Claude Code writes, chained to the previous one."""
         uid = str(uuid.uuid4())
-        stamp = datetime.now(UTC).isoformat()
+        stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         line = {"type": kind, "uuid": uid, "parentUuid": self.last_uuid, "timestamp": stamp}
         self.last_uuid = uid
         return {**line, "cwd": self.cwd, "message": message}
@@ -123,6 +123,8 @@ class Agent:
             auto = await self.daemon.compact_auto(sid)
             if auto.was_compacted:
                 self.compactions.append((time.monotonic() - started, auto))
+            # This agent asked for no cache edits and no API context management (session/open,
+            # initializationOptions.microcompact), so the view is plain messages.
             view = await self.daemon.messages(sid)
             reply = await self.api.messages.create(
                 model=self.model,

@@ -38,6 +38,7 @@ import typing
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +100,6 @@ class Session:
 def _seconds(stamp: str | None) -> float | None:
     if not stamp:
         return None
-    from datetime import datetime
-
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 

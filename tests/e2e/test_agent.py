@@ -136,12 +136,11 @@ async def test_background_compaction_options_are_checked(tmp_path: Path) -> None
     good = {"enabled": False, "startAt": 0.7, "idleMinutes": 30, "applyWhenIdle": True}
     async with spawn(tmp_path / "a", {"backgroundCompaction": good}) as client:
         assert (await client.list_sessions()).sessions == []
-    for bad in ({"startAt": 1.5}, {"idleMinutes": 0}, {"prepareEarly": True}):
-        client = await Client.spawn_process(daemon_args(tmp_path / "b"))
-        try:
-            with pytest.raises(RpcError) as refused:
-                await client.initialize({"backgroundCompaction": bad})
-            assert refused.value.code == "invalidParams"
-            assert "backgroundCompaction" in refused.value.message
-        finally:
-            await client.shutdown()
+    client = await Client.spawn_process(daemon_args(tmp_path / "b"))
+    try:
+        with pytest.raises(RpcError) as refused:
+            await client.initialize({"backgroundCompaction": {**good, "startAt": 1.5}})
+        assert refused.value.code == "invalidParams"
+        assert "backgroundCompaction.startAt" in refused.value.message
+    finally:
+        await client.shutdown()

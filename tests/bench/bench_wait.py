@@ -12,7 +12,7 @@ default) and without it (``enabled: false``, the synchronous compaction Claude C
 
 Sessions: the two fixture transcripts of ``tests/data/transcripts`` with real tool work (their
 sub-agents' conversations replayed after the main one, as turns of the same agent) and a long
-synthetic session (``compactd.core.synthetic``). Each gets a window whose auto-compact threshold
+synthetic session (``compactd.cli.synthetic``). Each gets a window whose auto-compact threshold
 is a third of its conversation above the agent's system prompt and tools, so it compacts more
 than once.
 
@@ -49,7 +49,7 @@ import anthropic  # noqa: E402
 from compactd_client import Client  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
-from compactd.core.synthetic import make_session  # noqa: E402
+from compactd.cli.synthetic import make_session  # noqa: E402
 from examples.agent import Agent  # noqa: E402
 from tests.conftest import FIXTURES, daemon_args  # noqa: E402
 from tests.emulator import Emulator, RecordedRequest, Reply, ToolUse, request_kind  # noqa: E402

@@ -84,18 +84,23 @@ def test_the_agent_compacts_and_carries_on(emulator: Emulator, tmp_path: Path) -
 
     kinds = [request_kind(r.body) for r in emulator.message_requests]
     assert kinds.count("summary") == 1 and kinds.count("main") == len(replies)
-    summary_at = kinds.index("summary")
     main = [r.body for r in emulator.message_requests if request_kind(r.body) == "main"]
-    summary = emulator.message_requests[summary_at]
+    summary = emulator.message_requests[kinds.index("summary")]
     # The summary is a fork of the main loop: same system prompt and tools, and it reads the
     # prefix the agent's last request cached.
     assert summary.body["system"] == main[0]["system"] and summary.body["tools"] == main[0]["tools"]
     assert summary.usage is not None and summary.usage["cache_read_input_tokens"] > 0
-    # After it, the model sees the summary first, not the files read before it.
-    after = emulator.message_requests[summary_at + 1].body["messages"]
-    first = json.dumps(after[0]["content"])
-    assert "continues an earlier conversation" in first and prompts[0] in first
-    assert "line 999 of file 1" not in json.dumps(after)
+    # From the compaction on, the model sees the summary first, not the files read before it,
+    # and the later turns after it.
+    continued = [
+        i
+        for i, body in enumerate(main)
+        if "continues an earlier" in json.dumps(body["messages"][0])
+    ]
+    assert continued and continued == list(range(continued[0], len(main)))
+    after = main[continued[0]]["messages"]
+    assert prompts[0] in json.dumps(after[0]) and "line 999 of file 1" not in json.dumps(after)
+    assert prompts[-1] in json.dumps(main[-1]["messages"][1:])
 
     # The transcript holds every line the agent appended, compaction or not: the prompts, the
     # files as read from disk, the shell's real output, the answers and their usage.

@@ -110,6 +110,9 @@ async def compact_to_claude_code(
             p.ErrorCode.NOT_ENOUGH_MESSAGES,
             f"{source.path} has no assistant response to resume from",
         )
+    # Every line of the transcript, earlier compactions included: the user's messages counted
+    # in the report are all of theirs, not only those since Claude Code last compacted.
+    original = list(session.records)
     chosen: list[PartialPlan] = []
 
     def select(context: list[Record]) -> Selection:
@@ -136,9 +139,11 @@ async def compact_to_claude_code(
     content = result.summary.get("message", {}).get("content")
     summary_text = content if isinstance(content, str) else ""
     continuation = resume_message(summary_text, transcript_path=source.path)
-    ledger = build_ledger(plan.summarize, cwd=session.meta.cwd)
+    ledger = await anyio.to_thread.run_sync(lambda: build_ledger(original, cwd=session.meta.cwd))
     current = ledger.current
-    missing = {id(m) for m in check_summary(ledger, summary_text).messages}
+    # The kept turn is verbatim in the new session; what the summary omits is missing.
+    verbatim = continuation + "\n" + msgspec.json.encode(result.kept_entries).decode()
+    missing = {id(m) for m in check_summary(ledger, verbatim).messages}
     kept_users = sum(1 for m in current if id(m) not in missing)
 
     new_id = str(uuid.uuid4())

@@ -141,10 +141,6 @@ def resume_lines(
         summary["promptId"] = facts.prompt_id
     parent = summary_uuid
     rest: list[dict[str, Any]] = []
-    for att in attachments:
-        line = {**_attachment(att), "uuid": new_uuid(), "parentUuid": parent, "timestamp": stamp}
-        parent = line["uuid"]
-        rest.append(line)
     kept_uuids: list[str] = []
     for original in kept:
         line = dict(original)
@@ -160,6 +156,10 @@ def resume_lines(
             line["uuid"] = renamed[original["uuid"]]
             kept_uuids.append(line["uuid"])
             parent = line["uuid"]
+        rest.append(line)
+    for att in attachments:
+        line = {**_attachment(att), "uuid": new_uuid(), "parentUuid": parent, "timestamp": stamp}
+        parent = line["uuid"]
         rest.append(line)
 
     meta = dict(metadata)

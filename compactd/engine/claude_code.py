@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session
 
-__all__ = ["compact_to_claude_code", "read_source", "last_turn_start"]
+__all__ = ["check_online", "compact_to_claude_code", "last_turn_start", "read_source"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,17 @@ def last_turn_start(context: list[Record]) -> str | None:
     return context[start].entry.uuid
 
 
+def check_online(runtime: Runtime, online: bool) -> None:
+    """Refuse ``online`` when the daemon has no key (before anything is imported)."""
+    if online and runtime.summarizer.offline:
+        raise p.CompactdError(
+            p.ErrorCode.INVALID_PARAMS,
+            "online needs the daemon's API key (initializationOptions.summarizer.apiKey or "
+            "ANTHROPIC_API_KEY in its environment); without it, leave online out for the "
+            "offline summary",
+        )
+
+
 async def compact_to_claude_code(
     runtime: Runtime,
     session: Session,
@@ -97,13 +108,7 @@ async def compact_to_claude_code(
     begin_progress: Callable[[str], Awaitable[WorkDone | None]],
 ) -> p.ClaudeCodeCompactResult:
     """Compact ``session`` (imported from ``source``) and write it as a new Claude Code session."""
-    if online and runtime.summarizer.offline:
-        raise p.CompactdError(
-            p.ErrorCode.INVALID_PARAMS,
-            "online needs the daemon's API key (initializationOptions.summarizer.apiKey or "
-            "ANTHROPIC_API_KEY in its environment); without it, leave online out for the "
-            "offline summary",
-        )
+    check_online(runtime, online)
     pivot = last_turn_start(session.context())
     if pivot is None:
         raise p.CompactdError(

@@ -36,11 +36,17 @@ async def compact(
         raise p.CompactdError(
             p.ErrorCode.TRANSCRIPT_UNREADABLE, f"transcript {raw} does not exist or is not a file"
         )
+    engine.check_online(app, bool(params.online))
     source = await engine.read_source(path)
     if source.session_id is None:
         raise p.CompactdError(
             p.ErrorCode.TRANSCRIPT_UNREADABLE,
             f"{raw} is not a Claude Code transcript (no line names a sessionId)",
+        )
+    if not source.has_assistant:
+        raise p.CompactdError(
+            p.ErrorCode.NOT_ENOUGH_MESSAGES,
+            f"{raw} has no assistant response yet: there is nothing to compact or resume from",
         )
     # The agent's cwd when it still exists (file paths in the transcript are relative to it),
     # else the transcript's folder: the import needs an existing directory.

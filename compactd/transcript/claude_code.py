@@ -53,6 +53,8 @@ class SourceFacts:
     prompt_id: str | None = None
     # The last line with a uuid: the boundary's logical parent.
     last_uuid: str | None = None
+    # Whether any assistant response is there to keep (nothing can be resumed without one).
+    has_assistant: bool = False
 
     @property
     def cwd(self) -> str | None:
@@ -66,6 +68,7 @@ def source_facts(path: str, lines: Iterable[dict[str, Any]]) -> SourceFacts:
     fields: dict[str, Any] = {}
     prompt_id: str | None = None
     last_uuid: str | None = None
+    has_assistant = False
     for line in lines:
         sid = line.get("sessionId")
         if isinstance(sid, str) and sid:
@@ -78,8 +81,14 @@ def source_facts(path: str, lines: Iterable[dict[str, Any]]) -> SourceFacts:
         uid = line.get("uuid")
         if isinstance(uid, str) and uid:
             last_uuid = uid
+        has_assistant = has_assistant or line.get("type") == "assistant"
     return SourceFacts(
-        path=path, session_id=session_id, fields=fields, prompt_id=prompt_id, last_uuid=last_uuid
+        path=path,
+        session_id=session_id,
+        fields=fields,
+        prompt_id=prompt_id,
+        last_uuid=last_uuid,
+        has_assistant=has_assistant,
     )
 
 

@@ -191,6 +191,10 @@ async def test_bad_input_is_refused_and_writes_nothing(
     folder = source.parent
     not_a_transcript = folder / "notes.jsonl"
     not_a_transcript.write_text("just some text\n")
+    # A session that never got an answer: nothing to resume from.
+    unanswered = folder / "unanswered.jsonl"
+    first = (FIXTURES / R16_MANUAL).read_bytes().splitlines()[2]
+    unanswered.write_bytes(first + b"\n")
     before = sorted(folder.iterdir())
     async with spawn_daemon(OFFLINE) as client:
         cases = [
@@ -199,6 +203,7 @@ async def test_bad_input_is_refused_and_writes_nothing(
             ({"transcriptPath": str(folder / "missing.jsonl")}, p.ErrorCode.TRANSCRIPT_UNREADABLE),
             ({"transcriptPath": str(folder)}, p.ErrorCode.TRANSCRIPT_UNREADABLE),
             ({"transcriptPath": str(not_a_transcript)}, p.ErrorCode.TRANSCRIPT_UNREADABLE),
+            ({"transcriptPath": str(unanswered)}, p.ErrorCode.NOT_ENOUGH_MESSAGES),
             ({"transcriptPath": str(source), "extra": 1}, p.ErrorCode.INVALID_PARAMS),
             # online without a key: said, nothing written.
             ({"transcriptPath": str(source), "online": True}, p.ErrorCode.INVALID_PARAMS),
@@ -208,6 +213,7 @@ async def test_bad_input_is_refused_and_writes_nothing(
                 await client.request(p.CLAUDE_CODE_COMPACT, params)
             assert err.value.code == code, (params, err.value)
         assert sorted(folder.iterdir()) == before
+        assert not (await client.list_sessions()).sessions  # nothing was imported either
         # The daemon goes on.
         result = await client.claude_code_compact(str(source))
         assert Path(result.new_transcript_path).is_file()

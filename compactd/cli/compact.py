@@ -57,9 +57,10 @@ async def compact(
         return 0
     term.say(f"{path.name} compacted into a new Claude Code session", style="bold")
     table = term.table("", "", text_columns=1)
+    table.show_header = False
     table.add_row("tokens", f"{result.pre_tokens:,} -> {result.post_tokens:,}")
     table.add_row(
-        "user messages in the summary", f"{result.user_messages_kept} of {result.user_messages}"
+        "user messages carried over", f"{result.user_messages_kept} of {result.user_messages}"
     )
     table.add_row("entries summarized", f"{result.summarized_entries:,}")
     table.add_row("last assistant turn kept verbatim", f"{result.kept_entries} line(s)")

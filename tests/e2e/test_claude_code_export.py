@@ -252,7 +252,7 @@ async def test_the_cli_compacts_and_prints_the_resume_command(tmp_path: Path) ->
     assert len(new_id) == 1
     assert f"\n  claude --resume {new_id[0]}\n" in out
     counted = f"{result.user_messages_kept} of {result.user_messages}"
-    assert "user messages in the summary" in out and counted in out
+    assert "user messages carried over" in out and counted in out
     assert "the original is unchanged" in out
     # Errors a person can act on, without a traceback.
     code, _, err = await _cli("compact", str(tmp_path / "missing.jsonl"))

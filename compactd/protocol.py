@@ -39,12 +39,14 @@ CACHE_BEFORE_REQUEST = "cache/beforeRequest"
 CACHE_AFTER_RESPONSE = "cache/afterResponse"
 SESSION_MEMORY_GET = "sessionMemory/get"
 SESSION_MEMORY_EXTRACT = "sessionMemory/extract"
+CLAUDE_CODE_COMPACT = "claudeCode/compact"
 
 # server -> client notifications
 NOTIFY_COMPACT_STATUS = "compact/status"
 NOTIFY_TOKENS_THRESHOLD = "tokens/threshold"
 NOTIFY_MEMORY_CHANGED = "memory/changed"
 NOTIFY_CACHE_BREAK = "cache/break"
+NOTIFY_SESSION_FOLLOWED = "session/followed"
 
 
 # -- stable error codes (JSON-RPC ``error.data.code``) --------------------------------------------
@@ -256,6 +258,26 @@ class SessionMemoryOptions(
     min_tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
+class BackgroundCompactionOptions(
+    msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
+):
+    """Zero-wait compaction (issue 28): a summary prepared in the background from a snapshot
+    before the auto-compact threshold, applied at once when the threshold comes.
+
+    Accepted and validated; the preparation itself is not built yet, so today every field is
+    inert and compaction behaves as with ``enabled: false``. ``enabled`` (default true);
+    ``startAt``: the fraction of the auto-compact threshold at which a preparation starts
+    (default 0.8); ``idleMinutes``: idle time after which a session above half its threshold
+    prepares (default 55, before a one-hour prompt cache expires); ``applyWhenIdle``: also apply
+    the prepared summary while idle (default false).
+    """
+
+    enabled: bool | None = None
+    start_at: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    idle_minutes: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    apply_when_idle: bool | None = None
+
+
 class InitializationOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
@@ -269,6 +291,7 @@ class InitializationOptions(
     memory_file_names: list[str] | None = None
     microcompact: MicrocompactOptions | None = None
     session_memory: SessionMemoryOptions | None = None
+    background_compaction: BackgroundCompactionOptions | None = None
 
 
 # -- session ------------------------------------------------------------------------------------
@@ -328,6 +351,9 @@ class OpenParams(_Params, kw_only=True):
     transcript_path: str | None = None
     cache_safe_params: CacheSafeParams | None = None
     api_context_management: bool | None = None
+    # Follow the transcript at ``transcriptPath`` as the agent appends to it (docs/follow.md).
+    # Omitted on a reopen: keep following if the session was followed.
+    follow: bool | None = None
     # Open without owning: no lock taken, no byte written; only ``READ_ONLY_METHODS`` answer
     # (docs/durability.md#ownership). The view is the transcript as it was at this open.
     read_only: bool = False
@@ -354,6 +380,8 @@ class OpenResult(_Wire, kw_only=True):
     read_only: bool = False
     # For a read-only open: the process that owns the session, if one does.
     held_by: HolderInfo | None = None
+    # Whether the daemon now follows ``importedFrom`` as it grows (docs/follow.md).
+    following: bool = False
 
 
 class AppendParams(_Params, kw_only=True):
@@ -391,6 +419,8 @@ class SessionInfo(_Wire, kw_only=True):
     read_only: bool = False
     # Another process owns the session (found by a probe that takes no lock).
     held_by: HolderInfo | None = None
+    # Whether the daemon follows the transcript the session was imported from (docs/follow.md).
+    following: bool = False
 
 
 class ListResult(_Wire, kw_only=True):
@@ -435,6 +465,18 @@ class ThresholdNotification(_Wire, kw_only=True):
     level: ThresholdLevel
     tokens: int
     threshold: int
+    status: TokenStatus
+
+
+class FollowedNotification(_Wire, kw_only=True):
+    """``session/followed``: lines the agent appended to a followed transcript were taken in."""
+
+    session_id: str
+    # Entries added to the session (lines it already held are not counted).
+    appended: int
+    # The transcript was replaced, truncated or rewritten and was read again from its start.
+    reread: bool = False
+    entry_count: int
     status: TokenStatus
 
 
@@ -744,6 +786,44 @@ class SessionMemoryResult(_Wire, kw_only=True):
     extracting: bool = False
 
 
+# -- Claude Code round trip ---------------------------------------------------------------------
+
+
+class ClaudeCodeCompactParams(_Params, kw_only=True):
+    """Compact a Claude Code transcript into a new Claude Code session beside it
+    (docs/claude-code.md#compact-and-resume). ``transcriptPath``: absolute. ``online``: the
+    summary from the model (needs the daemon's key); offline by default."""
+
+    transcript_path: str
+    custom_instructions: str | None = None
+    online: bool | None = None
+
+
+class ClaudeCodeCompactResult(_Wire, kw_only=True):
+    # The new Claude Code session: its id, its file (beside the original) and the shell
+    # command that resumes it (``cd <cwd> && claude --resume <id>``).
+    new_session_id: str
+    new_transcript_path: str
+    resume_command: str
+    cwd: str | None
+    # The session it continues: the original file, never changed.
+    original_session_id: str | None
+    original_transcript_path: str
+    # compactd's own session the transcript was imported into and compacted.
+    session_id: str
+    pre_tokens: int
+    post_tokens: int
+    # Human messages of the compacted part, and how many of them the summary quotes.
+    user_messages: int
+    user_messages_kept: int
+    summarized_entries: int
+    # Lines of the last assistant turn kept verbatim after the summary.
+    kept_entries: int
+    attachments: int
+    summarizer: str | None = None
+    warnings: list[str] | None = None
+
+
 # -- the method table ---------------------------------------------------------------------------
 
 # method -> (params type, result type). ``None`` params means only ``sessionId`` is required.
@@ -771,6 +851,7 @@ REQUESTS: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {
     CACHE_AFTER_RESPONSE: (CacheAfterParams, CacheAck),
     SESSION_MEMORY_GET: (SessionParams, SessionMemoryResult),
     SESSION_MEMORY_EXTRACT: (SessionParams, SessionMemoryResult),
+    CLAUDE_CODE_COMPACT: (ClaudeCodeCompactParams, ClaudeCodeCompactResult),
 }
 
 # What a session opened with ``readOnly: true`` answers: methods that change neither its files
@@ -797,4 +878,5 @@ NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {
     NOTIFY_TOKENS_THRESHOLD: ThresholdNotification,
     NOTIFY_MEMORY_CHANGED: MemoryChangedNotification,
     NOTIFY_CACHE_BREAK: CacheBreak,
+    NOTIFY_SESSION_FOLLOWED: FollowedNotification,
 }

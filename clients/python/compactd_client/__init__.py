@@ -336,6 +336,10 @@ class Client:
         """``cache/break``: a prompt-cache break was detected, with its explanation."""
         return Subscription(self, p.NOTIFY_CACHE_BREAK, p.CacheBreak, session_id)
 
+    def follow_updates(self, session_id: str | None = None) -> Subscription[p.FollowedNotification]:
+        """``session/followed``: lines appended to a followed transcript were taken in."""
+        return Subscription(self, p.NOTIFY_SESSION_FOLLOWED, p.FollowedNotification, session_id)
+
     # -- typed protocol methods (one per entry of ``protocol.REQUESTS``) ----------------------
 
     async def open_session(
@@ -351,6 +355,7 @@ class Client:
         cache_safe_params: p.CacheSafeParams | None = None,
         api_context_management: bool | None = None,
         read_only: bool = False,
+        follow: bool | None = None,
     ) -> p.OpenResult:
         params = p.OpenParams(
             cwd=cwd,
@@ -363,6 +368,7 @@ class Client:
             cache_safe_params=cache_safe_params,
             api_context_management=api_context_management,
             read_only=read_only,
+            follow=follow,
         )
         return await self.call(p.SESSION_OPEN, params, p.OpenResult)
 
@@ -531,6 +537,17 @@ class Client:
             p.SESSION_MEMORY_EXTRACT, _session(session_id), p.SessionMemoryResult
         )
 
+    async def claude_code_compact(
+        self,
+        transcript_path: str,
+        custom_instructions: str | None = None,
+        online: bool | None = None,
+    ) -> p.ClaudeCodeCompactResult:
+        params = p.ClaudeCodeCompactParams(
+            transcript_path=transcript_path, custom_instructions=custom_instructions, online=online
+        )
+        return await self.call(p.CLAUDE_CODE_COMPACT, params, p.ClaudeCodeCompactResult)
+
 
 def _session(session_id: str) -> p.SessionParams:
     return p.SessionParams(session_id=session_id)
@@ -571,6 +588,7 @@ TYPED_METHODS: dict[str, str] = {
     p.CACHE_AFTER_RESPONSE: "cache_after",
     p.SESSION_MEMORY_GET: "session_memory",
     p.SESSION_MEMORY_EXTRACT: "extract_session_memory",
+    p.CLAUDE_CODE_COMPACT: "claude_code_compact",
 }
 
 # The typed iterator of each server notification.
@@ -579,6 +597,7 @@ TYPED_NOTIFICATIONS: dict[str, str] = {
     p.NOTIFY_TOKENS_THRESHOLD: "threshold_crossings",
     p.NOTIFY_MEMORY_CHANGED: "memory_changes",
     p.NOTIFY_CACHE_BREAK: "cache_breaks",
+    p.NOTIFY_SESSION_FOLLOWED: "follow_updates",
 }
 
 

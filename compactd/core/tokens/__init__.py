@@ -2,7 +2,7 @@
 
 The size of a conversation is the usage the API reported for the most recent response, plus a
 padded character-based estimate of what was appended after that response started
-(docs/thresholds.md#token-count). This module computes that count in full (``count_tokens``) and
+(docs/thresholds.md#token-count). This package computes that count in full (``count_tokens``) and
 incrementally (``TokenCounter``), resolves a model's window and output limits, derives the
 warning / error / auto-compact / blocking levels from them and the environment, tracks upward
 crossings of those levels, and splits a conversation's estimate into categories for

@@ -247,26 +247,25 @@ def _has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
     return "user" in roles and "assistant" in roles
 
 
-async def _current_plan(run: _Run, plan: CompactionPlan | None) -> CompactionPlan:
-    """``plan`` rebased on the session as it is now, or a new plan on a fresh snapshot."""
+async def _current_plan(run: _Run, plan: CompactionPlan | None) -> tuple[CompactionPlan, int]:
+    """``plan`` rebased on the session as it is now, or a new plan on a fresh snapshot; with
+    the session's token count now (the compaction's "before")."""
     runtime, session = run.runtime, run.session
     async with session.lock:
         status = runtime.status(session)
         rebased = plan.rebased(session, status) if plan is not None else None
         snap = session.snapshot(status) if rebased is None else None
     if rebased is not None:
-        return rebased
+        return rebased, status.tokens
     assert snap is not None
     if plan is not None:
-        log.info(
-            "session %s: the session changed since the decision; planning again", snap.session_id
-        )
-    return await plan_compaction(runtime, snap, run.spec, outlook=False)
+        log.info("session %s: changed since the decision; planning again", snap.session_id)
+    return await plan_compaction(runtime, snap, run.spec, outlook=False), status.tokens
 
 
 async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
     runtime, session, spec = run.runtime, run.session, run.spec
-    plan = await _current_plan(run, given)
+    plan, pre_tokens = await _current_plan(run, given)
     snap = plan.snapshot
     cleared = plan.cleared
     summarized, kept, kept_before, shown = plan.summarized, plan.kept, plan.kept_before, plan.shown
@@ -400,7 +399,7 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
     return _Prepared(
         snapshot_len=snap.length,
         logical_parent=snap.last_uuid,
-        pre_tokens=snap.status.tokens,
+        pre_tokens=pre_tokens,
         pre_raw=pre_raw,
         context_head=snap.context[0] if snap.context else None,
         summarized=summarized,
@@ -433,35 +432,31 @@ async def _render(
 
 
 class _Facts:
-    """The plan's ledger and context estimate, or their computation in a worker thread.
-
-    ``compute`` runs beside the model call; ``result`` waits for it (or computes them now
-    when nothing started it).
-    """
+    """The plan's ledger and the estimate of its context, or their computation in a worker
+    thread: ``compute`` runs beside the model call, ``result`` waits for it (or computes them
+    now when nothing started it)."""
 
     def __init__(self, plan: CompactionPlan) -> None:
         self._plan = plan
         self._done = anyio.Event()
         self._value: tuple[SurvivalLedger, int] | None = None
         self._started = False
-        if plan.ledger is not None and plan.pre_raw is not None:
-            self._value = (plan.ledger, plan.pre_raw)
-            self._done.set()
 
     async def compute(self) -> None:
-        if self._started or self._done.is_set():
+        if self._started:
             return
         self._started = True
         plan = self._plan
         summarized, cleared, context = plan.summarized, plan.cleared, plan.snapshot.context
         cwd = plan.snapshot.meta.cwd
+        known, pre_raw = plan.ledger, plan.pre_raw
+
+        def work() -> tuple[SurvivalLedger, int]:
+            ledger = known or build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd)
+            return ledger, tokens.estimate_records_raw(context) if pre_raw is None else pre_raw
+
         try:
-            self._value = await anyio.to_thread.run_sync(
-                lambda: (
-                    build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd),
-                    tokens.estimate_records_raw(context),
-                )
-            )
+            self._value = await anyio.to_thread.run_sync(work)
         finally:
             self._done.set()
 

@@ -3,8 +3,7 @@
 ``plan_compaction`` takes a ``Snapshot`` (the session up to entry E, docs/engine.md#snapshot)
 and a ``CompactionSpec`` and works out, off the lock and off the event loop, what a compaction
 needs before any model call or write: the selection (what is summarized, what is kept), the
-survival ledger of what is summarized, the estimate of the context, the summary when no model
-writes it (the session notes, or the offline summary; as a stand-in for its length when a model
+survival ledger of what is summarized, the summary when no model writes it (the session notes, or the offline summary; as a stand-in for its length when a model
 will), the rehydration facts read from disk and, for a decision, the outlook (what the
 compaction would leave). ``compact/preview`` reports the plan; ``compact/auto`` decides on it and
 ``engine.compaction.run_compaction`` carries the same plan out without computing any of it
@@ -196,9 +195,9 @@ def kept_before_of(selection: Selection) -> list[Record]:
 class CompactionPlan:
     """What a compaction of ``snapshot`` as ``spec`` says needs before the model and the write.
 
-    ``ledger``, ``pre_raw``, ``summary`` and ``rehydration`` are None when the plan was made
-    to be carried out at once with a model writing the summary: they are then worked out while
-    the model writes (``engine.compaction``).
+    ``ledger``, ``summary`` and ``rehydration`` are None when the plan was made to be carried
+    out at once with a model writing the summary: they are then worked out while the model
+    writes (``engine.compaction``).
     """
 
     snapshot: Snapshot
@@ -215,7 +214,8 @@ class CompactionPlan:
     # No model writes the summary (session notes, or the offline summarizer).
     known: bool
     ledger: SurvivalLedger | None = None
-    # The estimate of the snapshot's context (the thrash guard's "before").
+    # The estimate of the snapshot's context (the thrash guard's "before"): worked out when
+    # the plan is carried out (a preview does not need it).
     pre_raw: int | None = None
     # The summary without a model and its mode: final when ``known``, else the offline summary
     # of the same entries, standing in for the model's length (and its fallback).
@@ -341,26 +341,23 @@ async def plan_compaction(
     if not outlook and not known:
         return plan
     cwd = snap.meta.cwd
-    context = snap.context
     instructions = [spec.custom_instructions] if spec.custom_instructions else []
 
-    def work() -> tuple[SurvivalLedger, int, Written, str]:
+    def work() -> tuple[SurvivalLedger, Written, str]:
         ledger = build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd)
-        pre_raw = tokens.estimate_records_raw(context)
         if known:
             raw, mode = summary_without_model(spec, ledger, view, instructions)
         else:
             # A model's summary cannot be known before it is written: the offline summary of
             # the same entries stands in for its length (both are completed by the ledger).
             raw, mode = offline_summary(ledger, limit=view.summary_chars), "offline"
-        return ledger, pre_raw, written(raw, mode, ledger, view), mode
+        return ledger, written(raw, mode, ledger, view), mode
 
-    ledger, pre_raw, summary, mode = await anyio.to_thread.run_sync(work)
+    ledger, summary, mode = await anyio.to_thread.run_sync(work)
     rehydration = await gather(runtime, snap, [*kept_before, *kept])
     plan = dataclasses.replace(
         plan,
         ledger=ledger,
-        pre_raw=pre_raw,
         summary=summary,
         summary_mode=mode,
         rehydration=rehydration,

@@ -42,7 +42,7 @@ from tests.helpers import CWD  # noqa: E402
 MODEL = "claude-sonnet-4-5"
 STATUS_CALLS = 500
 PREVIEW_CALLS = 30
-COMPACT_ROUNDS = 6
+COMPACT_ROUNDS = 10
 SUMMARIZERS: dict[str, dict[str, Any]] = {
     "offline summarizer": {"offline": True},
     # A model summarizer on a port nothing listens on: a preview never calls it.

@@ -1,6 +1,6 @@
 """compact/auto's policy: decide once whether and how to compact, then carry the plan out.
 
-``decide_auto`` takes a snapshot of the session and gathers what ``core.dispatch.decide``
+``decide_auto`` takes a snapshot of the session and gathers what ``core.auto_policy.decide``
 needs, one outlook at a time and only as far as the decision gets, and returns an ``AutoPlan``:
 the decision and the compaction plan of the mechanism it chose (docs/engine.md#plan).
 ``compact/preview`` reports it and ``run_auto`` carries it out, the compaction reusing what the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core import dispatch
+from compactd.core import auto_policy
 from compactd.engine.compaction import prefix_parts, run_compaction
 from compactd.engine.micro import microcompact, plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
@@ -37,14 +37,14 @@ class AutoPlan:
     """``compact/auto``'s decision and the plan that carries it out (None for ``none`` and
     ``micro``, whose plan is ``decision.micro``)."""
 
-    decision: dispatch.Decision
+    decision: auto_policy.Decision
     compaction: CompactionPlan | None = None
 
 
 async def decide_auto(
     runtime: Runtime, notes: SessionMemoryService, session: Session, force: bool
 ) -> AutoPlan:
-    """What ``compact/auto`` does to ``session`` now (``core.dispatch.decide``) and its plan;
+    """What ``compact/auto`` does to ``session`` now (``core.auto_policy.decide``) and its plan;
     nothing changes.
 
     ``compact/preview`` reports this decision and ``compact/auto`` carries it out. Each
@@ -53,7 +53,7 @@ async def decide_auto(
     planned when the session notes fit.
     """
     snap = await runtime.snapshot(session)
-    situation = dispatch.Situation(
+    situation = auto_policy.Situation(
         status=snap.status,
         entries=len(snap.context),
         force=force,
@@ -61,21 +61,21 @@ async def decide_auto(
         last_error=session.health.last_error,
         prefix_parts=lambda: prefix_parts(session),
     )
-    if dispatch.gate(situation) is not None:
-        return AutoPlan(dispatch.decide(situation))
+    if auto_policy.gate(situation) is not None:
+        return AutoPlan(auto_policy.decide(situation))
     micro = await plan_micro(runtime, session) if runtime.flags.microcompact_enabled else None
-    if dispatch.micro_alone(situation, micro) is not None:
-        return AutoPlan(dispatch.decide(situation, dispatch.Outlooks(micro)))
+    if auto_policy.micro_alone(situation, micro) is not None:
+        return AutoPlan(auto_policy.decide(situation, auto_policy.Outlooks(micro)))
     kind = prompt_kind(snap.meta)
     remembered = await notes.plan(session, snap, kind, micro)
     notes_outlook = remembered.outlook if remembered is not None else None
     full: CompactionPlan | None = None
-    if not dispatch.notes_fit(situation, notes_outlook):
+    if not auto_policy.notes_fit(situation, notes_outlook):
         spec = CompactionSpec(trigger="auto", kind=kind)
         full = await plan_compaction(runtime, snap, spec, micro=micro)
-    decision = dispatch.decide(
+    decision = auto_policy.decide(
         situation,
-        dispatch.Outlooks(
+        auto_policy.Outlooks(
             micro=micro,
             full=full.outlook if full is not None else None,
             session_memory=notes_outlook,

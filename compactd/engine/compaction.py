@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from compactd import protocol as p
+from compactd.core import auto_policy, tokens
 from compactd.core import constants as c
-from compactd.core import dispatch, tokens
 from compactd.core.ledger import CARRY_FIELD, SurvivalLedger, build_ledger, carry_of
 from compactd.core.normalize import system_reminder, to_api_messages
 from compactd.core.offline_summary import OFFLINE_INSTRUCTIONS_WARNING, offline_summary
@@ -158,7 +158,7 @@ def refuse(runtime: Runtime, session: Session) -> None:
         )
     if session.busy:
         raise session.busy_error()
-    refusal = dispatch.prefix_refusal(runtime.status(session), lambda: prefix_parts(session))
+    refusal = auto_policy.prefix_refusal(runtime.status(session), lambda: prefix_parts(session))
     if refusal is not None:
         # No model call can help: the prefix alone fills the window up to the threshold.
         raise p.CompactdError(p.ErrorCode.FIXED_PREFIX_TOO_LARGE, refusal)

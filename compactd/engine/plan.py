@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from compactd import protocol as p
-from compactd.core import dispatch, tokens
+from compactd.core import auto_policy, tokens
 from compactd.core.ledger import (
     SurvivalLedger,
     ViewBudget,
@@ -177,7 +177,7 @@ def prompt_kind(meta: SessionMeta) -> PromptKind:
 
 async def outlook_of(
     runtime: Runtime, session: Session, spec: CompactionSpec
-) -> dispatch.SummaryOutlook:
+) -> auto_policy.SummaryOutlook:
     """What a compaction of ``session`` as ``spec`` says would leave now (``compact/preview``
     of an explicit mechanism): the plan on a snapshot, without carrying it out."""
     snap = await runtime.snapshot(session)
@@ -222,8 +222,8 @@ class CompactionPlan:
     summary: Written | None = None
     summary_mode: str = "offline"
     rehydration: Rehydration | None = None
-    # What the compaction would leave (``core.dispatch``), when planned for a decision.
-    outlook: dispatch.SummaryOutlook | None = None
+    # What the compaction would leave (``core.auto_policy``), when planned for a decision.
+    outlook: auto_policy.SummaryOutlook | None = None
 
     @property
     def shown(self) -> list[Record]:
@@ -367,8 +367,8 @@ async def plan_compaction(
     return dataclasses.replace(plan, outlook=_outlook(plan, micro))
 
 
-def _outlook(plan: CompactionPlan, micro: MicroPlan | None) -> dispatch.SummaryOutlook:
-    """What carrying ``plan`` out would leave, as ``core.dispatch.summary_post`` estimates it."""
+def _outlook(plan: CompactionPlan, micro: MicroPlan | None) -> auto_policy.SummaryOutlook:
+    """What carrying ``plan`` out would leave, as ``core.auto_policy.summary_post`` estimates it."""
     assert plan.summary is not None
     snap, spec, selection = plan.snapshot, plan.spec, plan.selection
     kept = [*plan.kept_before, *plan.kept]
@@ -377,7 +377,7 @@ def _outlook(plan: CompactionPlan, micro: MicroPlan | None) -> dispatch.SummaryO
     # The microcompact boundary is appended last, so it lands among the kept entries.
     saving = micro.tokens_saved if micro is not None and kept else 0
     prefix = snap.fixed_prefix
-    post = dispatch.summary_post(
+    post = auto_policy.summary_post(
         text, attachments=attachments, kept=kept, saving=saving, prefix=prefix
     )
     if not plan.known:
@@ -385,8 +385,8 @@ def _outlook(plan: CompactionPlan, micro: MicroPlan | None) -> dispatch.SummaryO
         # no more than what it replaces (a larger one fails the thrash guard).
         restore = tokens.chars_to_tokens(plan.view.summary_chars)
         replaced = tokens.estimate_records_raw(plan.summarized)
-        bound = min(dispatch.summary_budget(plan.summarized) + restore, replaced)
-        ceiling = dispatch.summary_post(
+        bound = min(auto_policy.summary_budget(plan.summarized) + restore, replaced)
+        ceiling = auto_policy.summary_post(
             continuation(snap.transcript_path, spec, "", plan.kept),
             attachments=attachments,
             kept=kept,
@@ -395,7 +395,7 @@ def _outlook(plan: CompactionPlan, micro: MicroPlan | None) -> dispatch.SummaryO
             prefix=prefix,
         )
         post = min(post, ceiling)
-    return dispatch.SummaryOutlook(
+    return auto_policy.SummaryOutlook(
         post_tokens=post,
         summarized=len(plan.summarized),
         kept=len(selection.kept_before) + len(selection.kept),

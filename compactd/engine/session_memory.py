@@ -12,7 +12,7 @@ per-session lock).
 ``plan`` and ``compact`` are the session-memory stage of ``compact/auto``: ``plan`` waits for a
 running extraction and plans a compaction (``engine/plan.py``) that keeps the recent entries the
 notes do not cover (``core.session_memory.kept_start``), with the truncated notes as the
-summary: no model call. ``core.dispatch`` decides on its outlook (it falls through to a full
+summary: no model call. ``core.auto_policy`` decides on its outlook (it falls through to a full
 compaction when that stays above the auto-compact threshold); ``compact`` carries the plan out
 through the compaction engine, or returns None when the notes cannot serve after all.
 """
@@ -280,7 +280,7 @@ class SessionMemoryService:
     ) -> CompactionPlan | None:
         """The plan of a compaction from the notes on ``snap`` (of ``session``) after ``micro``
         commits, with its outlook; None when the notes cannot serve. ``compact/auto`` decides
-        on it (``core.dispatch``)."""
+        on it (``core.auto_policy``)."""
         if not self.enabled:
             return None
         spec = await self._spec(snap, kind, self.state(session))

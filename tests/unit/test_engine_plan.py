@@ -19,8 +19,8 @@ import pytest
 
 from compactd import protocol as p
 from compactd.app import App
+from compactd.cli.synthetic import make_session
 from compactd.core.constants import ENV_DISABLE_MICROCOMPACT
-from compactd.core.synthetic import make_session
 from compactd.engine import compaction, plan
 from compactd.engine.auto import decide_auto, run_auto
 from compactd.engine.session import Session

@@ -25,6 +25,7 @@ import platformdirs
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
+from compactd.engine.cachebreaks import CacheBreaks
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FilesService
 from compactd.engine.follow import FollowService
@@ -68,10 +69,11 @@ class App(Runtime):
         self._owned: dict[str, ownership.OwnerLock] = {}
         # One lock (and its number of holders and waiters) per session id being opened.
         self._id_locks: dict[str, list[Any]] = {}
+        # The per-session features (docs/engine.md#features), in the order their hooks run.
         self.files = FilesService(self)  # read-file state, nested memory, watching
         self.session_memory = SessionMemoryService(self)  # background note extraction
+        self.features.register(CacheBreaks, lambda session: CacheBreaks())
         self.follow = FollowService(self)  # followed transcripts (docs/follow.md)
-        self.append_observers += [self.files.observe, self.session_memory.observe]
 
     async def get_session(self, session_id: str) -> Session:
         """The session, loaded (and owned) on first use; ``sessionLocked`` if another has it."""
@@ -92,6 +94,7 @@ class App(Runtime):
             loaded, _ = await anyio.to_thread.run_sync(self._own, session_id, None)
             # Registered before any checkpoint: the lock is the session's from here on.
             self.sessions[session_id] = loaded
+            self.features.attach(loaded)  # on the event loop, where the features live
             return loaded
 
     def _own(self, sid: str, create: Callable[[], Session] | None) -> tuple[Session, bool]:
@@ -202,6 +205,7 @@ class App(Runtime):
                 create = functools.partial(self._create, sid, params, source, consumed)
                 owned, created = await anyio.to_thread.run_sync(self._own, sid, create)
                 self.sessions[sid] = owned  # before any checkpoint, as in get_session
+                self.features.attach(owned)
                 if created:
                     imported = owned.meta.imported_from
                     if owned.meta.follow and imported is not None:
@@ -236,8 +240,9 @@ class App(Runtime):
         holder = await anyio.to_thread.run_sync(self.store.holder, sid)
         previous = self.sessions.pop(sid, None)
         if previous is not None:  # an earlier read-only view: this one is newer
-            await self._run_closers(previous)
+            await self.features.close(previous)
         self.sessions[sid] = session
+        self.features.attach(session)
         return self._open_result(session, held_by=holder)
 
     def _check_limits(self, model: str, window: int | None, max_output: int | None) -> None:
@@ -273,15 +278,7 @@ class App(Runtime):
                 p.ErrorCode.INVALID_PARAMS,
                 f"session {sid!r} was not imported from a transcript: there is nothing to follow",
             )
-        async with session.lock:
-            old_cwd = session.meta.cwd
-            meta = _updated_meta(session.meta, params)
-            if meta != session.meta:
-                await point_of_no_return()
-                await anyio.to_thread.run_sync(self.store.write_meta, meta)
-                session.meta = meta
-            if session.meta.cwd != old_cwd:
-                await session.refresh()  # read-file state is relative to the cwd
+        await self.update_meta(session, _updated_meta(session.meta, params))
         if session.meta.follow and session.meta.imported_from is not None:
             # Reads the file whole first: what was appended while no daemon followed it.
             self.follow.start(session, Path(session.meta.imported_from))
@@ -391,19 +388,7 @@ class App(Runtime):
 
     async def append(self, session: Session, entries: list[dict[str, Any]]) -> p.AppendResult:
         records = parse_entries(entries)
-        async with session.lock:
-            # Appends are idempotent by uuid, so a client may safely retry one that timed out.
-            seen: set[str] = set()
-            fresh = []
-            for r in records:
-                if r.uuid is not None and (
-                    r.uuid in seen or session.records.index_of(r.uuid) is not None
-                ):
-                    continue
-                if r.uuid is not None:
-                    seen.add(r.uuid)
-                fresh.append(r)
-            await self.commit(session, fresh)
+        fresh = await self.append_records(session, records)
         status = self.status(session)
         self.check_thresholds(session, status)
         return p.AppendResult(
@@ -419,19 +404,12 @@ class App(Runtime):
                 raise p.CompactdError(p.ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}")
             return False
         try:
-            await self._run_closers(session)
+            await self.features.close(session)
         finally:
             lock = self._owned.pop(session_id, None)
             if lock is not None:
                 lock.release()  # a few system calls: done here, not in a worker thread
         return True
-
-    async def _run_closers(self, session: Session) -> None:
-        for closer in list(session.closers):
-            try:
-                await closer()
-            except Exception:
-                log.exception("error while closing session %s", session.session_id)
 
     def release_all(self) -> None:
         """Let every session's lock go (the process is ending; its exit would do it too)."""

@@ -28,6 +28,7 @@ import msgspec
 
 from compactd import protocol as p
 from compactd.core import tokens
+from compactd.engine.features import Feature
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.services.store import MAX_IMPORT_BYTES, as_imported
@@ -191,11 +192,32 @@ def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> l
     return out
 
 
+class Following(Feature):
+    """A session's part in following (docs/engine.md#features): its follower stops with it."""
+
+    def __init__(self, service: FollowService) -> None:
+        self.service = service
+        self.follower: Follower | None = None
+
+    async def on_close(self, session: Session) -> None:
+        if self.follower is not None and self.service.followers.get(session.session_id) is (
+            self.follower
+        ):
+            self.service.stop(session.session_id)
+        self.follower = None
+
+
 class FollowService:
-    """Per-daemon owner of the followers and of the watcher of their files' directories."""
+    """Per-daemon owner of the followers and of the watcher of their files' directories.
+
+    ``followers`` indexes the running followers by session for the one watcher of their
+    directories; each session's follower also hangs on its ``Following`` feature state, which
+    stops it when the session closes.
+    """
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        runtime.features.register(Following, lambda session: Following(self))
         self.followers: dict[str, Follower] = {}  # session id -> its follower
         self._paths: Counter[str] = Counter()  # followed files -> how many followers
         self.watcher = DirWatcher(
@@ -235,12 +257,7 @@ class FollowService:
             self._watching = True
             group.start_soon(self.watcher.run)
         group.start_soon(follower.run, lambda: self.watcher.until_covers(str(path)))
-
-        async def close() -> None:
-            if self.followers.get(sid) is follower:
-                self.stop(sid)
-
-        session.closers.append(close)
+        self._runtime.features.state(session, Following).follower = follower
         log.info("session %s: following %s", sid, path)
         return True
 

@@ -274,6 +274,79 @@ def test_lifecycle_as_lsp_says(tmp_path: Path) -> None:
     bare.log.close()
 
 
+def test_work_done_progress_over_the_wire(tmp_path: Path) -> None:
+    """The daemon's own request (``window/workDoneProgress/create``) and its reply: accepted,
+    the operation reports ``$/progress`` under that token; refused, it goes on without one; a
+    reply to no request of the daemon's changes nothing."""
+    w = start(tmp_path, init=False)
+    try:
+        res = w.call(
+            "initialize",
+            {
+                "processId": None,
+                "capabilities": {"window": {"workDoneProgress": True}},
+                "initializationOptions": {
+                    "dataDir": str(tmp_path / "data"),
+                    "summarizer": {"offline": True},
+                },
+            },
+        )
+        assert "result" in res, res
+        w.send({"jsonrpc": "2.0", "id": "nobody-asked", "result": None})
+        for msg_id, accept in ((501, True), (502, False)):
+            sid = f"progress-{msg_id}"
+            open_session(w, sid)
+            w.call(p.SESSION_APPEND, {"sessionId": sid, "entries": conversation(6, sid)})
+            w.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": msg_id,
+                    "method": p.COMPACT_FULL,
+                    "params": {"sessionId": sid},
+                }
+            )
+            w.flush()
+            create = w.recv()
+            while create.get("method") != "window/workDoneProgress/create":
+                assert create.get("id") != msg_id, create
+                create = w.recv()
+            token = create["params"]["token"]
+            if accept:
+                w.send({"jsonrpc": "2.0", "id": create["id"], "result": None})
+            else:
+                w.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": create["id"],
+                        "error": {"code": -32603, "message": "no"},
+                    }
+                )
+            w.flush()
+            seen: list[dict[str, Any]] = []
+            while not (answer := w.recv()).get("id") == msg_id or "method" in answer:
+                seen.append(answer)
+            assert "result" in answer, answer
+            progress = [m["params"] for m in seen if m.get("method") == "$/progress"]
+            if not accept:
+                assert progress == []
+                continue
+            kinds = [v["value"]["kind"] for v in progress]
+            assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds, kinds
+            assert {v["token"] for v in progress} == {token}
+            assert progress[0]["value"]["cancellable"] is True
+            # Ended: a cancel from the progress bar now reaches nothing.
+            w.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "window/workDoneProgress/cancel",
+                    "params": {"token": token},
+                }
+            )
+        assert "result" in w.call(p.SESSION_LIST, {})
+    finally:
+        w.close()
+
+
 def test_a_cancel_answer_has_its_code(tmp_path: Path) -> None:
     w = start(tmp_path, options={"summarizer": {"offline": True}})
     try:

@@ -103,6 +103,7 @@ def jsonrpc_number(code: str) -> int:
 # walks it recursively (conversion, token estimates, re-encoding). compactd's own bound.
 MAX_PARAMS_DEPTH = 128
 
+
 class CompactdError(Exception):
     """An error a handler reports to the client with a stable ``data.code``."""
 

@@ -201,6 +201,14 @@ export interface FileStateResult {
   files: Array<FileStateEntry>;
 }
 
+export interface FollowedNotification {
+  sessionId: string;
+  appended: number;
+  reread?: boolean;
+  entryCount: number;
+  status: TokenStatus;
+}
+
 export interface FullParams {
   sessionId: string;
   customInstructions?: string | null;
@@ -293,6 +301,7 @@ export interface OpenParams {
   transcriptPath?: string | null;
   cacheSafeParams?: CacheSafeParams | null;
   apiContextManagement?: boolean | null;
+  follow?: boolean | null;
 }
 
 export interface OpenResult {
@@ -303,6 +312,7 @@ export interface OpenResult {
   model?: string | null;
   skippedLines?: number;
   importedFrom?: string | null;
+  following?: boolean;
 }
 
 export interface PartialInfo {
@@ -380,6 +390,7 @@ export interface SessionInfo {
   open: boolean;
   entryCount?: number | null;
   tokens?: number | null;
+  following?: boolean;
 }
 
 export interface SessionMemoryOptions {
@@ -499,6 +510,7 @@ export interface Notifications {
   "cache/break": CacheBreak;
   "compact/status": StatusNotification;
   "memory/changed": MemoryChangedNotification;
+  "session/followed": FollowedNotification;
   "tokens/threshold": ThresholdNotification;
 }
 
@@ -519,6 +531,7 @@ export declare const METHODS: {
   readonly NOTIFY_CACHE_BREAK: "cache/break";
   readonly NOTIFY_COMPACT_STATUS: "compact/status";
   readonly NOTIFY_MEMORY_CHANGED: "memory/changed";
+  readonly NOTIFY_SESSION_FOLLOWED: "session/followed";
   readonly NOTIFY_TOKENS_THRESHOLD: "tokens/threshold";
   readonly RECALL_SEARCH: "recall/search";
   readonly SESSION_APPEND: "session/append";

@@ -104,6 +104,12 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="output tokens reserved per request (default: the model's)",
     )
+    status.add_argument(
+        "--follow",
+        action="store_true",
+        help="then keep reading the transcript as the agent appends to it, a gauge line per "
+        "change, until Ctrl-C",
+    )
 
     compact = sub.add_parser(
         "compact",
@@ -221,6 +227,7 @@ async def _report(term: Terminal, args: argparse.Namespace) -> int:
             as_json=args.json,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            follow=args.follow,
         )
     if args.command == "compact":
         return await compact(

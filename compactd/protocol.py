@@ -110,21 +110,6 @@ def jsonrpc_number(code: str) -> int:
 # walks it recursively (conversion, token estimates, re-encoding). compactd's own bound.
 MAX_PARAMS_DEPTH = 128
 
-_CODES_BY_NUMBER: dict[int, str] = {
-    -32700: ErrorCode.PARSE_ERROR,
-    -32600: ErrorCode.INVALID_REQUEST,
-    -32601: ErrorCode.METHOD_NOT_FOUND,
-    -32602: ErrorCode.INVALID_PARAMS,
-    -32603: ErrorCode.INTERNAL,
-    -32800: ErrorCode.CANCELLED,
-    -32002: ErrorCode.SERVER_NOT_INITIALIZED,
-}
-
-
-def code_of_number(number: int) -> str:
-    """The ``data.code`` of an error that only has a JSON-RPC number (pygls' own errors)."""
-    return _CODES_BY_NUMBER.get(number, ErrorCode.INTERNAL)
-
 
 class CompactdError(Exception):
     """An error a handler reports to the client with a stable ``data.code``."""

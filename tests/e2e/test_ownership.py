@@ -196,6 +196,16 @@ async def test_the_cli_status_reads_a_held_session(tmp_path: Path) -> None:
         assert (await a.append("s", _entries(2, 200, "b"))).appended == 2
 
 
+async def test_shutdown_lets_the_sessions_go(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    async with _two(data) as (a, b):
+        await _open(a, "s")
+        await _refused(_open(b, "s"), p.ErrorCode.SESSION_LOCKED)
+        assert await a.request("shutdown") is None
+        # Before exit: once shutdown is answered, another daemon can take the session.
+        assert not (await _open(b, "s")).read_only
+
+
 async def test_after_kill_9_of_the_holder_the_other_takes_the_session(tmp_path: Path) -> None:
     data = tmp_path / "data"
     async with _two(data) as (a, b):

@@ -120,6 +120,9 @@ class CompactionSpec:
     # A ready summary that replaces the summarizer (session memory's notes,
     # docs/session-memory.md#compaction-from-the-notes).
     summary_override: str | None = None
+    # The offline summary even when the daemon has a key (``claudeCode/compact`` without
+    # ``online``: offline by default, docs/claude-code.md#compact-and-resume).
+    offline: bool = False
 
 
 @dataclass(slots=True)
@@ -308,7 +311,7 @@ async def _prepare(run: _Run) -> _Prepared:
     warnings: list[str] = []
     summarizer = runtime.summarizer
     usage: dict[str, Any] | None = None
-    if spec.summary_override is not None or summarizer.offline:
+    if spec.summary_override is not None or summarizer.offline or spec.offline:
         ledger, pre_raw = await facts.result()
         raw, mode = await anyio.to_thread.run_sync(
             lambda: _summary_without_model(spec, ledger, view, instructions)

@@ -634,8 +634,10 @@ class Emulator:
         if not messages:
             return "messages: at least one message is required"
         for i, m in enumerate(messages):
-            if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
-                return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+            # Claude Code 2.1.330 sends system-role messages among the others (its attachments
+            # with renderedRole "system"; seen in its requests), and the API takes them.
+            if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant", "system"):
+                return f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
             if not isinstance(m.get("content"), (str, list)):
                 return f"messages.{i}.content: Field required"
         return None

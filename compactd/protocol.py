@@ -46,6 +46,7 @@ NOTIFY_COMPACT_STATUS = "compact/status"
 NOTIFY_TOKENS_THRESHOLD = "tokens/threshold"
 NOTIFY_MEMORY_CHANGED = "memory/changed"
 NOTIFY_CACHE_BREAK = "cache/break"
+NOTIFY_SESSION_FOLLOWED = "session/followed"
 
 
 # -- stable error codes (JSON-RPC ``error.data.code``) --------------------------------------------
@@ -324,6 +325,9 @@ class OpenParams(_Params, kw_only=True):
     transcript_path: str | None = None
     cache_safe_params: CacheSafeParams | None = None
     api_context_management: bool | None = None
+    # Follow the transcript at ``transcriptPath`` as the agent appends to it (docs/follow.md).
+    # Omitted on a reopen: keep following if the session was followed.
+    follow: bool | None = None
 
 
 class OpenResult(_Wire, kw_only=True):
@@ -335,6 +339,8 @@ class OpenResult(_Wire, kw_only=True):
     model: str | None = None
     skipped_lines: int = 0
     imported_from: str | None = None
+    # Whether the daemon now follows ``importedFrom`` as it grows (docs/follow.md).
+    following: bool = False
 
 
 class AppendParams(_Params, kw_only=True):
@@ -368,6 +374,8 @@ class SessionInfo(_Wire, kw_only=True):
     # would mean reading its whole transcript).
     entry_count: int | None = None
     tokens: int | None = None
+    # Whether the daemon follows the transcript the session was imported from (docs/follow.md).
+    following: bool = False
 
 
 class ListResult(_Wire, kw_only=True):
@@ -412,6 +420,18 @@ class ThresholdNotification(_Wire, kw_only=True):
     level: ThresholdLevel
     tokens: int
     threshold: int
+    status: TokenStatus
+
+
+class FollowedNotification(_Wire, kw_only=True):
+    """``session/followed``: lines the agent appended to a followed transcript were taken in."""
+
+    session_id: str
+    # Entries added to the session (lines it already held are not counted).
+    appended: int
+    # The transcript was replaced, truncated or rewritten and was read again from its start.
+    reread: bool = False
+    entry_count: int
     status: TokenStatus
 
 
@@ -794,4 +814,5 @@ NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {
     NOTIFY_TOKENS_THRESHOLD: ThresholdNotification,
     NOTIFY_MEMORY_CHANGED: MemoryChangedNotification,
     NOTIFY_CACHE_BREAK: CacheBreak,
+    NOTIFY_SESSION_FOLLOWED: FollowedNotification,
 }

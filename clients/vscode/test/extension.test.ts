@@ -71,7 +71,7 @@ describe("the extension in a stand-in VS Code", () => {
     const item = fake.statusItem;
     assert.ok(item.visible);
     assert.equal(item.text, "$(fold) 100% left · 0/167K");
-    assert.equal(item.command, "compactd.showBreakdown");
+    assert.equal(item.command, "compactd.showContext");
     assert.equal(item.backgroundColor, undefined);
   });
 

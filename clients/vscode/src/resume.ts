@@ -8,6 +8,7 @@
  * happened in figures; an error says what to do about it.
  */
 
+import * as fs from "node:fs";
 import * as os from "node:os";
 import * as vscode from "vscode";
 
@@ -97,7 +98,9 @@ export class Resume {
     }
     for (const warning of result.warnings ?? []) this.ui.output.appendLine(`compact and resume: ${warning}`);
     this.ui.output.appendLine(`compacted ${result.originalTranscriptPath} into ${result.newTranscriptPath}; running: ${result.resumeCommand}`);
-    const terminal = vscode.window.createTerminal({ name: TERMINAL_NAME, cwd: result.cwd ?? workspaceDir() });
+    // The session's own folder, where Claude Code looks for it; the workspace when that is gone.
+    const cwd = result.cwd && fs.existsSync(result.cwd) ? result.cwd : workspaceDir();
+    const terminal = vscode.window.createTerminal({ name: TERMINAL_NAME, cwd });
     terminal.show();
     terminal.sendText(result.resumeCommand, true);
     void vscode.window.showInformationMessage(resumeNotice(result));

@@ -18,12 +18,12 @@ demo: $(STAMP)
 	$(BIN)/compactd demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check compactd tests clients/python
-	$(BIN)/ruff format --check compactd
+	$(BIN)/ruff check compactd tests clients/python examples
+	$(BIN)/ruff format --check compactd examples
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict compactd clients/python/compactd_client
+	$(BIN)/mypy --strict compactd clients/python/compactd_client examples/agent.py
 
 protocol-check: $(STAMP)
 	$(BIN)/python -m compactd.protocol_gen --check

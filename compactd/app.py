@@ -22,6 +22,7 @@ import platformdirs
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
+from compactd.engine.cachebreaks import CacheBreaks
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FilesService
 from compactd.engine.follow import FollowService
@@ -63,10 +64,11 @@ class App(Runtime):
         self._loading = anyio.Lock()
         # One lock (and its number of holders and waiters) per session id being opened.
         self._id_locks: dict[str, list[Any]] = {}
+        # The per-session features (docs/engine.md#features), in the order their hooks run.
         self.files = FilesService(self)  # read-file state, nested memory, watching
         self.session_memory = SessionMemoryService(self)  # background note extraction
+        self.features.register(CacheBreaks, lambda session: CacheBreaks())
         self.follow = FollowService(self)  # followed transcripts (docs/follow.md)
-        self.append_observers += [self.files.observe, self.session_memory.observe]
 
     async def get_session(self, session_id: str) -> Session:
         if not valid_session_id(session_id):
@@ -88,6 +90,7 @@ class App(Runtime):
                     sessionId=session_id,
                 )
             session = await anyio.to_thread.run_sync(self._load, session_id)
+            self.features.attach(session)  # on the event loop, where the features live
             self.sessions[session_id] = session
             return session
 
@@ -182,15 +185,7 @@ class App(Runtime):
                 p.ErrorCode.INVALID_PARAMS,
                 f"session {sid!r} was not imported from a transcript: there is nothing to follow",
             )
-        async with session.lock:
-            old_cwd = session.meta.cwd
-            meta = _updated_meta(session.meta, params)
-            if meta != session.meta:
-                await point_of_no_return()
-                await anyio.to_thread.run_sync(self.store.write_meta, meta)
-                session.meta = meta
-            if session.meta.cwd != old_cwd:
-                await session.refresh()  # read-file state is relative to the cwd
+        await self.update_meta(session, _updated_meta(session.meta, params))
         if session.meta.follow and session.meta.imported_from is not None:
             # Reads the file whole first: what was appended while no daemon followed it.
             self.follow.start(session, Path(session.meta.imported_from))
@@ -251,6 +246,7 @@ class App(Runtime):
 
         await point_of_no_return()
         session = await anyio.to_thread.run_sync(create)
+        self.features.attach(session)
         self.sessions[sid] = session
         if meta.follow and imported_from is not None:
             self.follow.start(session, Path(imported_from), consumed=data)
@@ -297,19 +293,7 @@ class App(Runtime):
 
     async def append(self, session: Session, entries: list[dict[str, Any]]) -> p.AppendResult:
         records = parse_entries(entries)
-        async with session.lock:
-            # Appends are idempotent by uuid, so a client may safely retry one that timed out.
-            seen: set[str] = set()
-            fresh = []
-            for r in records:
-                if r.uuid is not None and (
-                    r.uuid in seen or session.records.index_of(r.uuid) is not None
-                ):
-                    continue
-                if r.uuid is not None:
-                    seen.add(r.uuid)
-                fresh.append(r)
-            await self.commit(session, fresh)
+        fresh = await self.append_records(session, records)
         status = self.status(session)
         self.check_thresholds(session, status)
         return p.AppendResult(
@@ -322,11 +306,7 @@ class App(Runtime):
             if not self.store.exists(session_id):
                 raise p.CompactdError(p.ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}")
             return False
-        for closer in list(session.closers):
-            try:
-                await closer()
-            except Exception:
-                log.exception("error while closing session %s", session_id)
+        await self.features.close(session)
         return True
 
     def list_sessions(self) -> list[p.SessionInfo]:

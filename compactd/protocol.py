@@ -106,21 +106,6 @@ def jsonrpc_number(code: str) -> int:
 # walks it recursively (conversion, token estimates, re-encoding). compactd's own bound.
 MAX_PARAMS_DEPTH = 128
 
-_CODES_BY_NUMBER: dict[int, str] = {
-    -32700: ErrorCode.PARSE_ERROR,
-    -32600: ErrorCode.INVALID_REQUEST,
-    -32601: ErrorCode.METHOD_NOT_FOUND,
-    -32602: ErrorCode.INVALID_PARAMS,
-    -32603: ErrorCode.INTERNAL,
-    -32800: ErrorCode.CANCELLED,
-    -32002: ErrorCode.SERVER_NOT_INITIALIZED,
-}
-
-
-def code_of_number(number: int) -> str:
-    """The ``data.code`` of an error that only has a JSON-RPC number (pygls' own errors)."""
-    return _CODES_BY_NUMBER.get(number, ErrorCode.INTERNAL)
-
 
 class CompactdError(Exception):
     """An error a handler reports to the client with a stable ``data.code``."""
@@ -254,6 +239,26 @@ class SessionMemoryOptions(
     min_tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
+class BackgroundCompactionOptions(
+    msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
+):
+    """Zero-wait compaction (issue 28): a summary prepared in the background from a snapshot
+    before the auto-compact threshold, applied at once when the threshold comes.
+
+    Accepted and validated; the preparation itself is not built yet, so today every field is
+    inert and compaction behaves as with ``enabled: false``. ``enabled`` (default true);
+    ``startAt``: the fraction of the auto-compact threshold at which a preparation starts
+    (default 0.8); ``idleMinutes``: idle time after which a session above half its threshold
+    prepares (default 55, before a one-hour prompt cache expires); ``applyWhenIdle``: also apply
+    the prepared summary while idle (default false).
+    """
+
+    enabled: bool | None = None
+    start_at: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    idle_minutes: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    apply_when_idle: bool | None = None
+
+
 class InitializationOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
@@ -267,6 +272,7 @@ class InitializationOptions(
     memory_file_names: list[str] | None = None
     microcompact: MicrocompactOptions | None = None
     session_memory: SessionMemoryOptions | None = None
+    background_compaction: BackgroundCompactionOptions | None = None
 
 
 # -- session ------------------------------------------------------------------------------------

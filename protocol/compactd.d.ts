@@ -34,6 +34,13 @@ export interface AutoResult {
   status?: TokenStatus | null;
 }
 
+export interface BackgroundCompactionOptions {
+  enabled?: boolean | null;
+  startAt?: number | null;
+  idleMinutes?: number | null;
+  applyWhenIdle?: boolean | null;
+}
+
 export interface BreakdownCategory {
   name: string;
   tokens: number;
@@ -252,6 +259,7 @@ export interface InitializationOptions {
   memoryFileNames?: Array<string> | null;
   microcompact?: MicrocompactOptions | null;
   sessionMemory?: SessionMemoryOptions | null;
+  backgroundCompaction?: BackgroundCompactionOptions | null;
 }
 
 export interface ListResult {

@@ -28,10 +28,11 @@ import msgspec
 
 from compactd import protocol as p
 from compactd.core import tokens
+from compactd.engine.features import Feature
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.services.store import MAX_IMPORT_BYTES, as_imported
-from compactd.services.tail import Position, position_of, read_new
+from compactd.services.tail import Position, TailRead, position_of, read_new
 from compactd.services.watch import DirWatcher
 from compactd.transcript.model import ParseReport, Record, parse_buffer
 
@@ -101,12 +102,11 @@ class Follower:
             return await self._sync()
 
     async def _sync(self) -> int:
-        read = await anyio.to_thread.run_sync(read_new, self.path, self.position, MAX_IMPORT_BYTES)
+        # Read and decoded in a worker thread: a file read again may be large.
+        read, records, skipped = await anyio.to_thread.run_sync(_read, self.path, self.position)
         if not read.data and not read.reread:
             self.position = read.position
             return 0
-        report = ParseReport()
-        records = [as_imported(r) for _, r in parse_buffer(read.data, report)]
         session = self.session
         runtime = self.runtime
         async with session.lock:
@@ -122,7 +122,7 @@ class Follower:
             self.position = read.position
             self._held = held
             if not read.reread:
-                session.skipped_lines += report.skipped
+                session.skipped_lines += skipped
         if fresh or read.reread:
             status = runtime.status(session)
             runtime.check_thresholds(session, status)
@@ -160,6 +160,14 @@ class Follower:
         log.info("session %s: the followed transcript now uses %s", session.session_id, model)
 
 
+def _read(path: Path, since: Position | None) -> tuple[TailRead, list[Record], int]:
+    """What the file gained, its records as an import copies them, and the lines skipped."""
+    read = read_new(path, since, MAX_IMPORT_BYTES)
+    report = ParseReport()
+    records = [as_imported(r) for _, r in parse_buffer(read.data, report)]
+    return read, records, report.skipped
+
+
 def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:
     """The records the session does not hold yet, in order.
 
@@ -184,11 +192,32 @@ def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> l
     return out
 
 
+class Following(Feature):
+    """A session's part in following (docs/engine.md#features): its follower stops with it."""
+
+    def __init__(self, service: FollowService) -> None:
+        self.service = service
+        self.follower: Follower | None = None
+
+    async def on_close(self, session: Session) -> None:
+        if self.follower is not None and self.service.followers.get(session.session_id) is (
+            self.follower
+        ):
+            self.service.stop(session.session_id)
+        self.follower = None
+
+
 class FollowService:
-    """Per-daemon owner of the followers and of the watcher of their files' directories."""
+    """Per-daemon owner of the followers and of the watcher of their files' directories.
+
+    ``followers`` indexes the running followers by session for the one watcher of their
+    directories; each session's follower also hangs on its ``Following`` feature state, which
+    stops it when the session closes.
+    """
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        runtime.features.register(Following, lambda session: Following(self))
         self.followers: dict[str, Follower] = {}  # session id -> its follower
         self._paths: Counter[str] = Counter()  # followed files -> how many followers
         self.watcher = DirWatcher(
@@ -228,12 +257,7 @@ class FollowService:
             self._watching = True
             group.start_soon(self.watcher.run)
         group.start_soon(follower.run, lambda: self.watcher.until_covers(str(path)))
-
-        async def close() -> None:
-            if self.followers.get(sid) is follower:
-                self.stop(sid)
-
-        session.closers.append(close)
+        self._runtime.features.state(session, Following).follower = follower
         log.info("session %s: following %s", sid, path)
         return True
 

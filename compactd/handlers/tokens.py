@@ -1,14 +1,13 @@
 """tokens/status, tokens/breakdown and tokens/history.
 
 The history reads released lines back from the transcript, so it runs in a worker thread, under
-the session's lock (the session's views are shared with its compactions), as session/stats does.
+the session's lock (``Session.read_history``: the session's views are shared with its
+compactions), as session/stats does.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-
-import anyio
 
 from compactd import protocol as p
 from compactd.core import history, tokens
@@ -34,10 +33,9 @@ async def breakdown(app: App, params: p.SessionParams, ctx: Context) -> p.Breakd
 async def token_history(app: App, params: p.SessionParams, ctx: Context) -> p.HistoryResult:
     session = await app.get_session(params.session_id)
     threshold = app.status(session).auto_compact_threshold
-    async with session.lock:
-        return await anyio.to_thread.run_sync(
-            lambda: history.token_history(session.records, threshold, session.views)
-        )
+    return await session.read_history(
+        lambda: history.token_history(session.records, threshold, session.views)
+    )
 
 
 HANDLERS: dict[str, Handler] = {

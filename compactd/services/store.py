@@ -37,6 +37,7 @@ from compactd.transcript.model import (
     Record,
     forget_file,
     is_compact_boundary_line,
+    line_uuid,
     parse_buffer,
     read_line,
     record_from_dict,
@@ -196,7 +197,17 @@ class Store:
         """The session's transcript lines that have no uuid, counted (a followed transcript
         read again is matched against them: docs/follow.md#replaced)."""
         data = self.transcript_path(session_id).read_bytes()
-        return Counter(r.raw for _, r in parse_buffer(data) if r.uuid is None)
+        found: Counter[bytes] = Counter()
+        pos = 0
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            end = len(data) if end < 0 else end
+            line = data[pos:end].strip()
+            pos = end + 1
+            # Only a line naming a uuid field is decoded (to see whether it is its own).
+            if line and (b'"uuid"' not in line or line_uuid(line) is None):
+                found[line] += 1
+        return found
 
     def load(self, session_id: str) -> LoadedTranscript:
         path = self.transcript_path(session_id)

@@ -9,8 +9,11 @@ The daemon reports each read with ``session/followed``; the tests wait on those,
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -339,3 +342,40 @@ async def test_follow_needs_a_transcript(daemon: Client, tmp_path: Path) -> None
     assert err.value.data["code"] == p.ErrorCode.INVALID_PARAMS
     listed = (await daemon.list_sessions()).sessions
     assert [s.following for s in listed] == [False]
+
+
+async def test_status_follow_prints_a_line_per_change(tmp_path: Path) -> None:
+    lines = fixture_lines(R2_AUTO)
+    src = Transcript(project_dir(tmp_path) / "live.jsonl", lines[:5])
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "compactd",
+        "status",
+        "--follow",
+        "--plain",
+        str(src.path),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    try:
+
+        async def line_with(text: str) -> str:
+            while True:
+                line = (await asyncio.wait_for(process.stdout.readline(), DEADLINE)).decode()
+                assert line, "the command ended"
+                if text in line:
+                    return line
+
+        await line_with("following the transcript")
+        src.append(b"".join(lines[5:12]))
+        update = await line_with("entries)")
+        assert update.startswith("+7 (12 entries) [")
+        process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(process.wait(), DEADLINE) == 128 + signal.SIGINT
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert src.path.read_bytes() == src.written

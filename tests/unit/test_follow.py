@@ -4,12 +4,13 @@ a time ending up as a fresh load of the same lines."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from compactd.engine.session import Session
-from compactd.services.store import SessionMeta
+from compactd.services.store import SessionMeta, Store
 from compactd.services.tail import HEAD_BYTES, Position, position_of, read_new
 from tests.conftest import FIXTURES, fixture_transcripts, load_fixture
 
@@ -103,3 +104,16 @@ def test_kept_entries_move_after_a_summary_that_comes_after_its_boundary() -> No
     # The summary leads the conversation; what the compaction kept follows it.
     at = [r.uuid for r in ctx].index(records[summary_at].uuid)
     assert all(r.entry.type == "attachment" for r in ctx[1:at])
+
+
+def test_the_lines_without_a_uuid_are_counted(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    lines = [
+        b'{"type":"mode","mode":"default"}',
+        b'{"type":"user","uuid":"u1","message":{"role":"user","content":"hi"}}',
+        b'{"type":"mode","mode":"default"}',
+        # A uuid inside, not its own.
+        b'{"type":"api-request","body":{"uuid":"x"}}',
+    ]
+    store.create_transcript("s", b"\n".join(lines) + b"\n")
+    assert store.lines_without_uuid("s") == Counter({lines[0]: 2, lines[3]: 1})

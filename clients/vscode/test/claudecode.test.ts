@@ -289,9 +289,12 @@ describe("the extension beside a running Claude Code session", () => {
     const file = path.join(folder, `${newer}.jsonl`);
     const user = { type: "user", uuid: "u-newer", parentUuid: null, sessionId: newer, cwd: project, timestamp: new Date().toISOString(), message: { role: "user", content: "hello" } };
     fs.writeFileSync(file, JSON.stringify(user) + "\n" + line(50, 12_000, newer));
-    await waitFor(() => (api.activeSession() === newer ? true : undefined), 15_000, "the switch to the newer session");
+    // The notice comes once the switch is done.
+    const notice = (): boolean | undefined =>
+      fake.shown.some((s) => s.kind === "info" && s.message.includes(`follows the newer Claude Code session ${newer}`)) || undefined;
+    await waitFor(notice, 15_000, "the switch to the newer session");
+    assert.equal(api.activeSession(), newer);
     assert.equal(api.followedTranscript(), file);
-    assert.ok(fake.shown.some((s) => s.kind === "info" && s.message.includes(`follows the newer Claude Code session ${newer}`)));
     // The daemon reads only the session on display.
     const following = (await api.client()!.listSessions()).sessions.filter((s) => s.following).map((s) => s.sessionId);
     assert.deepEqual(following, [newer]);

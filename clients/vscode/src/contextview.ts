@@ -11,7 +11,7 @@
  */
 
 import type { BreakdownResult, HistoryResult, PreviewResult, TokenStatus } from "./core";
-import { groupDigits, shortTokens } from "./format";
+import { groupDigits, limitOf, shortTokens } from "./format";
 
 /** What the panel shows; any part the daemon could not give is left out. */
 export interface ContextData {
@@ -249,7 +249,9 @@ export function contextHtml(data: ContextData, nonce: string, cspSource: string)
   const sections: string[] = [];
   const follows = data.following ? " · following the Claude Code transcript as it grows" : "";
   sections.push(
-    `<h1>${groupDigits(status.tokens)} of ${groupDigits(status.contextWindow)} tokens · ${status.percentLeft}% left</h1>` +
+    // The same figures as the gauge and its tooltip: percentLeft is measured against limitOf.
+    `<h1>${groupDigits(status.tokens)} of ${groupDigits(limitOf(status))} tokens · ${status.percentLeft}% left` +
+      `${status.autoCompactEnabled ? " before auto-compaction" : ""}</h1>` +
       `<p class="sub">session ${escapeHtml(data.sessionId)}${follows}</p>`,
   );
   sections.push(`<h2>What the next request carries</h2>`);

@@ -149,6 +149,8 @@ describe("the context picture (pure)", () => {
     assert.match(html, /session s&lt;1&gt;/);
     assert.match(html, /var\(--vscode-charts-blue\)/);
     assert.match(html, /Nothing yet \(below the threshold\)\./);
+    // The heading's figures are the gauge's: the percentage left is of the auto-compact threshold.
+    assert.match(html, /60,000 of 155,000 tokens · \d+% left before auto-compaction/);
   });
 
   it("says what compact/auto would do in a sentence", () => {

@@ -132,6 +132,7 @@ async def test_a_read_only_open_reads_and_changes_no_byte(tmp_path: Path) -> Non
         assert (await b.tokens_status("s")).tokens == owner.tokens
         assert (await b.messages("s")).messages == (await a.messages("s")).messages
         assert (await b.tokens_breakdown("s")).categories
+        assert await b.tokens_history("s") == await a.tokens_history("s")
         preview = await b.compact_preview("s", mechanism="full")
         assert preview == await a.compact_preview("s", mechanism="full")
         assert len((await b.stats("s")).compactions) == 1

@@ -82,6 +82,9 @@ class ErrorCode:
     SESSION_LOCKED = "sessionLocked"
     # The session was opened with ``readOnly: true`` and the request would write.
     SESSION_READ_ONLY = "sessionReadOnly"
+    # The session follows a transcript another program writes (docs/follow.md#writes): only
+    # reads answer, since a line written into compactd's copy would never reach that program.
+    SESSION_FOLLOWED = "sessionFollowed"
 
 
 # JSON-RPC ``error.code`` numbers of the codes JSON-RPC 2.0 (and LSP, for

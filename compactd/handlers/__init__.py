@@ -81,6 +81,16 @@ async def invoke(
         session = app.sessions.get(getattr(decoded, "session_id", None) or "")
         if session is not None:
             session.check_writable()
+            if method != p.SESSION_CLOSE and app.follow.following(session.session_id):
+                raise p.CompactdError(
+                    p.ErrorCode.SESSION_FOLLOWED,
+                    f"{method}: session {session.session_id!r} follows "
+                    f"{session.meta.imported_from}, which its agent writes; a change made here "
+                    "would never reach that agent. To compact a Claude Code session, use "
+                    "claudeCode/compact (`compactd compact FILE`) and resume the new session; "
+                    "or reopen this one with follow: false to work on compactd's copy",
+                    sessionId=session.session_id,
+                )
     result = await handler(app, decoded, ctx)
     return msgspec.to_builtins(result)
 

@@ -142,6 +142,13 @@ def app_emulated(app_daemon: InProc, emulator: Emulator) -> InProc:  # noqa: F81
 
 
 @pytest.fixture
+async def app_client(app_daemon: InProc) -> AsyncIterator[InProcClient]:
+    """``daemon`` in process."""
+    async with app_daemon() as client:
+        yield client
+
+
+@pytest.fixture
 async def daemon(spawn_daemon: SpawnDaemon) -> AsyncIterator[Client]:
     async with spawn_daemon() as client:
         yield client

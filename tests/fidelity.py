@@ -222,7 +222,9 @@ class FidelitySession:
         self.b.call("Write", {"file_path": path, "content": content}, f"File created: {path}")
 
     def grep(self, pattern: str, path: str) -> None:
-        hits = "\n".join(f"{path}/{m}.py:{self.rng.randint(1, 400)}: {pattern}" for m in _MODULES[:4])
+        hits = "\n".join(
+            f"{path}/{m}.py:{self.rng.randint(1, 400)}: {pattern}" for m in _MODULES[:4]
+        )
         self.b.call("Grep", {"pattern": pattern, "path": path, "output_mode": "content"}, hits)
 
     def glob(self, pattern: str, path: str) -> None:
@@ -239,7 +241,9 @@ def _commands(rng: random.Random, n: int, root: str) -> list[str]:
     """``n`` distinct shell commands of the sorts agents run."""
     makers = [
         lambda i: f"pytest tests/test_{rng.choice(_MODULES)}.py -k case_{i} -q",
-        lambda i: f"git log --oneline -{i % 20 + 1} -- src/{rng.choice(_DIRS)}/{rng.choice(_MODULES)}.py",
+        lambda i: (
+            f"git log --oneline -{i % 20 + 1} -- src/{rng.choice(_DIRS)}/{rng.choice(_MODULES)}.py"
+        ),
         lambda i: f"npm run build -- --filter @app/{rng.choice(_MODULES)}-{i}",
         lambda i: f"grep -rn '{rng.choice(_WORDS)}_{i}' src/{rng.choice(_DIRS)}",
         lambda i: f"sed -n '{i},{i + 40}p' src/{rng.choice(_DIRS)}/{rng.choice(_MODULES)}.py",
@@ -247,7 +251,7 @@ def _commands(rng: random.Random, n: int, root: str) -> list[str]:
         lambda i: f"ls -la {root}/src/{rng.choice(_DIRS)}/{i}",
         lambda i: f"cd {root} && RUST_LOG=debug cargo test -p {rng.choice(_MODULES)}_{i}",
         lambda i: f"python -m tools.check --strict src/{rng.choice(_DIRS)}/mod_{i}.py",
-        lambda i: f"cat <<'EOF' > /tmp/case_{i}.json\n{{\"case\": {i}, \"ok\": true}}\nEOF",
+        lambda i: f'cat <<\'EOF\' > /tmp/case_{i}.json\n{{"case": {i}, "ok": true}}\nEOF',
         lambda i: f"docker compose logs --tail={i + 10} {rng.choice(_MODULES)}-worker",
         lambda i: f"curl -s http://localhost:8080/api/{rng.choice(_MODULES)}/{i} | jq .status",
     ]
@@ -297,7 +301,7 @@ def harness_messages(root: str, seed: int = 2) -> FidelitySession:
     s.b.call("Task", {"description": "index the repo", "prompt": "index"}, "started")
     s.say(
         "<task-notification>\n<task-id>bg1</task-id>\n<status>completed</status>\n"
-        "<summary>Agent \"index the repo\" completed</summary>\n"
+        '<summary>Agent "index the repo" completed</summary>\n'
         f"<result>{config}\n{config}</result>\n</task-notification>"
     )
     s.say(
@@ -317,9 +321,11 @@ def harness_messages(root: str, seed: int = 2) -> FidelitySession:
     s.bash("pytest tests/test_walk.py -q", fail=True)
     s.bash("pytest tests/test_walk.py -q")
     for i in range(6):
-        s.say(f"<task-notification>\n<task-id>bg{i + 2}</task-id>\n<status>completed</status>\n"
-              f"<summary>Background command \"sleep {i}\" completed</summary>\n"
-              f"<result>{_log(rng, 3_000)}</result>\n</task-notification>")
+        s.say(
+            f"<task-notification>\n<task-id>bg{i + 2}</task-id>\n<status>completed</status>\n"
+            f'<summary>Background command "sleep {i}" completed</summary>\n'
+            f"<result>{_log(rng, 3_000)}</result>\n</task-notification>"
+        )
         s.say(f"Next, handle case {i}: a symlink loop under fixtures/loop_{i}.")
         s.bash(f"pytest tests/test_walk.py -k loop_{i} -q")
     s.say("<command-name>/compact</command-name>\n<command-message>compact</command-message>")
@@ -350,7 +356,9 @@ def search_paths(root: str, seed: int = 4) -> FidelitySession:
             s.read(s.path(d, f"{m}_settings.py"), lines=120)
     s.say("Leave the tests alone for now.")
     for d in _DIRS[:5]:
-        s.edit(s.path(d, f"{_MODULES[0]}_settings.py"), "from settings import", "from config import")
+        s.edit(
+            s.path(d, f"{_MODULES[0]}_settings.py"), "from settings import", "from config import"
+        )
     s.b.call("LS", {"path": f"{root}/src/config"}, "- __init__.py\n- base.py")
     s.b.call(
         "NotebookEdit",

@@ -244,10 +244,14 @@ async def main() -> None:
     print("What the model sees after one compact/full (issue 20's measure), 200K window:")
     print_rows(rows)
     print()
-    print(f"The same synthetic sessions in a {SMALL_WINDOW:,}-token window, where the budget binds:")
+    print(
+        f"The same synthetic sessions in a {SMALL_WINDOW:,}-token window, where the budget binds:"
+    )
     print_rows(small)
     print()
-    print(f"{ROUNDS} compactions in a row ({ROUND_MESSAGES} user messages and replies between two):")
+    print(
+        f"{ROUNDS} compactions in a row ({ROUND_MESSAGES} user messages and replies between two):"
+    )
     print(f"{'mode':<8} {'refused':>7} {'view after 1, 10, 50, 100, 150 compactions':>42}  largest")
     for line in lines:
         print(line)

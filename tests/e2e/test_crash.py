@@ -35,7 +35,6 @@ from tests.helpers import CWD, MODEL, emulator_options, stored_transcript, trans
 pytestmark = [pytest.mark.timeout(90), pytest.mark.asyncio]
 
 
-
 @asynccontextmanager
 async def _daemon(data_dir: Path, options: dict[str, Any] | None = None) -> AsyncIterator[Client]:
     """A daemon on ``data_dir``; killed with SIGKILL by ``_kill``, else shut down politely."""

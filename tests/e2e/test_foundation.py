@@ -225,9 +225,7 @@ async def test_import_with_corrupt_lines_skips_and_counts(daemon: Client, tmp_pa
     src = tmp_path / "broken.jsonl"
     good = json.dumps(_user("u1", "fine"))
     src.write_text(f'{good}\n{{"type": "user", "trunc\nnot json at all\n[1,2]\n')
-    opened = await daemon.open_session(
-        cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(src)
-    )
+    opened = await daemon.open_session(cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(src))
     assert (opened.entry_count, opened.skipped_lines) == (1, 3)
 
 

@@ -63,6 +63,8 @@ def test_search_over_a_long_transcript_finds_the_oldest_match() -> None:
 def test_recall_pointers_name_entries_by_uuid() -> None:
     uid = "958521ac-8062-4244-acfb-ce47e3b31791"
     assert recall.pointer(uid) == f"recall:{uid}"
-    text = f"[… 12 characters left out; {recall.pointer(uid)} returns it whole …] recall:e7 recall:e7"
+    text = (
+        f"[… 12 characters left out; {recall.pointer(uid)} returns it whole …] recall:e7 recall:e7"
+    )
     assert recall.pointer_uuids(text) == [uid, "e7"]
     assert recall.pointer_uuids("no pointer here: recall/search") == []

@@ -20,6 +20,7 @@ import msgspec
 from compactd_client import Client
 
 from compactd.cli.report import MECHANISMS
+from compactd.core.synthetic import make_session, to_jsonl
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.helpers import transcript_lines
 
@@ -413,16 +414,24 @@ async def test_every_report_has_json(tmp_path: Path) -> None:
 
 def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
     data = tmp_path / "data"
+    # A long replay (6,000 entries), so that however slow the machine, most of it is still
+    # ahead when the signal arrives: the test waits for what the replay prints, never on time.
+    long = tmp_path / "long.jsonl"
+    long.write_bytes(to_jsonl(make_session(entries=6_000, target_tokens=400_000)))
     process = subprocess.Popen(
-        [sys.executable, "-m", "compactd", "replay", "--data-dir", str(data)],
+        [sys.executable, "-m", "compactd", "replay", str(long), "--data-dir", str(data)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, as a shell's foreground job
     )
     assert process.stdout is not None
-    # Wait for the replay to be under way, then press Ctrl-C: the terminal signals the group.
+    # Wait for the replay to be under way (its first tenth done), then press Ctrl-C: the
+    # terminal signals the group.
     assert process.stdout.readline().startswith(b"compactd ")
     assert process.stdout.readline().startswith(b"replaying ")
+    while not (line := process.stdout.readline()).startswith(b"replayed "):
+        assert line, "the replay ended before its first progress line"
+    assert b"(100%)" not in line
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130

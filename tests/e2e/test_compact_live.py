@@ -38,6 +38,14 @@ async def _until_requested(emu: Emulator, n: int = 1, within: float = 30.0) -> N
         await asyncio.sleep(0.01)
 
 
+async def _through_phase(queue: asyncio.Queue[tuple[str, Any]], phase: str) -> list[Any]:
+    """The status notifications queued, waiting (with a generous deadline) until ``phase``."""
+    notes = drain(queue)
+    while not notes or notes[-1]["phase"] != phase:
+        notes.append((await asyncio.wait_for(queue.get(), 20))[1])
+    return notes
+
+
 async def test_keep_alive_every_interval_while_the_model_writes(h: Harness) -> None:
     client, emu = h.client, h.emu
     # Warm-up on another session: the first compaction also loads the SDK.
@@ -82,8 +90,7 @@ async def test_cancel_mid_call_leaves_the_session_unchanged(h: Harness) -> None:
         # The HTTP call was abandoned, not awaited: the emulator is still holding its reply
         # back (it records an outcome only once the scripted delay is over).
         assert emu.message_requests[-1].outcome == ""
-        await asyncio.sleep(0.1)
-        notes = drain(queue)
+        notes = await _through_phase(queue, "cancelled")
     assert info.value.number == -32800
     assert phases(notes)[-1] == "cancelled"
     assert await snapshot(client, sid, tokens=True) == before
@@ -160,8 +167,9 @@ async def test_work_done_progress_and_progress_cancel(
         sid = await open_session(client)
         async with client.subscribe("$/progress") as queue:
             result = await client.compact_full(sid)
-            await asyncio.sleep(0.05)
             progress = drain(queue)
+            while progress[-1]["value"]["kind"] != "end":  # if it comes after the answer
+                progress.append((await asyncio.wait_for(queue.get(), 20))[1])
         kinds = [n["value"]["kind"] for n in progress]
         assert kinds[0] == "begin" and kinds[-1] == "end"
         assert "report" in kinds

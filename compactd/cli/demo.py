@@ -18,8 +18,8 @@ from compactd.cli.replay import (
     replay_session,
     show_outcome,
 )
+from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.cli.term import Terminal
-from compactd.core.synthetic import make_session, to_jsonl
 from compactd.transcript.model import parse_lines
 
 # The demo's default transcript is one of the test fixtures (tests/data/README.md); an

@@ -19,9 +19,9 @@ from compactd import __version__
 from compactd import protocol as p
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
 from compactd.cli.report import ReplayEvent
+from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.cli.term import Terminal, gauge
 from compactd.core.split import group_rounds
-from compactd.core.synthetic import make_session, to_jsonl
 from compactd.core.tokens import recorded_model
 from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
 from compactd.transcript.model import ParseReport, parse_lines

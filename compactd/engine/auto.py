@@ -1,6 +1,6 @@
 """compact/auto's policy: decide whether and how to compact, then do it.
 
-``decide_auto`` gathers what ``core.dispatch.decide`` needs, one outlook at a time and only as
+``decide_auto`` gathers what ``core.auto_policy.decide`` needs, one outlook at a time and only as
 far as the decision gets, and returns the decision that ``compact/preview`` reports and
 ``run_auto`` carries out: the fallback chain microcompact, session memory, full compaction
 (docs/compaction.md#fallback-chain), with the headroom rule of docs/thresholds.md#accounting.
@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core import dispatch
+from compactd.core import auto_policy
 from compactd.core.prompts import PromptKind
 from compactd.engine.compaction import CompactionSpec, predict, prefix_parts, run_compaction
 from compactd.engine.micro import microcompact_session, plan_micro
@@ -35,14 +35,14 @@ def prompt_kind(session: Session) -> PromptKind:
 
 async def decide_auto(
     runtime: Runtime, notes: SessionMemoryService, session: Session, force: bool
-) -> dispatch.Decision:
-    """What ``compact/auto`` does to ``session`` now (``core.dispatch.decide``); nothing changes.
+) -> auto_policy.Decision:
+    """What ``compact/auto`` does to ``session`` now (``core.auto_policy.decide``); nothing changes.
 
     ``compact/preview`` reports this decision and ``compact/auto`` carries it out. Each
     outlook is gathered only when the decision gets that far: none when the gate stops the
     session, no prediction of a summary when microcompact alone is enough.
     """
-    situation = dispatch.Situation(
+    situation = auto_policy.Situation(
         status=runtime.status(session),
         entries=len(session.context()),
         force=force,
@@ -50,16 +50,16 @@ async def decide_auto(
         last_error=session.health.last_error,
         prefix_parts=lambda: prefix_parts(session),
     )
-    if dispatch.gate(situation) is not None:
-        return dispatch.decide(situation)
+    if auto_policy.gate(situation) is not None:
+        return auto_policy.decide(situation)
     micro = await plan_micro(runtime, session) if runtime.flags.microcompact_enabled else None
-    if dispatch.micro_alone(situation, micro) is not None:
-        return dispatch.decide(situation, dispatch.Outlooks(micro))
+    if auto_policy.micro_alone(situation, micro) is not None:
+        return auto_policy.decide(situation, auto_policy.Outlooks(micro))
     kind = prompt_kind(session)
     full = await predict(runtime, session, CompactionSpec(trigger="auto", kind=kind), micro=micro)
     remembered = await notes.outlook(session, kind, micro)
-    return dispatch.decide(
-        situation, dispatch.Outlooks(micro=micro, full=full, session_memory=remembered)
+    return auto_policy.decide(
+        situation, auto_policy.Outlooks(micro=micro, full=full, session_memory=remembered)
     )
 
 

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 
 from compactd import protocol as p
+from compactd.core import auto_policy, tokens
 from compactd.core import constants as c
-from compactd.core import dispatch, tokens
 from compactd.core.ledger import (
     CARRY_FIELD,
     SurvivalLedger,
@@ -120,6 +120,9 @@ class CompactionSpec:
     # A ready summary that replaces the summarizer (session memory's notes,
     # docs/session-memory.md#compaction-from-the-notes).
     summary_override: str | None = None
+    # The offline summary even when the daemon has a key (``claudeCode/compact`` without
+    # ``online``: offline by default, docs/claude-code.md#compact-and-resume).
+    offline: bool = False
 
 
 @dataclass(slots=True)
@@ -205,7 +208,7 @@ async def run_compaction(
             f"session {session.session_id!r} is already being compacted; try again when it ends",
             sessionId=session.session_id,
         )
-    refusal = dispatch.prefix_refusal(runtime.status(session), lambda: prefix_parts(session))
+    refusal = auto_policy.prefix_refusal(runtime.status(session), lambda: prefix_parts(session))
     if refusal is not None:
         # No model call can help: the prefix alone fills the window up to the threshold.
         raise p.CompactdError(p.ErrorCode.FIXED_PREFIX_TOO_LARGE, refusal)
@@ -308,7 +311,7 @@ async def _prepare(run: _Run) -> _Prepared:
     warnings: list[str] = []
     summarizer = runtime.summarizer
     usage: dict[str, Any] | None = None
-    if spec.summary_override is not None or summarizer.offline:
+    if spec.summary_override is not None or summarizer.offline or spec.offline:
         ledger, pre_raw = await facts.result()
         raw, mode = await anyio.to_thread.run_sync(
             lambda: _summary_without_model(spec, ledger, view, instructions)
@@ -488,13 +491,13 @@ def _continuation(
 
 async def predict(
     runtime: Runtime, session: Session, spec: CompactionSpec, *, micro: MicroPlan | None = None
-) -> dispatch.SummaryOutlook:
+) -> auto_policy.SummaryOutlook:
     """What ``run_compaction(runtime, session, spec)`` would leave now; nothing is written, no model
     is called and no hook runs.
 
     The selection, the summary (when no model writes it), its ledger check, the continuation
     message and the attachments are those the compaction would produce, estimated by
-    ``core.dispatch.summary_post``. ``micro``: a microcompact that commits first (in
+    ``core.auto_policy.summary_post``. ``micro``: a microcompact that commits first (in
     ``compact/auto``), so its results count as cleared and its saving as applied.
     """
     selection = spec.select(session.context())
@@ -525,7 +528,7 @@ async def predict(
     # The microcompact boundary is appended last, so it lands among the kept entries.
     saving = micro.tokens_saved if micro is not None and kept else 0
     prefix = session.counter.fixed_prefix
-    post = dispatch.summary_post(
+    post = auto_policy.summary_post(
         continuation, attachments=attachments, kept=kept, saving=saving, prefix=prefix
     )
     if not known:
@@ -533,8 +536,8 @@ async def predict(
         # no more than what it replaces (a larger one fails the thrash guard).
         restore = tokens.chars_to_tokens(view.summary_chars)
         replaced = tokens.estimate_records_raw(summarized)
-        bound = min(dispatch.summary_budget(summarized) + restore, replaced)
-        ceiling = dispatch.summary_post(
+        bound = min(auto_policy.summary_budget(summarized) + restore, replaced)
+        ceiling = auto_policy.summary_post(
             _continuation(session, spec, "", selection.kept),
             attachments=attachments,
             kept=kept,
@@ -543,7 +546,7 @@ async def predict(
             prefix=prefix,
         )
         post = min(post, ceiling)
-    return dispatch.SummaryOutlook(
+    return auto_policy.SummaryOutlook(
         post_tokens=post,
         summarized=len(summarized),
         kept=len(selection.kept_before) + len(selection.kept),

@@ -11,7 +11,7 @@ lock).
 ``outlook`` and ``compact`` are the session-memory stage of ``compact/auto``: both wait for a
 running extraction and keep the recent entries the notes do not cover (``core.session_memory.
 kept_start``), with the truncated notes as the summary: no model call. ``outlook`` predicts
-what the compaction would leave, for ``core.dispatch`` to decide on (it falls through to a full
+what the compaction would leave, for ``core.auto_policy`` to decide on (it falls through to a full
 compaction when that stays above the auto-compact threshold); ``compact`` commits through the
 compaction engine, or returns None when the notes cannot serve after all.
 """
@@ -32,7 +32,7 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import session_memory as sm
 from compactd.core import split, tokens
-from compactd.core.dispatch import SummaryOutlook
+from compactd.core.auto_policy import SummaryOutlook
 from compactd.core.ledger import build_ledger
 from compactd.core.microcompact import MicroPlan
 from compactd.core.normalize import to_api_messages
@@ -276,7 +276,7 @@ class SessionMemoryService:
         self, session: Session, kind: PromptKind, micro: MicroPlan | None
     ) -> SummaryOutlook | None:
         """What a compaction from the notes would leave after ``micro`` commits; None when the
-        notes cannot serve. ``compact/auto`` decides on it (``core.dispatch``)."""
+        notes cannot serve. ``compact/auto`` decides on it (``core.auto_policy``)."""
         spec = await self._spec(session, kind)
         if spec is None:
             return None

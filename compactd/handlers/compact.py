@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core import dispatch
+from compactd.core import auto_policy
 from compactd.core.constants import ENV_DISABLE_COMPACT, ENV_DISABLE_MICROCOMPACT
 from compactd.engine.auto import decide_auto, prompt_kind, run_auto
 from compactd.engine.compaction import (
@@ -109,12 +109,12 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
             mechanism="micro",
             would_compact=bool(plan.cleared),
             pre_tokens=pre,
-            estimated_post_tokens=dispatch.micro_post(pre, plan),
+            estimated_post_tokens=auto_policy.micro_post(pre, plan),
             entries_summarized=0,
             entries_kept=len(session.context()),
             reason=plan.reason,
         )
-    refusal = dispatch.prefix_refusal(app.status(session), lambda: prefix_parts(session))
+    refusal = auto_policy.prefix_refusal(app.status(session), lambda: prefix_parts(session))
     if refusal is not None:
         return p.PreviewResult(
             mechanism=requested,

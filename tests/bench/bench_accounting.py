@@ -29,7 +29,7 @@ from compactd_client import Client  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
 from compactd.cli.replay import plan_replay  # noqa: E402
-from compactd.core.synthetic import make_session, to_jsonl  # noqa: E402
+from compactd.cli.synthetic import make_session, to_jsonl  # noqa: E402
 from tests.conftest import FIXTURES, daemon_args  # noqa: E402
 from tests.e2e.test_compact_support import CACHE_SAFE  # noqa: E402
 from tests.emulator.tokens import estimate_tokens, output_tokens_for  # noqa: E402

@@ -31,7 +31,7 @@ from typing import Any
 from compactd_client import Client
 
 from compactd import protocol as p
-from compactd.core.synthetic import make_session
+from compactd.cli.synthetic import make_session
 
 # Run as a plain script (``make bench``): make the repository's ``tests`` package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -2,7 +2,7 @@
 
 ``compact/auto`` and ``compact/preview`` gather the same facts and call the same ``decide``; the
 preview stops there, so its round trip is what auto spends deciding before it acts. Session:
-2,000 entries, about 180K tokens (compactd.core.synthetic), stamped recent so that no time-based
+2,000 entries, about 180K tokens (compactd.cli.synthetic), stamped recent so that no time-based
 microcompact applies. Two cases per summarizer (offline, and a model that is never called):
 
 - below the auto-compact threshold (the session opened with a 1M window): the gate answers;
@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 from compactd_client import Client  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
-from compactd.core.synthetic import make_session  # noqa: E402
+from compactd.cli.synthetic import make_session  # noqa: E402
 from tests.helpers import CWD  # noqa: E402
 
 MODEL = "claude-sonnet-4-5"

@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 
 from compactd_client import Client  # noqa: E402
 
-from compactd.core.synthetic import make_session, to_jsonl  # noqa: E402
+from compactd.cli.synthetic import make_session, to_jsonl  # noqa: E402
 from tests.helpers import CWD  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "data" / "transcripts"

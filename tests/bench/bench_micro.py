@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from compactd.cli.synthetic import make_session
 from compactd.core import microcompact as mc
-from compactd.core.synthetic import make_session
 from compactd.core.tokens import count_tokens, estimate_entries
 from compactd.transcript.model import record_from_dict
 

@@ -1,6 +1,6 @@
 """tokens/status latency over stdio beside a full recount of the same session, same run.
 
-Session: 2,000 entries, about 180K tokens (compactd.core.synthetic). Targets (issue 3): p50 of the
+Session: 2,000 entries, about 180K tokens (compactd.cli.synthetic). Targets (issue 3): p50 of the
 status round trip at most 1 ms, and at least 50x faster than a full recount per call.
 Run: ``.venv/bin/python tests/bench/bench_tokens.py``
 """
@@ -20,8 +20,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 from compactd_client import Client  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
+from compactd.cli.synthetic import make_session  # noqa: E402
 from compactd.core import tokens  # noqa: E402
-from compactd.core.synthetic import make_session  # noqa: E402
 from compactd.core.view import context_records  # noqa: E402
 from compactd.transcript.model import record_from_dict  # noqa: E402
 from tests.helpers import CWD  # noqa: E402

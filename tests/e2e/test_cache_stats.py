@@ -13,7 +13,7 @@ import pytest
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
-from compactd.core.synthetic import make_session
+from compactd.cli.synthetic import make_session
 from tests.conftest import FIXTURES
 from tests.helpers import CWD, assistant, drain, text_block, tool_call, tool_result, user
 from tests.inproc import InProc

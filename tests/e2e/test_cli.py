@@ -20,7 +20,7 @@ import msgspec
 from compactd_client import Client
 
 from compactd.cli.report import MECHANISMS
-from compactd.core.synthetic import make_session, to_jsonl
+from compactd.cli.synthetic import make_session, to_jsonl
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.helpers import transcript_lines
 
@@ -235,7 +235,7 @@ async def test_help_everywhere() -> None:
     assert code == 2 and "usage: compactd" in out and "serve" in out and "status" in out
     code, out, _ = await _run("serve", "--help")
     assert code == 0 and "LSP base-protocol framing" in out and "protocol/README.md" in out
-    for command in ("serve", "status", "replay", "demo"):
+    for command in ("serve", "status", "compact", "replay", "demo"):
         code, out, _ = await _run(command, "--help")
         assert code == 0
         options = out.split("options:", 1)[1].splitlines()

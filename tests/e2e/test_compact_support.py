@@ -18,7 +18,7 @@ import pytest_asyncio
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
-from compactd.core.synthetic import make_session
+from compactd.cli.synthetic import make_session
 from tests.conftest import daemon_log, spawn
 from tests.emulator import Emulator
 from tests.helpers import CWD, MODEL, drain, emulator_options

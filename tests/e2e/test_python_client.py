@@ -14,7 +14,7 @@ import pytest
 from compactd_client import TYPED_METHODS, TYPED_NOTIFICATIONS, Client, RpcError
 
 from compactd import protocol as p
-from compactd.core.synthetic import make_session
+from compactd.cli.synthetic import make_session
 from tests.conftest import SpawnDaemon, daemon_args
 from tests.helpers import CWD, numbered_read, user
 

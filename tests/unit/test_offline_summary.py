@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from compactd.cli.synthetic import make_session
 from compactd.core.ledger import build_ledger
 from compactd.core.offline_summary import OFFLINE_HEADING, offline_summary
-from compactd.core.synthetic import make_session
 from compactd.transcript.model import Record
 from tests.fidelity import items_of, many_commands, normalize
 from tests.helpers import (

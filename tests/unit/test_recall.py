@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from compactd.cli.synthetic import make_session
 from compactd.core import recall
 from compactd.core.recall import SNIPPET_CONTEXT_CHARS, entry_text, fetch, search
-from compactd.core.synthetic import make_session
 from compactd.transcript.model import record_from_dict
 from tests.helpers import assistant, to_records, tool_result, tool_use_block, user
 

@@ -4,7 +4,12 @@
  * table. It imports nothing from VS Code, so it runs (and is tested) in plain Node; the editor
  * glue in `extension.ts` builds on it. Wire types come from `protocol/compactd.d.ts`, which is
  * generated from the daemon's Python protocol module, so a renamed method or field breaks the
- * build instead of failing at run time.
+ * build instead of failing at run time; `PROTOCOL_VERSION` is generated beside them.
+ *
+ * The client asks for LSP work-done progress (`window.workDoneProgress`): the daemon then
+ * creates a progress (`window/workDoneProgress/create`) for a long operation (a compaction) and
+ * reports it with `$/progress`; each begun one is an `onWorkDoneProgress` event, and cancelling
+ * it sends `window/workDoneProgress/cancel`, which cancels the operation.
  */
 
 import { spawn, type ChildProcess } from "node:child_process";
@@ -12,11 +17,13 @@ import {
   CancellationTokenSource,
   Emitter,
   ErrorCodes,
+  ProgressType,
   ResponseError,
   StreamMessageReader,
   StreamMessageWriter,
   createMessageConnection,
   type CancellationToken,
+  type Disposable,
   type Event,
   type MessageConnection,
 } from "vscode-jsonrpc/node";
@@ -42,6 +49,9 @@ import type {
   ThresholdNotification,
   TokenStatus,
 } from "../../../protocol/compactd";
+import { PROTOCOL_VERSION } from "./protocol-version";
+
+export { PROTOCOL_VERSION };
 
 export type {
   AutoResult,
@@ -59,9 +69,6 @@ export type {
 
 /** Every request method of protocol v1, as named in the generated contract. */
 export type MethodName = keyof Methods;
-
-/** The protocol version this client was written against (`PROTOCOL_VERSION` in protocol.py). */
-export const PROTOCOL_VERSION = "1";
 
 /** What `compactd serve` is started with when nothing is configured: the console script on PATH. */
 export const DEFAULT_SERVER_COMMAND: readonly string[] = ["compactd", "serve"];
@@ -84,6 +91,77 @@ const OUTPUT_DRAIN_MS = 1_000;
 
 /** JSON-RPC's number for a cancelled request (LSP `RequestCancelled`). */
 const REQUEST_CANCELLED = -32800;
+
+/** LSP's work-done progress methods (the daemon creates, the client may cancel). */
+const PROGRESS_CREATE = "window/workDoneProgress/create";
+const PROGRESS_CANCEL = "window/workDoneProgress/cancel";
+
+/** The values of `$/progress` for a work-done progress (LSP `WorkDoneProgressBegin/Report/End`). */
+export type WorkDoneProgressValue =
+  | { kind: "begin"; title: string; message?: string; percentage?: number; cancellable?: boolean }
+  | { kind: "report"; message?: string; percentage?: number; cancellable?: boolean }
+  | { kind: "end"; message?: string };
+
+const WORK_DONE = new ProgressType<WorkDoneProgressValue>();
+
+/**
+ * One work-done progress the daemon began on this client: its title, its reports as they come, and
+ * its end (`done` settles with the end's message, or undefined when the daemon went away first).
+ */
+export class WorkDoneProgress {
+  readonly title: string;
+  readonly cancellable: boolean;
+  /** The latest message (the begin's, then each report's). */
+  message: string | undefined;
+  /** Settles when the progress ends. */
+  readonly done: Promise<string | undefined>;
+  private finish: (message: string | undefined) => void = () => undefined;
+  private ended = false;
+  private readonly reportEmitter = new Emitter<string | undefined>();
+  /** A report: the new message (undefined when the report only moved the percentage). */
+  readonly onReport: Event<string | undefined> = this.reportEmitter.event;
+
+  constructor(
+    readonly token: string | number,
+    begin: { title: string; message?: string; cancellable?: boolean },
+    private readonly sendCancel: () => void,
+  ) {
+    this.title = begin.title;
+    this.message = begin.message;
+    this.cancellable = begin.cancellable === true;
+    this.done = new Promise((resolve) => {
+      this.finish = resolve;
+    });
+  }
+
+  /** Ask the daemon to cancel the operation behind this progress. */
+  cancel(): void {
+    if (!this.ended) {
+      this.sendCancel();
+    }
+  }
+
+  get isDone(): boolean {
+    return this.ended;
+  }
+
+  /** @internal the client feeds `$/progress` values in. */
+  report(message: string | undefined): void {
+    if (!this.ended) {
+      this.message = message ?? this.message;
+      this.reportEmitter.fire(message);
+    }
+  }
+
+  /** @internal */
+  end(message: string | undefined): void {
+    if (!this.ended) {
+      this.ended = true;
+      this.finish(message);
+      this.reportEmitter.dispose();
+    }
+  }
+}
 
 /**
  * A cancellation signal from any source. VS Code's and vscode-jsonrpc's tokens both fit, so the
@@ -188,7 +266,10 @@ export class CompactdClient {
   private readonly memoryEmitter = new Emitter<MemoryChangedNotification>();
   private readonly cacheBreakEmitter = new Emitter<CacheBreak>();
   private readonly tokensEmitter = new Emitter<TokensChanged>();
+  private readonly progressEmitter = new Emitter<WorkDoneProgress>();
   private readonly exitEmitter = new Emitter<ExitInfo>();
+  /** Work-done progresses the daemon created and has not ended, by token. */
+  private readonly progresses = new Map<string | number, { listener: Disposable; begun?: WorkDoneProgress }>();
 
   /** `compact/status`: phase changes and keep-alives of a running compaction. */
   readonly onStatus: Event<StatusNotification> = this.statusEmitter.event;
@@ -200,6 +281,8 @@ export class CompactdClient {
   readonly onCacheBreak: Event<CacheBreak> = this.cacheBreakEmitter.event;
   /** Any fresh token status: from open, append, status, auto-compaction or a threshold. */
   readonly onTokens: Event<TokensChanged> = this.tokensEmitter.event;
+  /** The daemon began a work-done progress (a compaction this client asked for, say). */
+  readonly onWorkDoneProgress: Event<WorkDoneProgress> = this.progressEmitter.event;
   /** The daemon process ended. */
   readonly onExit: Event<ExitInfo> = this.exitEmitter.event;
 
@@ -261,8 +344,10 @@ export class CompactdClient {
     this.exited = new Promise<ExitInfo>((resolve) => {
       child.once("exit", (code, signal) => {
         const info: ExitInfo = { code, signal, expected: this.disposing };
-        // Pending requests would otherwise wait forever for a daemon that is gone.
+        // Pending requests would otherwise wait forever for a daemon that is gone, and so would
+        // the progresses it began.
         this.connection?.dispose();
+        this.endProgresses();
         resolve(info);
         this.exitEmitter.fire(info);
       });
@@ -316,6 +401,40 @@ export class CompactdClient {
     });
     on("memory/changed", (params) => this.memoryEmitter.fire(params));
     on("cache/break", (params) => this.cacheBreakEmitter.fire(params));
+    connection.onRequest(PROGRESS_CREATE, (params: { token: string | number }) => {
+      this.trackProgress(connection, params.token);
+      return null;
+    });
+  }
+
+  /** Follow the `$/progress` of a token the daemon just created, until its end. */
+  private trackProgress(connection: MessageConnection, token: string | number): void {
+    const listener = connection.onProgress(WORK_DONE, token, (value) => {
+      const entry = this.progresses.get(token);
+      if (entry === undefined) {
+        return;
+      }
+      if (value.kind === "begin" && entry.begun === undefined) {
+        const sendCancel = (): void => void connection.sendNotification(PROGRESS_CANCEL, { token }).catch(() => undefined);
+        entry.begun = new WorkDoneProgress(token, value, sendCancel);
+        this.progressEmitter.fire(entry.begun);
+      } else if (value.kind === "report") {
+        entry.begun?.report(value.message);
+      } else if (value.kind === "end") {
+        entry.listener.dispose();
+        this.progresses.delete(token);
+        entry.begun?.end(value.message);
+      }
+    });
+    this.progresses.set(token, { listener });
+  }
+
+  private endProgresses(): void {
+    for (const { listener, begun } of this.progresses.values()) {
+      listener.dispose();
+      begun?.end(undefined);
+    }
+    this.progresses.clear();
   }
 
   /** `initialize` + `initialized`, with `initializationOptions`. Returns what the daemon is. */
@@ -323,7 +442,8 @@ export class CompactdClient {
     const result = await this.send<InitializeResult>("initialize", {
       processId: process.pid,
       rootUri: null,
-      capabilities: {},
+      // Work-done progress: the daemon reports long operations with $/progress (see above).
+      capabilities: { window: { workDoneProgress: true } },
       initializationOptions: options,
       clientInfo: { name: "compactd-vscode" },
     });
@@ -518,6 +638,7 @@ export class CompactdClient {
       this.memoryEmitter,
       this.cacheBreakEmitter,
       this.tokensEmitter,
+      this.progressEmitter,
       this.exitEmitter,
     ]) {
       emitter.dispose();

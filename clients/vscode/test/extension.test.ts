@@ -158,6 +158,8 @@ describe("the extension in a stand-in VS Code", () => {
     const progress: ProgressRun | undefined = fake.progress[runsBefore];
     assert.ok(progress, "no progress notification");
     assert.equal(progress.title, "compactd: compacting");
+    // The daemon's own work-done progress for this compaction is claimed, not shown again.
+    assert.deepEqual(fake.progress.slice(runsBefore).map((p) => p.title), ["compactd: compacting"]);
     assert.ok(progress.reports.length > 0, "the notification should show the phases");
     assert.equal(new Set(progress.reports).size, progress.reports.length, `a text was written twice: ${progress.reports.join(" | ")}`);
     const shown = fake.shown.slice(shownBefore);
@@ -165,6 +167,35 @@ describe("the extension in a stand-in VS Code", () => {
     const after = await client.status(SESSION);
     assert.ok(after.tokens < before.tokens);
     assert.equal(fake.statusItem.text, `$(fold) ${statusBarText(after)}`);
+  });
+
+  it("shows a compaction another extension runs through the API as the daemon's cancellable progress", async () => {
+    const client = api.client()!;
+    await client.append(SESSION, conversation(10, SESSION, 1_500, 1_000));
+    const before = await client.status(SESSION);
+    await emulator.reset();
+    await emulator.script({ delay: 60 });
+    const runsBefore = fake.progress.length;
+    // Another extension (the agent) compacts through the client the API hands out.
+    const settled = client.compactFull(SESSION).then(
+      () => "resolved" as const,
+      (err: unknown) => err,
+    );
+    const progress = await waitFor(() => fake.progress[runsBefore], 10_000, "a progress notification for the daemon's progress");
+    assert.equal(progress.title, "compactd: Compacting conversation");
+    assert.equal(progress.cancellable, true);
+    await waitFor(
+      async () => ((await emulator.requests()).some((r) => r.path === "/v1/messages") ? true : undefined),
+      20_000,
+      "the summarization request at the emulator",
+    );
+    assert.ok(progress.reports.length > 0, "the daemon's messages should show");
+    progress.cancel();
+    const outcome = (await settled) as { code?: string };
+    assert.equal(outcome.code, "cancelled", String(outcome));
+    assert.equal((await client.status(SESSION)).tokens, before.tokens, "the session should be unchanged");
+    assert.equal(fake.progress.length, runsBefore + 1, "one notification for one compaction");
+    await emulator.reset();
   });
 
   it("warns when a session nears its limit, colours the status bar, and compacts on request", async (t: TestContext) => {

@@ -1,4 +1,4 @@
-"""Unit tests of core/dispatch: the gate's order, each branch of decide() and its estimates."""
+"""Unit tests of core/auto_policy: the gate's order, each branch of decide() and its estimates."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import dataclasses
 import msgspec
 import pytest
 
+from compactd.core import auto_policy, tokens
 from compactd.core import constants as c
-from compactd.core import dispatch, tokens
 from compactd.core import microcompact as mc
-from compactd.core.dispatch import Decision, Outlooks, Situation, SummaryOutlook, decide, gate
+from compactd.core.auto_policy import Decision, Outlooks, Situation, SummaryOutlook, decide, gate
 from tests.helpers import MODEL, assistant, to_records, tool_call, tool_result, user
 
 # The default model's levels: a 200K window, the auto-compact threshold at 167K.
@@ -110,16 +110,16 @@ def test_microcompact_alone_when_it_leaves_the_headroom() -> None:
     d = decide(s, outlooks(saved=ABOVE - ROOM, notes=NOTES))
     assert (d.mechanism, d.reason) == ("micro", "microcompactEnough")
     assert d.micro is not None and d.micro.tokens_saved == ABOVE - ROOM
-    assert d.estimate_post == ROOM == dispatch.micro_post(ABOVE, d.micro)
+    assert d.estimate_post == ROOM == auto_policy.micro_post(ABOVE, d.micro)
     assert (d.entries_summarized, d.entries_kept) == (0, s.entries)
 
 
 def test_microcompact_alone_needs_no_prediction_of_a_summary() -> None:
     s = situation(ABOVE)
     enough = Outlooks(micro=micro_plan(ABOVE - ROOM))
-    assert decide(s, enough) == dispatch.micro_alone(s, enough.micro)
+    assert decide(s, enough) == auto_policy.micro_alone(s, enough.micro)
     short = Outlooks(micro=micro_plan(ABOVE - ROOM - 1))
-    assert dispatch.micro_alone(s, short.micro) is None
+    assert auto_policy.micro_alone(s, short.micro) is None
     with pytest.raises(ValueError, match="full compaction's outlook"):
         decide(s, short)
 
@@ -196,9 +196,9 @@ def test_full_without_notes_reports_its_bound() -> None:
 
 
 def test_micro_post_subtracts_the_saving_and_never_goes_negative() -> None:
-    assert dispatch.micro_post(50_000, micro_plan(20_000)) == 30_000
-    assert dispatch.micro_post(10_000, micro_plan(20_000)) == 0
-    assert dispatch.micro_post(10_000, micro_plan(0)) == 10_000
+    assert auto_policy.micro_post(50_000, micro_plan(20_000)) == 30_000
+    assert auto_policy.micro_post(10_000, micro_plan(20_000)) == 0
+    assert auto_policy.micro_post(10_000, micro_plan(0)) == 10_000
 
 
 def test_summary_post_counts_the_new_context_as_the_token_counter_does() -> None:
@@ -212,7 +212,7 @@ def test_summary_post_counts_the_new_context_as_the_token_counter_does() -> None
     )
     continuation = "This session continues... Summary:\n" + "did things. " * 500
     attachment = {"type": "attachment", "attachment": {"type": "todo", "content": ["a", "b"]}}
-    post = dispatch.summary_post(continuation, attachments=[attachment], kept=kept)
+    post = auto_policy.summary_post(continuation, attachments=[attachment], kept=kept)
     # The same entries, counted the way tokens/status counts a context without usage.
     written = to_records(
         [{"type": "user", "message": {"role": "user", "content": continuation}}, attachment]
@@ -220,16 +220,16 @@ def test_summary_post_counts_the_new_context_as_the_token_counter_does() -> None
     expected = tokens.count_tokens([r.entry for r in [*written, *kept]]).tokens
     assert post == expected > 0
 
-    assert dispatch.summary_post(continuation, attachments=[], kept=kept, saving=100) == (
-        dispatch.summary_post(continuation, attachments=[], kept=kept) - 100
+    assert auto_policy.summary_post(continuation, attachments=[], kept=kept, saving=100) == (
+        auto_policy.summary_post(continuation, attachments=[], kept=kept) - 100
     )
-    budget = dispatch.summary_post(continuation, attachments=[], kept=[], summary_budget=3_000)
+    budget = auto_policy.summary_post(continuation, attachments=[], kept=[], summary_budget=3_000)
     bare = tokens.estimate_records_raw(written[:1])
     assert budget == tokens.pad(bare + 3_000)
 
 
 def test_the_summary_budget_is_the_output_cap_or_what_it_replaces() -> None:
     small = to_records([user("x" * 400), assistant("y" * 400)])
-    assert dispatch.summary_budget(small) == tokens.estimate_records_raw(small) == 200
+    assert auto_policy.summary_budget(small) == tokens.estimate_records_raw(small) == 200
     big = to_records([user("x" * 4 * (c.COMPACT_MAX_OUTPUT_TOKENS + 5))])
-    assert dispatch.summary_budget(big) == c.COMPACT_MAX_OUTPUT_TOKENS
+    assert auto_policy.summary_budget(big) == c.COMPACT_MAX_OUTPUT_TOKENS

@@ -1,0 +1,135 @@
+/**
+ * The session on display: opening it (with the model and window the settings name), choosing it
+ * from a quick pick of the daemon's sessions and this workspace's Claude Code transcripts (or a
+ * transcript file), remembering it per workspace for the next window, and re-opening it when a
+ * restarted daemon connects. The gauge shows it; the compaction and breakdown commands act on it.
+ */
+
+import * as os from "node:os";
+import * as vscode from "vscode";
+
+import type { Daemon } from "./daemon";
+import { sessionRows } from "./format";
+import type { Gauge } from "./gauge";
+import { sessionIdFor, workspaceTranscripts } from "./transcripts";
+import { settings, workspaceDir, type Ui } from "./ui";
+
+/** workspaceState: the session on display in this workspace, restored on the next window. */
+const ACTIVE_SESSION_KEY = "compactd.activeSession";
+
+export class Sessions {
+  private sessionId: string | undefined;
+
+  constructor(
+    private readonly context: vscode.ExtensionContext,
+    private readonly ui: Ui,
+    private readonly daemon: Daemon,
+    private readonly gauge: Gauge,
+  ) {
+    daemon.onClient({
+      // A restarted daemon restores sessions from its transcripts; re-open the one on display.
+      connected: async () => {
+        if (this.sessionId) {
+          await this.open(this.sessionId).catch((err: unknown) => this.ui.reportError("Reopening the session", err));
+        }
+      },
+    });
+  }
+
+  /** The session on display. */
+  get active(): string | undefined {
+    return this.sessionId;
+  }
+
+  /** Open `sessionId` (importing `transcriptPath` when given) and put it on display. */
+  async open(sessionId: string, transcriptPath?: string): Promise<void> {
+    const client = await this.daemon.ensureClient();
+    const config = settings();
+    const contextWindow = config.get<number | null>("contextWindow") || undefined;
+    // No model set: the daemon takes the one the transcript names, else the session's own.
+    const model = config.get<string>("model")?.trim() || undefined;
+    const opened = await client.openSession({
+      sessionId,
+      cwd: workspaceDir(),
+      ...(model ? { model } : {}),
+      ...(contextWindow ? { contextWindow } : {}),
+      ...(transcriptPath ? { transcriptPath } : {}),
+    });
+    await this.gauge.show(opened.sessionId, opened.status);
+    this.sessionId = opened.sessionId;
+    await this.context.workspaceState.update(ACTIVE_SESSION_KEY, opened.sessionId);
+    this.gauge.render();
+  }
+
+  /** Quick pick: one row per session, the daemon's and this workspace's Claude Code transcripts. */
+  async select(): Promise<void> {
+    const client = await this.daemon.ensureClient();
+    type Pick = vscode.QuickPickItem & { sessionId?: string; transcript?: string; browse?: boolean };
+    const listed = await client.listSessions();
+    const transcripts = await workspaceTranscripts(os.homedir(), workspaceDir());
+    const items: Pick[] = [];
+    let group: string | undefined;
+    for (const row of sessionRows(listed.sessions, transcripts)) {
+      if (row.group !== group) {
+        group = row.group;
+        const label = group === "daemon" ? "compactd sessions" : "Claude Code transcripts of this workspace";
+        items.push({ label, kind: vscode.QuickPickItemKind.Separator });
+      }
+      items.push({ ...row, ...(row.sessionId === this.sessionId ? { picked: true } : {}) });
+    }
+    items.push({ label: "$(file) Import a transcript file…", browse: true });
+    const choice = await vscode.window.showQuickPick(items, { placeHolder: "Session to show and compact", matchOnDetail: true });
+    if (!choice) {
+      return;
+    }
+    if (choice.browse) {
+      const files = await vscode.window.showOpenDialog({
+        canSelectMany: false,
+        filters: { "Claude Code transcript": ["jsonl"] },
+      });
+      const file = files?.[0]?.fsPath;
+      if (file) {
+        // Claude Code names transcripts by session id: reusing it re-opens an earlier import.
+        const id = sessionIdFor(file);
+        await this.open(id, listed.sessions.some((s) => s.sessionId === id) ? undefined : file);
+      }
+    } else if (choice.sessionId) {
+      await this.open(choice.sessionId, choice.transcript);
+    }
+  }
+
+  /** The session of the last window in this workspace (or the setting), if the daemon has it. */
+  async restore(): Promise<void> {
+    const remembered = this.context.workspaceState.get<string>(ACTIVE_SESSION_KEY);
+    const configured = settings().get<string>("sessionId");
+    if (remembered) {
+      const client = await this.daemon.ensureClient(false);
+      if ((await client.listSessions()).sessions.some((s) => s.sessionId === remembered)) {
+        this.ui.output.appendLine(`showing session ${remembered}, as in the last window of this workspace`);
+        await this.open(remembered);
+        return;
+      }
+      this.ui.output.appendLine(`the session of the last window (${remembered}) is gone from the data dir`);
+      await this.context.workspaceState.update(ACTIVE_SESSION_KEY, undefined);
+    }
+    if (configured) {
+      await this.open(configured);
+    }
+  }
+
+  /** The session on display; when there is none, the person is asked to choose one. */
+  async activeOrAsk(): Promise<string | undefined> {
+    if (!this.sessionId) {
+      await this.select();
+    }
+    return this.sessionId;
+  }
+
+  /** `compactd.refresh`: ask the daemon for the displayed session's status again. */
+  async refresh(): Promise<void> {
+    const client = this.daemon.current();
+    if (this.sessionId && client) {
+      await client.status(this.sessionId);
+    }
+  }
+}

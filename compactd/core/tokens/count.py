@@ -1,0 +1,298 @@
+"""The token count of a conversation: the last reported usage plus an estimate of what followed.
+
+The size of a conversation is the usage the API reported for the most recent response, plus a
+padded character-based estimate of what was appended after that response started
+(docs/thresholds.md#token-count). ``count_tokens`` computes it in full and ``TokenCounter``
+incrementally as entries are appended. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from compactd.core import constants as c
+from compactd.core.tokens.estimate import estimate_entry_raw, pad
+from compactd.protocol import (
+    PrefixSource,
+)
+from compactd.transcript.model import (
+    Entry,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """What the next request carries, in named parts (docs/thresholds.md#accounting).
+
+    ``exact`` is the API usage of the latest response in the context and ``estimated`` what
+    came after it; ``saved`` is what microcompact cleared since that usage was reported.
+    ``tokens`` is ``exact + estimated - saved`` (never negative).
+
+    The same total in parts: ``fixed_prefix`` (system prompt, tools and whatever else the
+    client sends besides the messages), ``attachments`` and ``messages``, less ``saved``.
+    While a response's usage anchors the count the prefix is learned from it (its usage minus
+    the estimate of the messages it covered); without one (a compaction just rewrote the
+    context) the prefix carried from before is part of the estimate.
+    """
+
+    tokens: int
+    exact: int
+    estimated: int
+    saved: int = 0
+    fixed_prefix: int = 0
+    attachments: int = 0
+    # Where the prefix figure comes from: "usage" (learned now), "carried" (learned before a
+    # compaction, or told by the client) or "none" (nothing known yet).
+    prefix_source: PrefixSource = "none"
+
+    @property
+    def messages(self) -> int:
+        return max(0, self.tokens + self.saved - self.fixed_prefix - self.attachments)
+
+
+def has_usable_usage(entry: Entry) -> bool:
+    """Whether the entry is an assistant response whose API usage can anchor the count."""
+    if entry.type != "assistant" or entry.is_api_error_message:
+        return False
+    message = entry.message
+    if message is None or message.usage is None or message.model == c.SYNTHETIC_MODEL:
+        return False
+    return message.usage.total() > 0
+
+
+def _usage_total(entry: Entry) -> int:
+    message = entry.message
+    assert message is not None and message.usage is not None
+    return message.usage.total()
+
+
+# Identifies the API response an assistant entry belongs to: its ``message.id`` when present,
+# else the entry's position (an entry without id is a response of its own).
+_ResponseKey = str | int
+
+
+def _response_key(entry: Entry, index: int) -> _ResponseKey | None:
+    if entry.type != "assistant":
+        return None
+    message_id = entry.message_id
+    return message_id if message_id else index
+
+
+def _make_count(
+    exact: int,
+    raw_after: int,
+    saved: int,
+    *,
+    prefix: int = 0,
+    source: PrefixSource = "none",
+    attachment_raw: int = 0,
+    anchored: bool = True,
+) -> TokenCount:
+    estimated = pad(raw_after) + (0 if anchored else prefix)
+    tokens = max(0, exact + estimated - saved)
+    return TokenCount(
+        tokens=tokens,
+        exact=exact,
+        estimated=estimated,
+        saved=saved,
+        fixed_prefix=min(prefix, tokens + saved),
+        attachments=min(pad(attachment_raw), max(0, tokens + saved - prefix)),
+        prefix_source=source,
+    )
+
+
+def count_tokens(entries: Sequence[Entry]) -> TokenCount:
+    """Full recount of a conversation (the entries after the last compact boundary).
+
+    The anchor is the most recent response with usable usage. One response may be written as
+    several entries sharing ``message.id``, with tool results between them, so the estimate
+    starts after the response's FIRST entry; the response's own later entries are covered by
+    its usage and skipped, the interleaved tool results are not. Split entries repeat the same
+    usage: the largest is taken once.
+    """
+    anchor: _ResponseKey | None = None
+    for index in range(len(entries) - 1, -1, -1):
+        if has_usable_usage(entries[index]):
+            anchor = _response_key(entries[index], index)
+            break
+    if anchor is None:
+        attachment_raw = sum(estimate_entry_raw(e) for e in entries if e.type == "attachment")
+        return _make_count(
+            0,
+            sum(estimate_entry_raw(e) for e in entries),
+            0,
+            attachment_raw=attachment_raw,
+            anchored=False,
+        )
+
+    exact = 0
+    raw_after = 0
+    seen_first = False
+    for index, entry in enumerate(entries):
+        same_response = _response_key(entry, index) == anchor
+        if same_response:
+            if has_usable_usage(entry):
+                exact = max(exact, _usage_total(entry))
+            seen_first = True
+            continue
+        if seen_first:
+            raw_after += estimate_entry_raw(entry)
+    attachment_raw = sum(estimate_entry_raw(e) for e in entries if e.type == "attachment")
+    # The prefix rule (the largest figure any usage implies) is the counter's; not repeated.
+    prefix = TokenCounter(entries).learned_prefix or 0
+    return _make_count(
+        exact, raw_after, 0, prefix=prefix, source="usage", attachment_raw=attachment_raw
+    )
+
+
+class TokenCounter:
+    """Keeps ``count_tokens`` of a growing entry list up to date in time proportional to appends.
+
+    It keeps a running sum of raw estimates and, per response, the running sum just after its
+    first entry, the estimate of its later entries and its largest usage. The count anchored at
+    any response is then a subtraction, so a response whose first entry arrived long ago (or
+    earlier in the same batch) can become the anchor without rescanning.
+    """
+
+    __slots__ = (
+        "_anchor",
+        "_attachment_raw",
+        "_best_prefix",
+        "_cumulative_raw",
+        "_first_cumulative",
+        "_later_own_raw",
+        "_max_usage",
+        "_saved",
+        "_seen",
+        "carried_prefix",
+        "known_prefix",
+    )
+
+    def __init__(
+        self, entries: Iterable[Entry] = (), carried_prefix: int = 0, known_prefix: int = 0
+    ) -> None:
+        # The fixed prefix known from before this context (a compaction, the client's
+        # cacheSafeParams): counted until a response in the context reports usage.
+        self.carried_prefix = carried_prefix
+        # What the client says every request carries (the estimate of its cacheSafeParams):
+        # the prefix is never taken to be smaller.
+        self.known_prefix = known_prefix
+        self._best_prefix: int | None = None
+        self._attachment_raw = 0
+        self._seen = 0
+        self._cumulative_raw = 0
+        self._first_cumulative: dict[_ResponseKey, int] = {}
+        self._later_own_raw: dict[_ResponseKey, int] = {}
+        self._max_usage: dict[_ResponseKey, int] = {}
+        self._anchor: _ResponseKey | None = None
+        self._saved = 0
+        self.extend(entries)
+
+    def _clear(self) -> None:
+        self._best_prefix = None
+        self._attachment_raw = 0
+        self._seen = 0
+        self._cumulative_raw = 0
+        self._first_cumulative.clear()
+        self._later_own_raw.clear()
+        self._max_usage.clear()
+        self._anchor = None
+        self._saved = 0
+
+    def extend(self, entries: Iterable[Entry]) -> None:
+        """Account for entries appended after the ones already seen."""
+        for entry in entries:
+            self.add(entry, estimate_entry_raw(entry))
+
+    def add(self, entry: Entry, raw: int) -> None:
+        """Account for one appended entry whose unpadded estimate is ``raw``."""
+        index = self._seen
+        self._seen += 1
+        self._cumulative_raw += raw
+        if entry.type == "attachment":
+            self._attachment_raw += raw
+        key = _response_key(entry, index)
+        if key is None:
+            return
+        usable = has_usable_usage(entry)
+        if key not in self._first_cumulative:
+            # An id-less entry without usage can never anchor nor recur: nothing to keep.
+            if isinstance(key, int) and not usable:
+                return
+            self._first_cumulative[key] = self._cumulative_raw
+            self._later_own_raw[key] = 0
+        else:
+            self._later_own_raw[key] += raw
+        if usable:
+            self._max_usage[key] = max(self._max_usage.get(key, 0), _usage_total(entry))
+            if key != self._anchor:
+                # A new response's usage already reflects any clearing done before it.
+                self._anchor = key
+                self._saved = 0
+            implied = self._implied_prefix(key)
+            if self._best_prefix is None or implied > self._best_prefix:
+                self._best_prefix = implied
+
+    def reset(self, entries: Iterable[Entry] = ()) -> None:
+        """Forget everything and recount ``entries`` (after a compaction rewrote the context)."""
+        self._clear()
+        self.extend(entries)
+
+    def apply_saving(self, tokens: int) -> None:
+        """Subtract tokens cleared by microcompact until the next response reports usage."""
+        if tokens > 0:
+            self._saved += tokens
+
+    def _implied_prefix(self, key: _ResponseKey) -> int:
+        """What the response's usage says the prefix is: its usage less the padded estimate of
+        the messages it covered (everything before it, and itself)."""
+        covered = self._first_cumulative[key] + self._later_own_raw[key]
+        return max(0, self._max_usage[key] - pad(covered))
+
+    @property
+    def learned_prefix(self) -> int | None:
+        """The fixed prefix learned from the usage in this context, or None without any.
+
+        Each response's usage implies a figure; the largest is kept, and never less than what
+        the client says it sends (``known_prefix``). The padded estimate errs high on text and
+        attachments, so a usage covering mostly those implies too small a prefix; the floor
+        and the largest figure keep the prefix from being forgotten that way
+        (docs/thresholds.md#accounting).
+        """
+        if self._best_prefix is None:
+            return None
+        return max(self._best_prefix, self.known_prefix)
+
+    @property
+    def fixed_prefix(self) -> int:
+        """The best figure of the fixed prefix now: learned from usage, else carried."""
+        learned = self.learned_prefix
+        return max(self.carried_prefix, self.known_prefix) if learned is None else learned
+
+    @property
+    def current(self) -> TokenCount:
+        anchor = self._anchor
+        if anchor is None:
+            prefix = self.fixed_prefix
+            return _make_count(
+                0,
+                self._cumulative_raw,
+                self._saved,
+                prefix=prefix,
+                source="carried" if prefix else "none",
+                attachment_raw=self._attachment_raw,
+                anchored=False,
+            )
+        raw_after = (
+            self._cumulative_raw - self._first_cumulative[anchor] - self._later_own_raw[anchor]
+        )
+        prefix = self.learned_prefix or 0
+        return _make_count(
+            self._max_usage[anchor],
+            raw_after,
+            self._saved,
+            prefix=prefix,
+            source="usage",
+            attachment_raw=self._attachment_raw,
+        )

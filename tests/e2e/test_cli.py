@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from compactd_client import Client
 
 from compactd.cli.report import MECHANISMS
 from compactd.cli.synthetic import make_session, to_jsonl
-from tests.conftest import FIXTURES, SpawnDaemon
+from tests.conftest import FIXTURES, SpawnDaemon, fixture_transcripts
 from tests.helpers import transcript_lines
 
 VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
@@ -305,16 +306,14 @@ def _in_terminal(
     return process.returncode, received.decode().replace("\r\n", "\n")
 
 
-def test_status_of_every_fixture_fits_a_100_by_40_terminal() -> None:
-    fixtures = sorted(FIXTURES.glob("*.jsonl"))
-    assert len(fixtures) >= 6
-    for path in fixtures:
-        _, screen = _in_terminal("status", str(path))
-        assert _ESCAPE.search(screen), "on a terminal the report is in colour"
-        lines = _ESCAPE.sub("", screen).rstrip("\n").split("\n")
-        assert len(lines) <= 40, (path.name, len(lines))
-        widest = max(lines, key=len)
-        assert len(widest) <= 100, (path.name, widest)
+@pytest.mark.parametrize("path", fixture_transcripts(), ids=lambda p: p.name[:40])
+def test_status_of_every_fixture_fits_a_100_by_40_terminal(path: Path) -> None:
+    _, screen = _in_terminal("status", str(path))
+    assert _ESCAPE.search(screen), "on a terminal the report is in colour"
+    lines = _ESCAPE.sub("", screen).rstrip("\n").split("\n")
+    assert len(lines) <= 40, (path.name, len(lines))
+    widest = max(lines, key=len)
+    assert len(widest) <= 100, (path.name, widest)
 
 
 def test_no_color_plain_and_pipes_get_plain_text() -> None:
@@ -352,39 +351,47 @@ def _accounting_rows(text: str) -> tuple[list[tuple[str, int]], int]:
     raise AssertionError("no total row")
 
 
-async def test_status_table_adds_up_and_says_what_auto_would_do() -> None:
-    for path, extra in (
+# One case per test: each runs two CLI processes, so that a busy machine keeps every test well
+# inside its timeout.
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
         (VIEWER, []),
         (R2_AUTO, []),
         (FIXTURES / "NotTahaAli__sessclone__compaction.jsonl", []),
         (VIEWER, SMALL_WINDOW),  # above the threshold: auto would compact
         (VIEWER, ["--context-window", "20000", "--max-output-tokens", "2000"]),  # cannot
-    ):
-        (code, text, err), (_, raw, _) = await asyncio.gather(
-            _run("status", str(path), *extra), _run("status", str(path), *extra, "--json")
+    ],
+    ids=["viewer", "r2-auto", "sessclone", "viewer-small", "viewer-too-small"],
+)
+async def test_status_table_adds_up_and_says_what_auto_would_do(
+    path: Path, extra: list[str]
+) -> None:
+    (code, text, err), (_, raw, _) = await asyncio.gather(
+        _run("status", str(path), *extra), _run("status", str(path), *extra, "--json")
+    )
+    assert code == 0, err
+    report = json.loads(raw)
+    rows, total = _accounting_rows(text)
+    assert sum(tokens for _, tokens in rows) == total == report["status"]["tokens"]
+    prefix = report["status"].get("fixedPrefixTokens", 0)  # omitted when 0
+    assert rows[0] == ("system prompt and tools", prefix) or (
+        prefix == 0 and rows[0][0].startswith("system prompt and tools (no usage yet)")
+    )
+    assert f"{total:,} / " in text  # the gauge shows the same total
+    auto = report["preview"]["auto"]
+    if auto["wouldCompact"]:
+        expected = (
+            f"next: compact/auto would run {MECHANISMS[auto['mechanism']]}, "
+            f"{auto['preTokens']:,} -> about {auto['estimatedPostTokens']:,} tokens"
         )
-        assert code == 0, err
-        report = json.loads(raw)
-        rows, total = _accounting_rows(text)
-        assert sum(tokens for _, tokens in rows) == total == report["status"]["tokens"]
-        prefix = report["status"].get("fixedPrefixTokens", 0)  # omitted when 0
-        assert rows[0] == ("system prompt and tools", prefix) or (
-            prefix == 0 and rows[0][0].startswith("system prompt and tools (no usage yet)")
-        )
-        assert f"{total:,} / " in text  # the gauge shows the same total
-        auto = report["preview"]["auto"]
-        if auto["wouldCompact"]:
-            expected = (
-                f"next: compact/auto would run {MECHANISMS[auto['mechanism']]}, "
-                f"{auto['preTokens']:,} -> about {auto['estimatedPostTokens']:,} tokens"
-            )
-        elif auto["reasonCode"] == "belowThreshold":
-            to_go = report["status"]["autoCompactThreshold"] - total
-            expected = f"next: nothing to do, {to_go:,} tokens below the auto-compact threshold"
-        else:
-            assert auto["reasonCode"] == "fixedPrefixTooLarge"
-            expected = f"next: compact/auto would not compact: {auto['reason']}"
-        assert expected in text, (path.name, extra)
+    elif auto["reasonCode"] == "belowThreshold":
+        to_go = report["status"]["autoCompactThreshold"] - total
+        expected = f"next: nothing to do, {to_go:,} tokens below the auto-compact threshold"
+    else:
+        assert auto["reasonCode"] == "fixedPrefixTooLarge"
+        expected = f"next: compact/auto would not compact: {auto['reason']}"
+    assert expected in text, (path.name, extra)
 
 
 async def test_every_report_has_json(tmp_path: Path) -> None:

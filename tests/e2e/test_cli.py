@@ -419,6 +419,19 @@ async def test_every_report_has_json(tmp_path: Path) -> None:
     assert json.loads(out)["compactions"]
 
 
+# ``compactd`` as a shell starts a foreground job: SIGINT at its default and not blocked. A
+# child inherits an ignored or blocked SIGINT across exec, and pytest may carry one: started
+# in the background by a non-interactive shell (``pytest &``, as a CI script may), it ignores
+# SIGINT, and so did the replay, which ran to its end through the signal.
+_AS_A_SHELL_JOB = (
+    "import signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+    "from compactd.cli.main import main\n"
+    "sys.exit(main())\n"
+)
+
+
 def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
     data = tmp_path / "data"
     # A long replay (6,000 entries), so that however slow the machine, most of it is still
@@ -426,7 +439,7 @@ def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
     long = tmp_path / "long.jsonl"
     long.write_bytes(to_jsonl(make_session(entries=6_000, target_tokens=400_000)))
     process = subprocess.Popen(
-        [sys.executable, "-m", "compactd", "replay", str(long), "--data-dir", str(data)],
+        [sys.executable, "-c", _AS_A_SHELL_JOB, "replay", str(long), "--data-dir", str(data)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, as a shell's foreground job

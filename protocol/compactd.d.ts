@@ -201,9 +201,40 @@ export interface FileStateResult {
   files: Array<FileStateEntry>;
 }
 
+export interface FollowedNotification {
+  sessionId: string;
+  appended: number;
+  reread?: boolean;
+  entryCount: number;
+  status: TokenStatus;
+}
+
 export interface FullParams {
   sessionId: string;
   customInstructions?: string | null;
+}
+
+export interface HistoryCompaction {
+  entryIndex: number;
+  timestamp?: string | null;
+  compactionId: string;
+  trigger: string;
+  mechanism: string;
+  preTokens: number;
+  postTokens: number;
+  undone?: boolean;
+}
+
+export interface HistoryPoint {
+  entryIndex: number;
+  timestamp?: string | null;
+  tokens: number;
+}
+
+export interface HistoryResult {
+  points: Array<HistoryPoint>;
+  compactions: Array<HistoryCompaction>;
+  entryCount: number;
 }
 
 export interface HookResult {
@@ -293,6 +324,7 @@ export interface OpenParams {
   transcriptPath?: string | null;
   cacheSafeParams?: CacheSafeParams | null;
   apiContextManagement?: boolean | null;
+  follow?: boolean | null;
 }
 
 export interface OpenResult {
@@ -303,6 +335,7 @@ export interface OpenResult {
   model?: string | null;
   skippedLines?: number;
   importedFrom?: string | null;
+  following?: boolean;
 }
 
 export interface PartialInfo {
@@ -380,6 +413,7 @@ export interface SessionInfo {
   open: boolean;
   entryCount?: number | null;
   tokens?: number | null;
+  following?: boolean;
 }
 
 export interface SessionMemoryOptions {
@@ -492,6 +526,7 @@ export interface Methods {
   "sessionMemory/extract": { params: SessionParams; result: SessionMemoryResult };
   "sessionMemory/get": { params: SessionParams; result: SessionMemoryResult };
   "tokens/breakdown": { params: SessionParams; result: BreakdownResult };
+  "tokens/history": { params: SessionParams; result: HistoryResult };
   "tokens/status": { params: SessionParams; result: TokenStatus };
 }
 
@@ -499,6 +534,7 @@ export interface Notifications {
   "cache/break": CacheBreak;
   "compact/status": StatusNotification;
   "memory/changed": MemoryChangedNotification;
+  "session/followed": FollowedNotification;
   "tokens/threshold": ThresholdNotification;
 }
 
@@ -519,6 +555,7 @@ export declare const METHODS: {
   readonly NOTIFY_CACHE_BREAK: "cache/break";
   readonly NOTIFY_COMPACT_STATUS: "compact/status";
   readonly NOTIFY_MEMORY_CHANGED: "memory/changed";
+  readonly NOTIFY_SESSION_FOLLOWED: "session/followed";
   readonly NOTIFY_TOKENS_THRESHOLD: "tokens/threshold";
   readonly RECALL_SEARCH: "recall/search";
   readonly SESSION_APPEND: "session/append";
@@ -530,6 +567,7 @@ export declare const METHODS: {
   readonly SESSION_OPEN: "session/open";
   readonly SESSION_STATS: "session/stats";
   readonly TOKENS_BREAKDOWN: "tokens/breakdown";
+  readonly TOKENS_HISTORY: "tokens/history";
   readonly TOKENS_STATUS: "tokens/status";
 };
 

@@ -47,6 +47,7 @@ __all__ = [
     "gate",
     "micro_alone",
     "micro_post",
+    "notes_fit",
     "summary_budget",
     "summary_post",
 ]
@@ -64,7 +65,7 @@ class Situation:
     entries: int
     force: bool = False
     # A compaction of this session is running.
-    compacting: bool = False
+    busy: bool = False
     # The last compaction failure, named when the breaker is open.
     last_error: str | None = None
     # Says what the fixed prefix is made of, when known (e.g. "tools about 9,000 tokens"), to
@@ -139,7 +140,7 @@ def gate(s: Situation) -> Decision | None:
             "autoCompactDisabled",
             f"automatic compaction is disabled ({c.ENV_DISABLE_AUTO_COMPACT} is set)",
         )
-    if s.compacting:
+    if s.busy:
         return _nothing(s, "compacting", "a compaction of this session is already running")
     if status.circuit_open:
         return _nothing(
@@ -210,11 +211,18 @@ def micro_alone(s: Situation, micro: MicroPlan | None) -> Decision | None:
     )
 
 
+def notes_fit(s: Situation, notes: SummaryOutlook | None) -> bool:
+    """Whether a compaction from the session notes leaves the headroom: then it is the
+    mechanism, and the full compaction need not be predicted at all."""
+    return notes is not None and notes.post_tokens <= headroom(s.status)
+
+
 def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
     """The mechanism ``compact/auto`` uses now, why, and the tokens it should leave.
 
     ``outlooks`` may be None when ``gate`` stops the session, and its ``full`` may be None
-    when ``micro_alone`` decides; otherwise they are needed (ValueError).
+    when ``micro_alone`` decides or the session notes fit (``notes_fit``); otherwise they are
+    needed (ValueError).
     """
     stop = gate(s)
     if stop is not None:
@@ -224,13 +232,12 @@ def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
     alone = micro_alone(s, outlooks.micro)
     if alone is not None:
         return alone
-    if outlooks.full is None:
-        raise ValueError("past microcompact, decide needs the full compaction's outlook")
     tokens = s.status.tokens
     limit = headroom(s.status)
     micro = outlooks.micro
     notes = outlooks.session_memory
-    if notes is not None and notes.post_tokens <= limit:
+    if notes_fit(s, notes):
+        assert notes is not None
         return _summarizing(
             "sessionMemory",
             "sessionMemoryFits",
@@ -239,6 +246,10 @@ def decide(s: Situation, outlooks: Outlooks | None = None) -> Decision:
             tokens,
             notes,
             micro,
+        )
+    if outlooks.full is None:
+        raise ValueError(
+            "past microcompact and session memory, decide needs the full compaction's outlook"
         )
     if notes is None:
         reason: p.DecisionReason = "noSessionMemory"

@@ -1,22 +1,27 @@
-"""compact/auto's policy: decide whether and how to compact, then do it.
+"""compact/auto's policy: decide once whether and how to compact, then carry the plan out.
 
-``decide_auto`` gathers what ``core.auto_policy.decide`` needs, one outlook at a time and only as
-far as the decision gets, and returns the decision that ``compact/preview`` reports and
-``run_auto`` carries out: the fallback chain microcompact, session memory, full compaction
-(docs/compaction.md#fallback-chain), with the headroom rule of docs/thresholds.md#accounting.
+``decide_auto`` takes a snapshot of the session and gathers what ``core.auto_policy.decide``
+needs, one outlook at a time and only as far as the decision gets, and returns an ``AutoPlan``:
+the decision and the compaction plan of the mechanism it chose (docs/engine.md#plan).
+``compact/preview`` reports it and ``run_auto`` carries it out, the compaction reusing what the
+plan computed (selection, ledger, summary, rehydration) instead of working it out again: the
+fallback chain microcompact, session memory, full compaction (docs/compaction.md#fallback-chain),
+with the headroom rule of docs/thresholds.md#accounting. Session memory is planned before the
+full compaction: when its notes fit, the full compaction is never planned.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core import auto_policy
-from compactd.core.prompts import PromptKind
-from compactd.engine.compaction import CompactionSpec, predict, prefix_parts, run_compaction
-from compactd.engine.micro import microcompact_session, plan_micro
+from compactd.engine.compaction import prefix_parts, run_compaction
+from compactd.engine.micro import microcompact, plan_micro
+from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
 from compactd.engine.progress import WorkDone
 from compactd.engine.session_memory import SessionMemoryService
 
@@ -27,40 +32,57 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def prompt_kind(session: Session) -> PromptKind:
-    """The summary prompt of a whole-context compaction: a sub-agent resumes its delegated
-    task from a continuation summary (docs/partial.md#sub-agent-summaries)."""
-    return "subagent" if session.meta.agent_kind == "subagent" else "full"
+@dataclass(frozen=True, slots=True)
+class AutoPlan:
+    """``compact/auto``'s decision and the plan that carries it out (None for ``none`` and
+    ``micro``, whose plan is ``decision.micro``)."""
+
+    decision: auto_policy.Decision
+    compaction: CompactionPlan | None = None
 
 
 async def decide_auto(
     runtime: Runtime, notes: SessionMemoryService, session: Session, force: bool
-) -> auto_policy.Decision:
-    """What ``compact/auto`` does to ``session`` now (``core.auto_policy.decide``); nothing changes.
+) -> AutoPlan:
+    """What ``compact/auto`` does to ``session`` now (``core.auto_policy.decide``) and its plan;
+    nothing changes.
 
     ``compact/preview`` reports this decision and ``compact/auto`` carries it out. Each
     outlook is gathered only when the decision gets that far: none when the gate stops the
-    session, no prediction of a summary when microcompact alone is enough.
+    session, no plan of a summary when microcompact alone is enough, no full compaction
+    planned when the session notes fit.
     """
+    snap = await runtime.snapshot(session)
     situation = auto_policy.Situation(
-        status=runtime.status(session),
-        entries=len(session.context()),
+        status=snap.status,
+        entries=len(snap.context),
         force=force,
-        compacting=session.compacting,
+        busy=session.busy,
         last_error=session.health.last_error,
         prefix_parts=lambda: prefix_parts(session),
     )
     if auto_policy.gate(situation) is not None:
-        return auto_policy.decide(situation)
+        return AutoPlan(auto_policy.decide(situation))
     micro = await plan_micro(runtime, session) if runtime.flags.microcompact_enabled else None
     if auto_policy.micro_alone(situation, micro) is not None:
-        return auto_policy.decide(situation, auto_policy.Outlooks(micro))
-    kind = prompt_kind(session)
-    full = await predict(runtime, session, CompactionSpec(trigger="auto", kind=kind), micro=micro)
-    remembered = await notes.outlook(session, kind, micro)
-    return auto_policy.decide(
-        situation, auto_policy.Outlooks(micro=micro, full=full, session_memory=remembered)
+        return AutoPlan(auto_policy.decide(situation, auto_policy.Outlooks(micro)))
+    kind = prompt_kind(snap.meta)
+    remembered = await notes.plan(session, snap, kind, micro)
+    notes_outlook = remembered.outlook if remembered is not None else None
+    full: CompactionPlan | None = None
+    if not auto_policy.notes_fit(situation, notes_outlook):
+        spec = CompactionSpec(trigger="auto", kind=kind)
+        full = await plan_compaction(runtime, snap, spec, micro=micro)
+    decision = auto_policy.decide(
+        situation,
+        auto_policy.Outlooks(
+            micro=micro,
+            full=full.outlook if full is not None else None,
+            session_memory=notes_outlook,
+        ),
     )
+    chosen = {"sessionMemory": remembered, "full": full}.get(decision.mechanism)
+    return AutoPlan(decision, chosen)
 
 
 async def run_auto(
@@ -73,7 +95,8 @@ async def run_auto(
     """Carry out ``decide_auto``'s decision. A compaction that did not happen is no error: the
     answer says ``wasCompacted: false`` and why, and an automatic failure counts toward the
     circuit breaker (docs/compaction.md#circuit-breaker)."""
-    decision = await decide_auto(runtime, notes, session, force)
+    planned = await decide_auto(runtime, notes, session, force)
+    decision = planned.decision
 
     def done(
         mechanism: p.Mechanism, micro: p.MicroResult | None, result: p.CompactResult | None = None
@@ -102,10 +125,7 @@ async def run_auto(
     micro: p.MicroResult | None = None
     if decision.micro is not None:
         try:
-            async with session.lock:
-                micro = await microcompact_session(
-                    runtime, session, decision.micro.strategy, "auto"
-                )
+            micro = await microcompact(runtime, session, decision.micro.strategy, "auto")
         except p.CompactdError as err:
             # Microcompact is only the first stage: when it cannot run, a full compaction can.
             log.warning("session %s: auto microcompact failed: %s", session.session_id, err)
@@ -115,15 +135,17 @@ async def run_auto(
             return no(micro.reason if micro and micro.reason else "nothing to clear", micro)
         return done("micro", micro)
 
+    plan = planned.compaction
     if decision.mechanism == "sessionMemory":
-        remembered = await notes.compact(session, prompt_kind(session))
+        remembered = await notes.compact(session, plan)
         if remembered is not None:
             return done("sessionMemory", micro, remembered)
+        plan = None  # the fallback: a full compaction, planned when it runs
 
     progress = await begin_progress("Compacting conversation (auto)")
-    spec = CompactionSpec(trigger="auto", kind=prompt_kind(session))
+    spec = CompactionSpec(trigger="auto", kind=prompt_kind(session.meta))
     try:
-        result = await run_compaction(runtime, session, spec, progress=progress)
+        result = await run_compaction(runtime, session, spec, progress=progress, plan=plan)
     except p.CompactdError as err:
         if err.code == p.ErrorCode.SESSION_BUSY:
             return no(err.message, micro)

@@ -1,59 +1,60 @@
-"""The compaction engine: summarize part of a session and commit boundary + summary atomically.
+"""The compaction engine: carry out a compaction plan and commit boundary + summary atomically.
 
-``run_compaction`` is the whole pipeline behind ``compact/full`` and ``compact/auto`` (and the
-base of partial compaction): it snapshots the context under the session lock and lets a
-``Selector`` pick the records to summarize and those to keep; runs the PreCompact hooks;
-asks the summarizer (or builds the offline summary) while a keep-alive ``compact/status``
-goes out every ``keepAliveIntervalMs``; gathers rehydration attachments and SessionStart hook
-output; then takes the lock again and appends, in ONE durable write, the boundary, the
-continuation summary, the attachments and the hook context (docs/compaction.md#result-order). PostCompact
-hooks run last. ``predict`` works out what a compaction would leave without doing it (the
-same selection, summary when no model writes it, continuation and attachments), for
-``compact/auto``'s decision and ``compact/preview``.
+``run_compaction`` is the whole pipeline behind ``compact/full``, ``compact/auto`` and
+``compact/partial``. It carries out a ``CompactionPlan`` (``engine/plan.py``): the one
+``compact/auto`` decided on, rebased on the session as it is now, or one made here on a fresh
+snapshot; what the plan holds (selection, ledger, summary without a model, rehydration read from
+disk) is not computed again (docs/engine.md#plan). Then it runs the PreCompact hooks; asks the
+summarizer (or takes the plan's summary) while a keep-alive ``compact/status`` goes out every
+``keepAliveIntervalMs``; fits the rehydration attachments and gathers SessionStart hook output;
+then takes the lock again and appends, in ONE durable write, the boundary, the continuation
+summary, the attachments and the hook context (docs/compaction.md#result-order). PostCompact
+hooks run last.
 
 The lock is NOT held while the model writes: the agent may keep appending. Entries appended
-meanwhile end up before the new boundary in the file, so the boundary's ``preservedSegment``
-names them (with any records a partial compaction keeps) and ``core.view`` relinks them right
-after the summary; nothing is copied and their uuids stay valid. Nothing touches the
-transcript before the commit, so a failure or a cancellation leaves the session exactly as it
-was; a cancel that arrives during the commit itself is too late and the compaction completes.
+after the plan's snapshot end up before the new boundary in the file, so the boundary's
+``preservedSegment`` names them (with any records a partial compaction keeps) and ``core.view``
+relinks them right after the summary; nothing is copied and their uuids stay valid. Nothing
+touches the transcript before the commit, so a failure or a cancellation leaves the session
+exactly as it was; a cancel that arrives during the commit itself is too late and the
+compaction completes (a shielded cancel scope).
 """
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from compactd import protocol as p
 from compactd.core import auto_policy, tokens
 from compactd.core import constants as c
-from compactd.core.ledger import (
-    CARRY_FIELD,
-    SurvivalLedger,
-    ViewBudget,
-    build_ledger,
-    carry_of,
-    complete_summary,
-    view_budget,
-)
-from compactd.core.microcompact import MicroPlan
+from compactd.core.ledger import CARRY_FIELD, SurvivalLedger, build_ledger, carry_of
 from compactd.core.normalize import system_reminder, to_api_messages
 from compactd.core.offline_summary import OFFLINE_INSTRUCTIONS_WARNING, offline_summary
-from compactd.core.prompts import (
-    PromptKind,
-    compact_prompt,
-    continuation_message,
-    format_summary,
-    join_instructions,
+from compactd.core.prompts import compact_prompt, join_instructions
+from compactd.engine.plan import (
+    OFFLINE_MODES,
+    CompactionPlan,
+    CompactionSpec,
+    Selection,
+    Selector,
+    View,
+    Written,
+    continuation,
+    plan_compaction,
+    prompt_kind,
+    select_whole_context,
+    summary_without_model,
+    written,
 )
-from compactd.engine.rehydration import rehydration_attachments
+from compactd.engine.rehydration import Rehydration, gather
 from compactd.services import hooks
 from compactd.services.summarizer import SummarizerError, SummaryRequest
 from compactd.transcript import entries
@@ -70,11 +71,13 @@ if TYPE_CHECKING:
     from compactd.engine.session import Session
 
 __all__ = [
+    "CompactionPlan",
     "CompactionSpec",
     "Selection",
     "Selector",
-    "predict",
+    "plan_compaction",
     "run_compaction",
+    "run_full",
     "select_whole_context",
 ]
 
@@ -83,51 +86,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """What a compaction replaces and what it keeps, chosen from a snapshot of the context.
-
-    ``summarize``: the records the summary replaces. ``kept``: records kept verbatim after the
-    summary (partial ``upTo``); they must be the most recent records of the context, linked by
-    ``parentUuid`` or contiguous in the file, since the boundary's preserved segment names
-    them by head and tail. ``request``: the records the model is shown, when that is more than
-    ``summarize`` (partial ``from`` shows the earlier part for context). ``kept_before``: the
-    leading records of the context kept verbatim BEFORE the summary (partial ``from``); the
-    boundary's ``preservedPrefix`` names them and ``core.view`` puts them back after it.
-    """
-
-    summarize: Sequence[Record]
-    kept: Sequence[Record] = ()
-    request: Sequence[Record] | None = None
-    kept_before: Sequence[Record] = ()
-
-
-Selector = Callable[[list[Record]], Selection]
-
-
-def select_whole_context(context: list[Record]) -> Selection:
-    """Full compaction: everything after the last boundary (the previous summary included)."""
-    return Selection(summarize=context)
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionSpec:
-    trigger: p.Trigger
-    kind: PromptKind = "full"
-    custom_instructions: str | None = None
-    mechanism: p.Mechanism = "full"
-    select: Selector = select_whole_context
-    # A ready summary that replaces the summarizer (session memory's notes,
-    # docs/session-memory.md#compaction-from-the-notes).
-    summary_override: str | None = None
-    # The offline summary even when the daemon has a key (``claudeCode/compact`` without
-    # ``online``: offline by default, docs/claude-code.md#compact-and-resume).
-    offline: bool = False
-
-
 @dataclass(slots=True)
 class _Prepared:
-    """Everything computed before the commit, from the snapshot."""
+    """Everything computed before the commit, from the plan's snapshot."""
 
     snapshot_len: int
     logical_parent: str | None
@@ -186,10 +147,33 @@ class _Run:
             self.progress.report(text)
 
 
+def refuse(runtime: Runtime, session: Session) -> None:
+    """Raise what stops any compaction of ``session`` before it starts: compaction switched
+    off, one already running, or a fixed prefix that no compaction can bring under the
+    threshold."""
+    if not runtime.flags.compaction_enabled:
+        raise p.CompactdError(
+            p.ErrorCode.COMPACTION_DISABLED,
+            f"compaction is disabled ({c.ENV_DISABLE_COMPACT} is set)",
+        )
+    if session.busy:
+        raise session.busy_error()
+    refusal = auto_policy.prefix_refusal(runtime.status(session), lambda: prefix_parts(session))
+    if refusal is not None:
+        # No model call can help: the prefix alone fills the window up to the threshold.
+        raise p.CompactdError(p.ErrorCode.FIXED_PREFIX_TOO_LARGE, refusal)
+
+
 async def run_compaction(
-    runtime: Runtime, session: Session, spec: CompactionSpec, *, progress: WorkDone | None = None
+    runtime: Runtime,
+    session: Session,
+    spec: CompactionSpec,
+    *,
+    progress: WorkDone | None = None,
+    plan: CompactionPlan | None = None,
 ) -> p.CompactResult:
-    """Compact ``session`` as ``spec`` says. Raises ``CompactdError`` when it cannot.
+    """Compact ``session`` as ``spec`` says, carrying out ``plan`` when one was made (it is
+    then ``plan.spec``). Raises ``CompactdError`` when it cannot.
 
     Codes: ``compactionDisabled``, ``sessionBusy`` (another compaction runs),
     ``notEnoughMessages``, ``summaryFailed``, ``contextTooLargeToCompact``,
@@ -197,50 +181,62 @@ async def run_compaction(
     the auto-compaction circuit breaker; counting failures is the caller's business (only
     automatic ones count).
     """
-    if not runtime.flags.compaction_enabled:
-        raise p.CompactdError(
-            p.ErrorCode.COMPACTION_DISABLED,
-            f"compaction is disabled ({c.ENV_DISABLE_COMPACT} is set)",
-        )
-    if session.compacting:
-        raise p.CompactdError(
-            p.ErrorCode.SESSION_BUSY,
-            f"session {session.session_id!r} is already being compacted; try again when it ends",
-            sessionId=session.session_id,
-        )
-    refusal = auto_policy.prefix_refusal(runtime.status(session), lambda: prefix_parts(session))
-    if refusal is not None:
-        # No model call can help: the prefix alone fills the window up to the threshold.
-        raise p.CompactdError(p.ErrorCode.FIXED_PREFIX_TOO_LARGE, refusal)
-    session.compacting = True
-    run = _Run(runtime, session, spec, progress)
+    if plan is not None:
+        spec = plan.spec
+    refuse(runtime, session)
+    with session.compaction():
+        run = _Run(runtime, session, spec, progress)
+        try:
+            run.status("started")
+            prepared: _Prepared | None = None
+            with anyio.CancelScope() as scope:
+                if progress is not None:
+                    progress.on_cancel(scope.cancel)
+                prepared = await _prepare(run, plan)
+            if prepared is None:
+                raise p.CompactdError(
+                    p.ErrorCode.CANCELLED, "the compaction was cancelled; the session is unchanged"
+                )
+            # Once the transcript write has started, stopping half-way would leave the file
+            # and the in-memory session disagreeing: a cancel that arrives now is too late.
+            ready = prepared
+            result: p.CompactResult | None = None
+            with anyio.CancelScope(shield=True):
+                result = await _commit(run, ready)
+            assert result is not None
+            return result
+        except anyio.get_cancelled_exc_class():
+            run.status("cancelled", "cancelled by the client; the session is unchanged")
+            raise
+        except p.CompactdError as err:
+            session.health.last_error = err.message
+            run.status("cancelled" if err.code == p.ErrorCode.CANCELLED else "failed", err.message)
+            raise
+        except Exception as exc:
+            log.exception("compaction of session %s failed", session.session_id)
+            session.health.last_error = str(exc)
+            run.status("failed", f"internal error: {exc}")
+            raise p.CompactdError(p.ErrorCode.INTERNAL, f"compaction failed: {exc}") from exc
+
+
+async def run_full(
+    runtime: Runtime,
+    session: Session,
+    custom_instructions: str | None,
+    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+) -> p.CompactResult:
+    """``compact/full``: the user's explicit full compaction, planned and carried out now."""
+    if session.busy:  # before a progress bar is shown for nothing
+        raise session.busy_error()
+    progress = await begin_progress("Compacting conversation")
+    spec = CompactionSpec(
+        trigger="manual", kind=prompt_kind(session.meta), custom_instructions=custom_instructions
+    )
     try:
-        run.status("started")
-        prepared: _Prepared | None = None
-        with anyio.CancelScope() as scope:
-            if progress is not None:
-                progress.on_cancel(scope.cancel)
-            prepared = await _prepare(run)
-        if prepared is None:
-            raise p.CompactdError(
-                p.ErrorCode.CANCELLED, "the compaction was cancelled; the session is unchanged"
-            )
-        ready = prepared
-        return await _finish_even_if_cancelled(lambda: _commit(run, ready))
-    except asyncio.CancelledError:
-        run.status("cancelled", "cancelled by the client; the session is unchanged")
-        raise
-    except p.CompactdError as err:
-        session.health.last_error = err.message
-        run.status("cancelled" if err.code == p.ErrorCode.CANCELLED else "failed", err.message)
-        raise
-    except Exception as exc:
-        log.exception("compaction of session %s failed", session.session_id)
-        session.health.last_error = str(exc)
-        run.status("failed", f"internal error: {exc}")
-        raise p.CompactdError(p.ErrorCode.INTERNAL, f"compaction failed: {exc}") from exc
+        return await run_compaction(runtime, session, spec, progress=progress)
     finally:
-        session.compacting = False
+        if progress is not None:
+            progress.end("done")
 
 
 # -- before the commit ---------------------------------------------------------------------------
@@ -251,23 +247,31 @@ def _has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
     return "user" in roles and "assistant" in roles
 
 
-async def _prepare(run: _Run) -> _Prepared:
-    runtime, session, spec = run.runtime, run.session, run.spec
+async def _current_plan(run: _Run, plan: CompactionPlan | None) -> tuple[CompactionPlan, int]:
+    """``plan`` rebased on the session as it is now, or a new plan on a fresh snapshot; with
+    the session's token count now (the compaction's "before")."""
+    runtime, session = run.runtime, run.session
     async with session.lock:
-        context = session.context()
-        selection = spec.select(context)
         status = runtime.status(session)
-        pre_tokens = status.tokens
-        snapshot_len = len(session.records)
-        logical_parent = session.last_uuid()
-        cleared = frozenset(session.cleared_tool_ids)
-    summarized = list(selection.summarize)
-    kept = list(selection.kept)
-    kept_before = _kept_before(selection)
-    shown = list(selection.request) if selection.request is not None else summarized
+        rebased = plan.rebased(session, status) if plan is not None else None
+        snap = session.snapshot(status) if rebased is None else None
+    if rebased is not None:
+        return rebased, status.tokens
+    assert snap is not None
+    if plan is not None:
+        log.info("session %s: changed since the decision; planning again", snap.session_id)
+    return await plan_compaction(runtime, snap, run.spec, outlook=False), status.tokens
+
+
+async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
+    runtime, session, spec = run.runtime, run.session, run.spec
+    plan, pre_tokens = await _current_plan(run, given)
+    snap = plan.snapshot
+    cleared = plan.cleared
+    summarized, kept, kept_before, shown = plan.summarized, plan.kept, plan.kept_before, plan.shown
     # Exactly what the main loop sends (session/messages), so the cache-sharing request
-    # reads the main loop's cached prefix. Built in a worker thread, like the offline summary
-    # below: on a long context it takes a while, and other sessions' requests go on meanwhile.
+    # reads the main loop's cached prefix. Built in a worker thread: on a long context it
+    # takes a while, and other sessions' requests go on meanwhile.
     messages = await anyio.to_thread.run_sync(
         lambda: to_api_messages(shown, cleared_tool_ids=cleared)
     )
@@ -277,10 +281,11 @@ async def _prepare(run: _Run) -> _Prepared:
             "not enough messages to compact: the context needs at least one user message and "
             "one assistant response since the last compaction",
         )
+    cwd = snap.meta.cwd
     base = {
         "session_id": session.session_id,
         "transcript_path": session.transcript_path,
-        "cwd": session.meta.cwd,
+        "cwd": cwd,
     }
 
     run.status("preCompactHooks")
@@ -289,7 +294,7 @@ async def _prepare(run: _Run) -> _Prepared:
         "PreCompact",
         spec.trigger,
         {**base, "trigger": spec.trigger, "custom_instructions": spec.custom_instructions or ""},
-        cwd=session.meta.cwd,
+        cwd=cwd,
         env=runtime.env,
     )
     from_hooks = join_instructions(
@@ -298,75 +303,85 @@ async def _prepare(run: _Run) -> _Prepared:
     instructions = [x for x in (spec.custom_instructions, from_hooks) if x and x.strip()]
 
     run.status("summarizing")
-    view = _View.of(session, spec, kept, status.effective_window)
-    cwd = session.meta.cwd
-    # What does not depend on the summary is worked out in a worker thread while the model
-    # writes it: the ledger the summary is checked against and the estimate of the context.
-    facts = _InThread(
-        lambda: (
-            build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd),
-            tokens.estimate_records_raw(context),
-        )
-    )
+    view = plan.view
     warnings: list[str] = []
-    summarizer = runtime.summarizer
     usage: dict[str, Any] | None = None
-    if spec.summary_override is not None or summarizer.offline or spec.offline:
+    facts = _Facts(plan)
+    if plan.known:
         ledger, pre_raw = await facts.result()
-        raw, mode = await anyio.to_thread.run_sync(
-            lambda: _summary_without_model(spec, ledger, view, instructions)
-        )
-        if mode == "offline" and instructions:
+        summary = plan.summary
+        mode = plan.summary_mode
+        if summary is None or (from_hooks and mode in OFFLINE_MODES):
+            # A hook asked for more than the plan knew: the offline summary quotes it.
+            summary = await _render(spec, ledger, view, instructions)
+        if mode in OFFLINE_MODES and instructions:
             warnings.append(OFFLINE_INSTRUCTIONS_WARNING)
     else:
+        summarizer = runtime.summarizer
         request = SummaryRequest(
             messages=messages,
             instruction=compact_prompt(spec.kind, instructions, target_words=view.target_words),
-            model=session.meta.model,
-            cache_safe=session.meta.cache_safe_params,
+            model=snap.meta.model,
+            cache_safe=snap.meta.cache_safe_params,
             plain=lambda: to_api_messages(
                 shown, cleared_tool_ids=cleared, strip_media=True, drop_skill_listing=True
             ),
         )
         interval = (runtime.options.keep_alive_interval_ms or c.KEEP_ALIVE_INTERVAL_MS) / 1000
-        try:
-            outcome = await _with_keepalive(
-                lambda: summarizer.summarize(request, lambda m: run.status("summarizing", m)),
-                interval,
-                lambda: run.status("keepAlive", f"still summarizing ({run.elapsed_ms()} ms)"),
-            )
-        except SummarizerError as err:
-            if not (err.api_failure and summarizer.offline_fallback):
-                raise
-            log.warning("summarizer failed (%s); building the summary offline", err.message)
+        failure: SummarizerError | None = None
+        outcome = None
+        async with anyio.create_task_group() as tg:
+            # What does not depend on the summary is worked out in a worker thread while the
+            # model writes it: the ledger the summary is checked against and the estimate of
+            # the context (unless the plan holds them already).
+            tg.start_soon(facts.compute)
+            try:
+                outcome = await _with_keepalive(
+                    lambda: summarizer.summarize(request, lambda m: run.status("summarizing", m)),
+                    interval,
+                    lambda: run.status("keepAlive", f"still summarizing ({run.elapsed_ms()} ms)"),
+                )
+            except SummarizerError as err:  # re-raised below, unwrapped by the task group
+                failure = err
+        if failure is not None:
+            if not (failure.api_failure and summarizer.offline_fallback):
+                raise failure
+            log.warning("summarizer failed (%s); building the summary offline", failure.message)
             warnings.append(
-                f"the summarizer API failed ({err.message}); the summary was built offline "
+                f"the summarizer API failed ({failure.message}); the summary was built offline "
                 "from the transcript instead"
             )
             run.status("summarizing", "the API failed; building the summary offline")
-            ledger, pre_raw = await facts.result()
-            raw = await anyio.to_thread.run_sync(
-                lambda: offline_summary(ledger, limit=view.summary_chars, instructions=instructions)
-            )
+        ledger, pre_raw = await facts.result()
+        if outcome is None:
             mode = "offlineFallback"
+            if plan.summary is not None and not instructions:
+                summary = plan.summary  # the plan's stand-in is this very summary
+            else:
+                raw = await anyio.to_thread.run_sync(
+                    lambda: offline_summary(
+                        ledger, limit=view.summary_chars, instructions=instructions
+                    )
+                )
+                summary = Written(raw, [], carry_of(ledger))
             if instructions:
                 warnings.append(OFFLINE_INSTRUCTIONS_WARNING)
         else:
-            raw = outcome.text
+            assert outcome is not None
             mode = outcome.mode
             usage = outcome.usage
             if outcome.stop_reason == "max_tokens":
                 warnings.append("the summary reached the output limit and may be cut short")
-            ledger, pre_raw = await facts.result()
-    written = await anyio.to_thread.run_sync(lambda: _written(raw, mode, ledger, view))
-    if not written.summary:
+            text = outcome.text
+            summary = await anyio.to_thread.run_sync(lambda: written(text, mode, ledger, view))
+    if not summary.summary:
         raise p.CompactdError(p.ErrorCode.SUMMARY_FAILED, "the summary is empty")
-    continuation = _continuation(session, spec, written.summary, kept)
+    text = continuation(snap.transcript_path, spec, summary.summary, kept)
 
     run.status("rehydrating")
-    attachments = await rehydration_attachments(
-        runtime, session, [*kept_before, *kept], limit_tokens=view.attachment_tokens(continuation)
-    )
+    if plan.rehydration is None:
+        plan = _with_rehydration(plan, await gather(runtime, snap, [*kept_before, *kept]))
+    attachments = plan.attachments(text)
 
     run.status("sessionStartHooks")
     start_results = await hooks.run_hooks(
@@ -374,7 +389,7 @@ async def _prepare(run: _Run) -> _Prepared:
         "SessionStart",
         "compact",
         {**base, "source": "compact"},
-        cwd=session.meta.cwd,
+        cwd=cwd,
         env=runtime.env,
     )
     hook_results.extend(start_results)
@@ -382,196 +397,76 @@ async def _prepare(run: _Run) -> _Prepared:
         text for r in start_results if r.ok and (text := hooks.additional_context(r.stdout))
     ]
     return _Prepared(
-        snapshot_len=snapshot_len,
-        logical_parent=logical_parent,
+        snapshot_len=snap.length,
+        logical_parent=snap.last_uuid,
         pre_tokens=pre_tokens,
         pre_raw=pre_raw,
-        context_head=context[0] if context else None,
+        context_head=snap.context[0] if snap.context else None,
         summarized=summarized,
         kept=kept,
         kept_before=kept_before,
-        continuation=continuation,
+        continuation=text,
         attachments=attachments,
         session_context=session_context,
         hook_results=hook_results,
         summarizer=mode,
         usage=usage,
         warnings=warnings,
-        restored=written.restored,
-        carry=written.carry,
+        restored=summary.restored,
+        carry=summary.carry,
     )
 
 
-def _kept_before(selection: Selection) -> list[Record]:
-    # A boundary heading the context is not carried over: the new one replaces it.
-    return [r for r in selection.kept_before if not r.entry.is_compact_boundary]
+def _with_rehydration(plan: CompactionPlan, rehydration: Rehydration) -> CompactionPlan:
+    return dataclasses.replace(plan, rehydration=rehydration)
 
 
-# Summaries built here, without a model: they come out final, "Summary:" heading included.
-_OFFLINE_MODES = frozenset({"offline", "offlineFallback"})
+async def _render(
+    spec: CompactionSpec, ledger: SurvivalLedger, view: View, instructions: list[str]
+) -> Written:
+    def build() -> Written:
+        raw, mode = summary_without_model(spec, ledger, view, instructions)
+        return written(raw, mode, ledger, view)
+
+    return await anyio.to_thread.run_sync(build)
 
 
-@dataclass(frozen=True, slots=True)
-class _View:
-    """The budget of what a compaction leaves (docs/compaction.md#survival-ledger): the
-    continuation message (summary and what the ledger adds) and the attachments after it."""
+class _Facts:
+    """The plan's ledger and the estimate of its context, or their computation in a worker
+    thread: ``compute`` runs beside the model call, ``result`` waits for it (or computes them
+    now when nothing started it)."""
 
-    budget: ViewBudget
-    # Characters of the continuation message around the summary.
-    overhead: int
+    def __init__(self, plan: CompactionPlan) -> None:
+        self._plan = plan
+        self._done = anyio.Event()
+        self._value: tuple[SurvivalLedger, int] | None = None
+        self._started = False
 
-    @classmethod
-    def of(
-        cls, session: Session, spec: CompactionSpec, kept: Sequence[Record], effective: int
-    ) -> _View:
-        wrapper = _continuation(session, spec, "", kept)
-        return cls(view_budget(effective), len(wrapper))
+    async def compute(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        plan = self._plan
+        summarized, cleared, context = plan.summarized, plan.cleared, plan.snapshot.context
+        cwd = plan.snapshot.meta.cwd
+        known, pre_raw = plan.ledger, plan.pre_raw
 
-    @property
-    def summary_chars(self) -> int:
-        """What the summary (with what the ledger adds) may take."""
-        return max(0, self.budget.summary_chars - self.overhead)
+        def work() -> tuple[SurvivalLedger, int]:
+            ledger = known or build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd)
+            return ledger, tokens.estimate_records_raw(context) if pre_raw is None else pre_raw
 
-    @property
-    def target_words(self) -> int:
-        """The length asked of a model: its summary's share, in words of about 6 characters."""
-        return max(200, (self.budget.model_chars - self.overhead) // 6)
+        try:
+            self._value = await anyio.to_thread.run_sync(work)
+        finally:
+            self._done.set()
 
-    def attachment_tokens(self, continuation: str) -> int:
-        """Raw tokens left for the attachments once ``continuation`` is written."""
-        return max(0, self.budget.raw_tokens - tokens.estimate_text_tokens(continuation))
-
-
-@dataclass(frozen=True, slots=True)
-class _Written:
-    summary: str
-    restored: list[str]
-    carry: dict[str, Any]
-
-
-def _written(raw: str, mode: str, ledger: SurvivalLedger, view: _View) -> _Written:
-    """The stored summary: formatted, checked against the ledger and completed within the
-    budget (docs/compaction.md#survival-ledger), with the carry for the next compaction. An
-    offline summary is the ledger rendered, so it is taken as it is."""
-    if mode in _OFFLINE_MODES:
-        return _Written(raw, [], carry_of(ledger))
-    summary = format_summary(raw)
-    if not summary:
-        return _Written("", [], {})
-    summary, restored = complete_summary(summary, ledger, max(0, view.summary_chars - len(summary)))
-    return _Written(summary, restored, carry_of(ledger))
-
-
-def _summary_without_model(
-    spec: CompactionSpec,
-    ledger: SurvivalLedger,
-    view: _View,
-    instructions: Sequence[str] = (),
-) -> tuple[str, str]:
-    """The summary and the summarizer's mode when no model writes it: session memory's notes
-    already are the summary, else the offline summarizer builds one from the ledger."""
-    if spec.summary_override is not None:
-        return spec.summary_override, spec.mechanism
-    return offline_summary(ledger, limit=view.summary_chars, instructions=instructions), "offline"
-
-
-def _continuation(
-    session: Session, spec: CompactionSpec, summary: str, kept: Sequence[Record]
-) -> str:
-    return continuation_message(
-        summary,
-        transcript_path=session.transcript_path,
-        trigger=spec.trigger,
-        recent_messages_kept=bool(kept),
-    )
-
-
-# -- predicting ----------------------------------------------------------------------------------
-
-
-async def predict(
-    runtime: Runtime, session: Session, spec: CompactionSpec, *, micro: MicroPlan | None = None
-) -> auto_policy.SummaryOutlook:
-    """What ``run_compaction(runtime, session, spec)`` would leave now; nothing is written, no model
-    is called and no hook runs.
-
-    The selection, the summary (when no model writes it), its ledger check, the continuation
-    message and the attachments are those the compaction would produce, estimated by
-    ``core.auto_policy.summary_post``. ``micro``: a microcompact that commits first (in
-    ``compact/auto``), so its results count as cleared and its saving as applied.
-    """
-    selection = spec.select(session.context())
-    summarized = list(selection.summarize)
-    kept = [*_kept_before(selection), *selection.kept]
-    cleared = frozenset(session.cleared_tool_ids)
-    if micro is not None:
-        cleared |= frozenset(micro.compacted_ids)
-    known = spec.summary_override is not None or runtime.summarizer.offline
-    view = _View.of(session, spec, selection.kept, runtime.status(session).effective_window)
-    cwd = session.meta.cwd
-
-    def written() -> str:
-        ledger = build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd)
-        if known:
-            raw, mode = _summary_without_model(spec, ledger, view)
-        else:
-            # A model's summary cannot be known before it is written: the offline summary of
-            # the same entries stands in for its length (both are completed by the ledger).
-            raw, mode = offline_summary(ledger, limit=view.summary_chars), "offline"
-        return _written(raw, mode, ledger, view).summary
-
-    summary = await anyio.to_thread.run_sync(written)
-    continuation = _continuation(session, spec, summary, selection.kept)
-    attachments = await rehydration_attachments(
-        runtime, session, kept, limit_tokens=view.attachment_tokens(continuation)
-    )
-    # The microcompact boundary is appended last, so it lands among the kept entries.
-    saving = micro.tokens_saved if micro is not None and kept else 0
-    prefix = session.counter.fixed_prefix
-    post = auto_policy.summary_post(
-        continuation, attachments=attachments, kept=kept, saving=saving, prefix=prefix
-    )
-    if not known:
-        # Never more than the summary's budget plus what the ledger may add to it allows, and
-        # no more than what it replaces (a larger one fails the thrash guard).
-        restore = tokens.chars_to_tokens(view.summary_chars)
-        replaced = tokens.estimate_records_raw(summarized)
-        bound = min(auto_policy.summary_budget(summarized) + restore, replaced)
-        ceiling = auto_policy.summary_post(
-            _continuation(session, spec, "", selection.kept),
-            attachments=attachments,
-            kept=kept,
-            summary_budget=bound,
-            saving=saving,
-            prefix=prefix,
-        )
-        post = min(post, ceiling)
-    return auto_policy.SummaryOutlook(
-        post_tokens=post,
-        summarized=len(summarized),
-        kept=len(selection.kept_before) + len(selection.kept),
-        bound=not known,
-    )
-
-
-class _InThread(Generic[T]):
-    """A pure computation started in a worker thread now, its result collected later.
-
-    When the result is never collected (the compaction failed or was cancelled meanwhile),
-    the thread still finishes and its outcome is dropped quietly.
-    """
-
-    def __init__(self, fn: Callable[[], T]) -> None:
-        self._future = asyncio.get_running_loop().run_in_executor(None, fn)
-        self._future.add_done_callback(_retrieve)
-
-    async def result(self) -> T:
-        return await self._future
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
+    async def result(self) -> tuple[SurvivalLedger, int]:
+        if not self._started:
+            await self.compute()
+        await self._done.wait()
+        if self._value is None:
+            raise p.CompactdError(p.ErrorCode.INTERNAL, "the ledger could not be built")
+        return self._value
 
 
 async def _with_keepalive(
@@ -597,31 +492,6 @@ async def _with_keepalive(
     if error is not None:
         raise error
     return box[0]
-
-
-async def _finish_even_if_cancelled(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run ``fn`` to completion even if the calling task is cancelled meanwhile.
-
-    Used for the commit: once the transcript write has started, stopping half-way would leave
-    the file and the in-memory session disagreeing. A cancel that arrives now is absorbed and
-    the finished compaction is returned.
-    """
-    task = asyncio.ensure_future(fn())
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-    if cancelled:
-        current = asyncio.current_task()
-        if current is not None:
-            current.uncancel()
-        log.info("a cancel arrived while the compaction was being committed; it completed")
-    return result
 
 
 # -- the commit ----------------------------------------------------------------------------------

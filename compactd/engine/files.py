@@ -8,8 +8,9 @@ cleared by a compaction (the state is rebuilt from the new context) and by micro
 (cleared Read results leave it). Deriving it is pure; everything that touches the disk
 (resolving symlinks, confinement, reading, hashing) runs in worker threads.
 
-``FilesService`` (one per daemon, ``App.files``) keeps per-session runtime state:
-nested-memory attachments queued for ``attachments/pending`` and the set of watched files. When the agent reads a file, the memory files
+``FilesService`` (one per daemon, ``App.files``) owns the watcher; its per-session state is a
+feature (``SessionFiles``, docs/engine.md#features): nested-memory attachments queued for
+``attachments/pending`` and the set of watched files, released when the session closes. When the agent reads a file, the memory files
 (``CLAUDE.md`` and the like) in the directories from the session's working directory down to
 that file are queued once as ``nested_memory`` attachments and registered in the state. Those
 memory files and the files in the state are watched (``services/watch.py``); a change queues
@@ -27,6 +28,7 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -36,6 +38,7 @@ import anyio
 from compactd import protocol as p
 from compactd.core import rehydrate as rh
 from compactd.core.file_state import FileState, content_hash
+from compactd.engine.features import Feature
 from compactd.services.fs import (
     confine,
     memory_chain_dirs,
@@ -66,13 +69,14 @@ CHANGED_FILE_SNIPPET_TOKENS: Final = 2_000
 MAX_WATCHED_FILES: Final = 256
 
 
-# -- per-session runtime ------------------------------------------------------------------------
+# -- per-session state --------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class SessionFiles:
-    """Runtime file state of one open session (not persisted)."""
+@dataclass(eq=False)
+class SessionFiles(Feature):
+    """The file state of one open session (not persisted): a feature of the session."""
 
+    service: FilesService
     session: Session
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     # Attachment entries waiting for ``attachments/pending``.
@@ -92,6 +96,19 @@ class SessionFiles:
     # The state object last processed: ``Session.rebuild`` replaces it (load, compaction).
     processed_state: FileState | None = None
 
+    def on_open(self, session: Session) -> None:
+        self.service.opened.add(self)
+
+    def on_append(self, session: Session, records: Sequence[Record]) -> None:
+        self.service.observe(self, records, compacted=False)
+
+    def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
+        self.service.observe(self, records, compacted=True)
+
+    async def on_close(self, session: Session) -> None:
+        self.service.opened.discard(self)
+        self.service.watcher.drop(session.session_id)
+
 
 @dataclass(frozen=True, slots=True)
 class _WatchPlan:
@@ -103,33 +120,22 @@ class _WatchPlan:
 
 
 class FilesService:
-    """Per-daemon owner of the sessions' file runtime, the watcher and the append observer."""
+    """Per-daemon owner of the watcher and of the ``SessionFiles`` feature."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self.memory_names = runtime.memory_names
-        self.runtimes: dict[str, SessionFiles] = {}
+        # The states of the open sessions, for the watcher to find who watches a path.
+        self.opened: set[SessionFiles] = set()
+        runtime.features.register(SessionFiles, lambda s: SessionFiles(service=self, session=s))
         self.watcher = DirWatcher(self._on_change, self._interesting)
         self._send, self._receive = anyio.create_memory_object_stream[SessionFiles](math.inf)
         self._started = False
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    def runtime(self, session: Session) -> SessionFiles:
-        rt = self.runtimes.get(session.session_id)
-        if rt is not None and rt.session is session:
-            return rt
-        rt = SessionFiles(session=session)
-        self.runtimes[session.session_id] = rt
-        sid = session.session_id
-
-        async def close() -> None:
-            if self.runtimes.get(sid) is rt:
-                del self.runtimes[sid]
-                self.watcher.drop(sid)
-
-        session.closers.append(close)
-        return rt
+    def state(self, session: Session) -> SessionFiles:
+        return self._runtime.features.state(session, SessionFiles)
 
     def _ensure_running(self) -> None:
         if self._started or self._runtime.task_group is None:
@@ -141,47 +147,51 @@ class FilesService:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.watcher.run)
             async with self._receive:
-                async for rt in self._receive:
-                    if self.runtimes.get(rt.session.session_id) is not rt:
+                async for files in self._receive:
+                    if files not in self.opened:
                         continue
                     try:
-                        await self.process(rt)
+                        await self.process(files)
                     except Exception:
-                        log.exception("file processing failed for %s", rt.session.session_id)
+                        log.exception("file processing failed for %s", files.session.session_id)
 
-    def observe(self, session: Session, records: list[Record]) -> None:
-        """Append observer: update the state and schedule nested-memory discovery."""
-        rt = self.runtime(session)
-        if any(r.entry.is_compact_boundary for r in records):
+    def observe(self, files: SessionFiles, records: Sequence[Record], *, compacted: bool) -> None:
+        """Update the state after an append and schedule nested-memory discovery."""
+        session = files.session
+        if compacted:
             # ``Session.rebuild`` already rebuilt the state from the new context; memory
             # attached before the boundary is gone from the model's view.
-            rt.queued_memory.clear()
-            rt.dirty = True
+            files.queued_memory.clear()
+            files.dirty = True
         else:
             changes = session.file_state.apply(records, session.meta.cwd)
             if not changes.changed:
                 return
-            rt.discover.extend(changes.read)
-            rt.written.update(changes.written)
-            rt.dirty = True
+            files.discover.extend(changes.read)
+            files.written.update(changes.written)
+            files.dirty = True
         self._ensure_running()
         if self._started:
-            self._send.send_nowait(rt)
+            self._send.send_nowait(files)
 
     # -- processing ----------------------------------------------------------------------------
 
-    async def process(self, rt: SessionFiles) -> None:
+    async def process(self, files: SessionFiles) -> None:
         """Queue nested memory for new reads and refresh the watched set (idempotent)."""
-        async with rt.lock:
-            session = rt.session
-            if not rt.dirty and not rt.discover and rt.processed_state is session.file_state:
+        async with files.lock:
+            session = files.session
+            if (
+                not files.dirty
+                and not files.discover
+                and files.processed_state is session.file_state
+            ):
                 return
-            rt.processed_state = session.file_state
-            discover, rt.discover = rt.discover, []
-            written, rt.written = rt.written, set()
-            rt.dirty = False
+            files.processed_state = session.file_state
+            discover, files.discover = files.discover, []
+            written, files.written = files.written, set()
+            files.dirty = False
             attached = {r.path for r in session.file_state.files.values() if r.memory}
-            attached |= rt.queued_memory
+            attached |= files.queued_memory
             found = await anyio.to_thread.run_sync(
                 self._discover_blocking,
                 session.meta.cwd,
@@ -190,27 +200,27 @@ class FilesService:
                 attached,
             )
             for path, shown, text, digest in found:
-                rt.queued_memory.add(path)
+                files.queued_memory.add(path)
                 session.file_state.touch(
                     path, time.time(), source="nested_memory", memory=True, content_hash=digest
                 )
-                rt.queue.append(self._memory_entry(session, path, shown, text))
+                files.queue.append(self._memory_entry(session, path, shown, text))
             recent = [r for r in session.file_state.recent()][:MAX_WATCHED_FILES]
             plan = await anyio.to_thread.run_sync(
                 self._watch_plan_blocking,
                 session.meta.cwd,
                 self._runtime.roots(session),
                 [(r.path, r.memory) for r in recent],
-                set(rt.last_seen),
+                set(files.last_seen),
                 written,
             )
-            rt.memory_paths = plan.memory_paths
-            rt.read_paths = plan.read_paths
-            rt.resolved = plan.resolved
-            rt.last_seen = {
-                k: v for k, v in rt.last_seen.items() if k in plan.memory_paths | plan.read_paths
+            files.memory_paths = plan.memory_paths
+            files.read_paths = plan.read_paths
+            files.resolved = plan.resolved
+            files.last_seen = {
+                k: v for k, v in files.last_seen.items() if k in plan.memory_paths | plan.read_paths
             }
-            rt.last_seen.update(plan.new_seen)
+            files.last_seen.update(plan.new_seen)
             self.watcher.set_dirs(session.session_id, plan.dirs)
             if plan.dirs:
                 self._ensure_running()
@@ -306,37 +316,35 @@ class FilesService:
     # -- watching ------------------------------------------------------------------------------
 
     def _interesting(self, path: str) -> bool:
-        return any(
-            path in rt.memory_paths or path in rt.read_paths for rt in self.runtimes.values()
-        )
+        return any(path in files.memory_paths or path in files.read_paths for files in self.opened)
 
     async def _on_change(self, path: str) -> None:
-        for rt in list(self.runtimes.values()):
-            if path in rt.memory_paths or path in rt.read_paths:
+        for files in list(self.opened):
+            if path in files.memory_paths or path in files.read_paths:
                 try:
-                    await self._session_change(rt, path)
+                    await self._session_change(files, path)
                 except Exception:  # one session's failure must not hide the change from others
-                    log.exception("change of %s in session %s", path, rt.session.session_id)
+                    log.exception("change of %s in session %s", path, files.session.session_id)
 
-    async def _session_change(self, rt: SessionFiles, path: str) -> None:
-        await self.process(rt)  # writes the agent made itself are snapshotted first
+    async def _session_change(self, files: SessionFiles, path: str) -> None:
+        await self.process(files)  # writes the agent made itself are snapshotted first
         got = await anyio.to_thread.run_sync(read_file, Path(path))
         digest = got.digest if got is not None else None
-        if path not in rt.memory_paths and path not in rt.read_paths:
+        if path not in files.memory_paths and path not in files.read_paths:
             return
-        previous = rt.last_seen.get(path)
-        if path in rt.last_seen and previous == digest:
+        previous = files.last_seen.get(path)
+        if path in files.last_seen and previous == digest:
             return  # touched or rewritten with the same bytes
-        rt.last_seen[path] = digest
+        files.last_seen[path] = digest
         change: Literal["modified", "added", "deleted"] = (
             "deleted" if got is None else ("added" if previous is None else "modified")
         )
-        session = rt.session
+        session = files.session
         cwd = session.meta.cwd
-        state_path = next((k for k, v in rt.resolved.items() if v == path), path)
-        if path in rt.memory_paths:
+        state_path = next((k for k, v in files.resolved.items() if v == path), path)
+        if path in files.memory_paths:
             if got is not None and got.text is not None:
-                rt.queued_memory.add(state_path)
+                files.queued_memory.add(state_path)
                 session.file_state.touch(
                     state_path,
                     time.time(),
@@ -344,7 +352,7 @@ class FilesService:
                     memory=True,
                     content_hash=got.digest,
                 )
-                rt.queue.append(
+                files.queue.append(
                     self._memory_entry(
                         session, state_path, rh.display_path(state_path, cwd), got.text
                     )
@@ -362,7 +370,7 @@ class FilesService:
                 "filename": state_path,
                 "snippet": snippet,
             }
-            rt.queue.append(self._entry(session, payload))
+            files.queue.append(self._entry(session, payload))
         log.info("session %s: %s %s", session.session_id, change, path)
         self._runtime.notify(
             p.NOTIFY_MEMORY_CHANGED,
@@ -389,10 +397,11 @@ class FilesService:
     # -- requests ------------------------------------------------------------------------------
 
     def state_result(self, session: Session) -> p.FileStateResult:
-        rt = self.runtimes.get(session.session_id)
+        found = session.features.get(SessionFiles)
+        state = found if isinstance(found, SessionFiles) else None
         files = []
         for read in session.file_state.recent():
-            real = rt.resolved.get(read.path) if rt is not None else None
+            real = state.resolved.get(read.path) if state is not None else None
             files.append(
                 p.FileStateEntry(
                     path=read.path,
@@ -407,7 +416,7 @@ class FilesService:
         return p.FileStateResult(files=files)
 
     async def listing(self, session: Session) -> p.FileStateResult:
-        await self.process(self.runtime(session))
+        await self.process(self.state(session))
         return self.state_result(session)
 
     async def record(self, session: Session, params: p.FileRecordParams) -> p.FileStateResult:
@@ -453,7 +462,7 @@ class FilesService:
         return await self.listing(session)
 
     async def pending(self, session: Session) -> list[dict[str, Any]]:
-        rt = self.runtime(session)
-        await self.process(rt)
-        out, rt.queue = rt.queue, []
+        files = self.state(session)
+        await self.process(files)
+        out, files.queue = files.queue, []
         return out

@@ -2,8 +2,8 @@
 
 ``plan_micro`` picks a strategy (or takes the requested one) and asks the pure core which tool
 results it would clear; ``compact/auto``'s decision and ``compact/preview`` stop there.
-``microcompact_session``, the engine behind ``compact/micro`` and the first stage of
-``compact/auto``, commits that plan: it appends a ``microcompact_boundary`` system entry (the
+``microcompact`` (``microcompact_session`` under the session's lock), the engine behind
+``compact/micro`` and the first stage of ``compact/auto``, commits that plan: it appends a ``microcompact_boundary`` system entry (the
 shape Claude Code writes) whose metadata names the cleared tool ids and the tokens saved.
 Nothing is deleted: the original results stay in the transcript, and the session derives the
 cleared view and the lower token count from the boundary (also after a restart). The cached
@@ -49,6 +49,7 @@ __all__ = [
     "forget_cleared_reads",
     "load_cached_state",
     "messages_extras",
+    "microcompact",
     "microcompact_session",
     "plan_micro",
     "reset_cached_edits",
@@ -101,6 +102,15 @@ async def plan_micro(
         index = _edit_message_index(records, session)
         return mc.plan_cached(entries, now, state, index, config, cleared)
     return mc.plan_count(entries, config, cleared)
+
+
+async def microcompact(
+    runtime: Runtime, session: Session, strategy: str | None, trigger: str
+) -> p.MicroResult:
+    """``compact/micro`` and compact/auto's first stage: ``microcompact_session`` under the
+    session's lock (docs/engine.md#locking)."""
+    async with session.lock:
+        return await microcompact_session(runtime, session, strategy, trigger)
 
 
 async def microcompact_session(

@@ -20,7 +20,8 @@ import msgspec
 from compactd import protocol as p
 from compactd.core.partial import Direction, PartialError, PartialPlan, plan_partial
 from compactd.core.prompts import PromptKind
-from compactd.engine.compaction import CompactionSpec, Selection, run_compaction
+from compactd.engine.compaction import run_compaction
+from compactd.engine.plan import CompactionSpec, Selection
 from compactd.engine.progress import WorkDone
 
 if TYPE_CHECKING:
@@ -73,10 +74,8 @@ async def run_partial(
 ) -> p.CompactResult:
     """Summarize one side of ``params.pivot_uuid`` and keep the other verbatim."""
     # A compaction already running is refused by run_compaction (sessionBusy).
-    async with session.lock:
-        plan_cut(
-            session.context(), params.pivot_uuid, params.direction
-        )  # refuse a bad pivot before anything starts
+    snap = await runtime.snapshot(session)
+    plan_cut(list(snap.context), params.pivot_uuid, params.direction)  # refuse a bad pivot first
 
     chosen: list[PartialPlan] = []
 

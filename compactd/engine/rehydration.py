@@ -1,6 +1,6 @@
 """Rehydration after a full or partial compaction, and on demand (``attachments/rehydrate``).
 
-``rehydration_attachments`` returns the attachment entries (Claude Code's attachment entry
+``gather`` reads what would be re-injected and ``Rehydration.fit`` returns the attachment entries (Claude Code's attachment entry
 shape, as dicts, ``parentUuid`` left null for the writer to link) that re-inject the agent's
 working set after a compaction (docs/rehydration.md): the most recently read files re-read from
 disk, the todo list, the plan file and plan mode, invoked skills, background agents still
@@ -35,7 +35,7 @@ from compactd.transcript.model import Record, transcript_timestamp
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session
+    from compactd.engine.session import Session, Snapshot
 
 # A skill name that can safely become a directory name.
 _SKILL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -46,16 +46,31 @@ def claude_config_dir(runtime: Runtime) -> Path:
     return Path(raw).expanduser()
 
 
-async def rehydration_attachments(
-    runtime: Runtime, session: Session, kept: Sequence[Record], *, limit_tokens: int | None = None
-) -> list[dict[str, Any]]:
-    """The attachments to write after a compaction of ``session`` that keeps ``kept``, within
-    ``limit_tokens`` raw tokens (what the view budget leaves after the summary).
+@dataclass(frozen=True, slots=True)
+class Rehydration:
+    """What a compaction would re-inject, read once (disk included) and fitted to any budget.
 
-    Call it before the boundary is committed: it reads the read-file state and the context
-    the compaction is about to replace.
+    A compaction plan keeps it (docs/engine.md#plan): the disk is read when the plan is made,
+    and carrying the plan out only fits the attachments to the room its summary leaves.
     """
-    return await _build(runtime, session, kept, session.rehydration_extras, limit_tokens)
+
+    session_id: str
+    inputs: rh.RehydrationInputs
+
+    def fit(self, limit_tokens: int | None) -> list[dict[str, Any]]:
+        """The attachment entries within ``limit_tokens`` raw tokens (pure, cheap)."""
+        now = transcript_timestamp()
+        return [
+            rh.attachment_entry(payload, str(uuid.uuid4()), now, self.session_id)
+            for payload in rh.fit_attachments(self.inputs, limit_tokens, rh.Budgets())
+        ]
+
+
+async def gather(runtime: Runtime, snap: Snapshot, kept: Sequence[Record]) -> Rehydration:
+    """What a compaction of ``snap`` that keeps ``kept`` would re-inject: the facts of the
+    snapshot's context and read-file state, with the files read from disk (in a worker thread).
+    """
+    return await _gather(runtime, snap, kept, snap.extras)
 
 
 async def rehydrate_now(
@@ -82,10 +97,11 @@ async def rehydrate_now(
                 p.ErrorCode.INVALID_PARAMS, "extras.planFilePath must be a non-empty path"
             )
         session.rehydration_extras = extras
+    snap = await runtime.snapshot(session)
     # The room a summary that keeps to its share leaves.
-    budget = view_budget(runtime.status(session).effective_window)
+    budget = view_budget(snap.status.effective_window)
     room = budget.raw_tokens - int(budget.raw_tokens * SUMMARY_SHARE)
-    return await _build(runtime, session, (), session.rehydration_extras, room)
+    return (await _gather(runtime, snap, (), snap.extras)).fit(room)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +111,16 @@ class _DiskFacts:
     skill_texts: dict[str, tuple[str, str]]  # name -> (content, path)
 
 
-async def _build(
+async def _gather(
     runtime: Runtime,
-    session: Session,
+    snap: Snapshot,
     kept: Sequence[Record],
     extras: p.RehydrationExtras | None,
-    limit_tokens: int | None,
-) -> list[dict[str, Any]]:
-    cwd = session.meta.cwd
+) -> Rehydration:
+    cwd = snap.meta.cwd
     config = claude_config_dir(runtime)
     plan_dir = str(config / "plans")
-    facts = rh.scan_context(session.context(), cwd, plan_dirs=[plan_dir])
+    facts = rh.scan_context(list(snap.context), cwd, plan_dirs=[plan_dir])
     plan_path = facts.plan.path
     plan_mode = facts.plan.mode
     if extras is not None:
@@ -115,7 +130,7 @@ async def _build(
         plan_path = rh.normalize_path(plan_path, cwd)
     budgets = rh.Budgets()
     candidates = rh.select_files(
-        session.file_state.candidates(),
+        list(snap.file_candidates),
         exclude_paths=rh.read_paths(kept, cwd),
         plan_paths=[plan_path] if plan_path else [],
         plan_dirs=[plan_dir],
@@ -126,7 +141,7 @@ async def _build(
         _read_disk,
         candidates,
         cwd,
-        runtime.roots(session),
+        runtime.roots_of(snap.meta.cwd),
         budgets.max_files,
         plan_path,
         Path(plan_dir),
@@ -153,13 +168,9 @@ async def _build(
         skills=skills,
         agents=facts.agents,
         announcements=announcements,
-        is_subagent=session.meta.agent_kind == "subagent",
+        is_subagent=snap.meta.agent_kind == "subagent",
     )
-    now = transcript_timestamp()
-    return [
-        rh.attachment_entry(payload, str(uuid.uuid4()), now, session.session_id)
-        for payload in rh.fit_attachments(inputs, limit_tokens, budgets)
-    ]
+    return Rehydration(snap.session_id, inputs)
 
 
 def _read_disk(

@@ -1,10 +1,11 @@
 """What every operation needs, handed to it explicitly: the daemon's runtime.
 
 A ``Runtime`` holds the options, the environment and its compaction switches, the store, the
-summarizer, the microcompact settings, the notification sink and the task group, and it is the
-one writer of transcript lines (``commit``). The engine's operations take a Runtime and the
-session they work on; ``App`` (the wiring) is a Runtime with the sessions and services added,
-so nothing in the engine imports the app, the handlers or the server.
+summarizer, the microcompact settings, the notification sink, the task group and the registry
+of per-session features, and it is the one writer of transcript lines (``commit``, which then
+calls the features' hooks). The engine's operations take a Runtime and the session they work
+on; ``App`` (the wiring) is a Runtime with the sessions and services added, so nothing in the
+engine imports the app, the handlers or the server. "Runtime" names this and nothing else.
 """
 
 from __future__ import annotations
@@ -22,17 +23,16 @@ from compactd import protocol as p
 from compactd.core import constants, tokens
 from compactd.core.microcompact import MicroConfig, micro_config
 from compactd.engine.cancellation import point_of_no_return
-from compactd.engine.session import Session
+from compactd.engine.features import Features
+from compactd.engine.session import Session, Snapshot
 from compactd.services.fs import valid_memory_names
-from compactd.services.store import Store
+from compactd.services.store import SessionMeta, Store
 from compactd.services.summarizer import Summarizer
 from compactd.transcript.model import Record
 
 log = logging.getLogger(__name__)
 
 Notifier = Callable[[str, msgspec.Struct], None]
-# Called after records are durably appended to a session (file-state inference, watchers...).
-AppendObserver = Callable[[Session, list[Record]], None]
 
 
 class Runtime:
@@ -58,11 +58,21 @@ class Runtime:
         self.micro_config: MicroConfig = micro_config(options.microcompact)
         # Memory file names looked for near the files the agent reads (CLAUDE.md, ...).
         self.memory_names = valid_memory_names(options.memory_file_names)
-        self.append_observers: list[AppendObserver] = []
+        # Per-session features (docs/engine.md#features): registered by the wiring.
+        self.features = Features()
 
     def roots(self, session: Session) -> list[str]:
         """The directories a session's file access is confined to."""
-        return [session.meta.cwd, *(self.options.workspace_roots or [])]
+        return self.roots_of(session.meta.cwd)
+
+    def roots_of(self, cwd: str) -> list[str]:
+        """The directories file access is confined to for a session working in ``cwd``."""
+        return [cwd, *(self.options.workspace_roots or [])]
+
+    async def snapshot(self, session: Session) -> Snapshot:
+        """An immutable view of ``session`` now, taken under its lock (docs/engine.md#snapshot)."""
+        async with session.lock:
+            return session.snapshot(self.status(session))
 
     def notify(self, method: str, params: msgspec.Struct) -> None:
         try:
@@ -93,6 +103,37 @@ class Runtime:
                 ),
             )
 
+    async def append_records(self, session: Session, records: list[Record]) -> list[Record]:
+        """``session/append``: commit the records whose uuid the session does not hold yet
+        (appends are idempotent by uuid, so a client may safely retry one that timed out);
+        returns those committed."""
+        async with session.lock:
+            seen: set[str] = set()
+            fresh = []
+            for r in records:
+                if r.uuid is not None and (
+                    r.uuid in seen or session.records.index_of(r.uuid) is not None
+                ):
+                    continue
+                if r.uuid is not None:
+                    seen.add(r.uuid)
+                fresh.append(r)
+            await self.commit(session, fresh)
+        return fresh
+
+    async def update_meta(self, session: Session, meta: SessionMeta) -> None:
+        """Store a reopened session's new settings; its read-file state is rebuilt when its
+        working directory moved (paths are relative to it)."""
+        async with session.lock:
+            if meta == session.meta:
+                return
+            old_cwd = session.meta.cwd
+            await point_of_no_return()
+            await anyio.to_thread.run_sync(self.store.write_meta, meta)
+            session.meta = meta
+            if meta.cwd != old_cwd:
+                await session.refresh()
+
     async def commit(self, session: Session, records: list[Record]) -> None:
         """Write records durably, then add them to the session. Caller holds the lock.
 
@@ -104,8 +145,4 @@ class Runtime:
         await point_of_no_return()
         await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
         await session.add(records)
-        for observer in self.append_observers:
-            try:
-                observer(session, records)
-            except Exception:  # one broken observer must not fail the append
-                log.exception("append observer %r failed", observer)
+        self.features.appended(session, records)

@@ -1,4 +1,4 @@
-"""One conversation: its records, its token counter, its locks and counters.
+"""One conversation: its records, its token counter, its lock and counters, and snapshots of it.
 
 A ``Session`` holds its transcript as a ``History``: the current context decoded in memory,
 older lines read back from the file when asked for. It keeps derived state incrementally so
@@ -7,25 +7,37 @@ cleared by microcompact. Anything that rewrites the context (a compaction, an un
 ``rebuild``, or ``refresh`` from the event loop: the work then runs in a worker thread. The
 views themselves are memoized per boundary (``core.view.ViewIndex``), so a rebuild costs time in
 proportion to the context, however long the history.
+
+The session's lock serializes its mutations, and the engine's operations are the only code that
+takes it, each in one place (docs/engine.md#locking). ``compaction()`` marks a compaction as
+running: a second one (or an undo) meanwhile is refused with the one ``busy`` error.
+``snapshot`` gives an immutable view of the session up to its last entry, for decisions worked
+out off the lock and off the event loop (docs/engine.md#snapshot). Each feature keeps its state
+for the session in ``features`` (``engine/features.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import anyio
 import msgspec
 
 from compactd import protocol as p
 from compactd.core import tokens
-from compactd.core.cachebreak import CacheBreakDetector
 from compactd.core.file_state import FileState, build_file_state
 from compactd.core.microcompact import CachedState
+from compactd.core.rehydrate import FileCandidate
 from compactd.core.view import ViewIndex, undone_target
+from compactd.engine.features import Feature
 from compactd.services.store import SessionMeta
 from compactd.transcript.history import History
 from compactd.transcript.model import Entry, Record
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -43,9 +55,9 @@ class Session:
     # Any sequence of records is accepted and turned into a ``History``.
     records: History = field(default_factory=History)
     skipped_lines: int = 0
-    # Serializes mutations (appends, compactions) of this session.
+    # Serializes mutations (appends, compactions) of this session; taken by the engine's
+    # operations only (docs/engine.md#locking).
     lock: anyio.Lock = field(default_factory=anyio.Lock)
-    compacting: bool = False
     health: CompactionHealth = field(default_factory=CompactionHealth)
     threshold_tracker: tokens.ThresholdTracker = field(default_factory=tokens.ThresholdTracker)
     # Derived state, rebuilt by ``rebuild`` and extended by ``extend``.
@@ -57,23 +69,22 @@ class Session:
     undone_micro: set[str] = field(default_factory=set)
     context_start: int = 0
     _context: list[Record] = field(default_factory=list)
-    # Called when the session is closed: the services drop what they kept for it.
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Each feature's state for this session (``engine/features.py``), by feature type.
+    features: dict[type[Feature], Feature] = field(default_factory=dict)
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
     # by the files service's append observer (``engine/files.py``).
     file_state: FileState = field(default_factory=FileState)
     # Cached-microcompact state (registered / deleted tool results, pinned cache edits);
     # loaded lazily from its state file by ``engine/micro.py``.
     cached_micro: CachedState | None = None
-    # Prompt-cache break detection: a baseline per query source and the breaks found (in
-    # memory only; a restarted daemon starts new baselines).
-    cache_detector: CacheBreakDetector = field(default_factory=CacheBreakDetector)
     # What the client told ``attachments/rehydrate`` to re-inject besides what compactd finds
     # (announcements, plan file): remembered for the session's later compactions.
     rehydration_extras: p.RehydrationExtras | None = None
     _views: ViewIndex | None = field(default=None, repr=False)
     # ``described_prefix`` for the cacheSafeParams object it was worked out from.
     _described: tuple[object, int] | None = field(default=None, repr=False)
+    # A compaction of this session is running (``compaction()``).
+    _compacting: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.records, History):
@@ -82,6 +93,56 @@ class Session:
     @property
     def session_id(self) -> str:
         return self.meta.session_id
+
+    # -- a compaction at a time --------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """A compaction of this session is running."""
+        return self._compacting
+
+    def busy_error(self) -> p.CompactdError:
+        """The one answer to what cannot happen while a compaction of this session runs."""
+        return p.CompactdError(
+            p.ErrorCode.SESSION_BUSY,
+            f"a compaction of session {self.session_id!r} is running; try again when it ends",
+            sessionId=self.session_id,
+        )
+
+    @contextmanager
+    def compaction(self) -> Iterator[None]:
+        """Mark a compaction as running for the block; raise ``busy_error`` if one already is."""
+        if self._compacting:
+            raise self.busy_error()
+        self._compacting = True
+        try:
+            yield
+        finally:
+            self._compacting = False
+
+    async def read_history(self, read: Callable[[], T]) -> T:
+        """Run ``read`` (a scan over the records, released history included) in a worker
+        thread, under the lock so that no compaction changes the records meanwhile."""
+        async with self.lock:
+            return await anyio.to_thread.run_sync(read)
+
+    def snapshot(self, status: p.TokenStatus) -> Snapshot:
+        """An immutable view of the session as it is now. The caller holds the lock."""
+        return Snapshot(
+            session_id=self.session_id,
+            transcript_path=self.transcript_path,
+            meta=self.meta,
+            length=len(self.records),
+            last_uuid=self.last_uuid(),
+            context=tuple(self._context),
+            context_start=self.context_start,
+            cleared=frozenset(self.cleared_tool_ids),
+            status=status,
+            fixed_prefix=self.counter.fixed_prefix,
+            file_candidates=tuple(self.file_state.candidates()),
+            extras=self.rehydration_extras,
+            records=self.records,
+        )
 
     # -- derived state ---------------------------------------------------------------------------
 
@@ -146,9 +207,30 @@ class Session:
         """Whether appending ``new`` changes the view other than by adding to its end."""
         if any(r.entry.is_compact_boundary or undone_target(r) is not None for r in new):
             return True
+        if self._anchors_kept_entries(new):
+            return True
         # Sidechain entries were counted while they were all there was (a sub-agent's own
         # transcript); once the main thread shows up, they stop counting.
         return not self.has_main_thread and any(_is_main_conversation(r.entry) for r in new)
+
+    def _anchors_kept_entries(self, new: Sequence[Record]) -> bool:
+        """Whether ``new`` holds the entry the heading boundary's kept entries go after.
+
+        Claude Code writes a compaction's boundary, then its summary, a line at a time; read as
+        they come (a followed transcript, docs/follow.md), the kept entries first sit right
+        after the boundary and must move after the summary once it arrives, as on load.
+        """
+        head = self._context[0].entry if self._context else None
+        if head is None or not head.is_compact_boundary or head.compact_metadata is None:
+            return False
+        segment = head.compact_metadata.preserved_segment
+        if segment is None:
+            return False
+        anchor = segment.anchor_uuid
+        return any(
+            (anchor is not None and r.uuid == anchor) or r.entry.is_compact_summary is True
+            for r in new
+        )
 
     @property
     def described_prefix(self) -> int:
@@ -254,6 +336,37 @@ class Session:
             open=loaded,
             tokens=self.counter.current.tokens,
         )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Snapshot:
+    """An immutable view of a session up to its entry ``length`` (E), with what a decision
+    needs besides the records (docs/engine.md#snapshot; ruff's ``DocumentSnapshot``).
+
+    Records are append-only and never change, so the context is shared, not copied; a
+    snapshot can be worked on in a worker thread while the session goes on.
+    """
+
+    session_id: str
+    transcript_path: str
+    meta: SessionMeta
+    # The number of records it saw: every record after it was appended later.
+    length: int
+    last_uuid: str | None
+    context: tuple[Record, ...]
+    context_start: int
+    cleared: frozenset[str]
+    status: p.TokenStatus
+    fixed_prefix: int
+    file_candidates: tuple[FileCandidate, ...]
+    extras: p.RehydrationExtras | None
+    # The session's history, only looked into below ``length`` (it only grows).
+    records: History
+
+    def index_of(self, uuid: str) -> int | None:
+        """Where ``uuid`` is in the history the snapshot saw, or None."""
+        at = self.records.index_of(uuid)
+        return at if at is not None and at < self.length else None
 
 
 @dataclass(slots=True)

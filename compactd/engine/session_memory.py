@@ -1,27 +1,27 @@
 """Session memory service: background note extraction and compaction from the notes.
 
 Each session may keep a markdown notes file, ``sessions/<id>/notes.md`` beside its transcript
-(docs/session-memory.md#notes-file). An append observer watches the session grow; when the
-trigger rule of ``core.session_memory`` says so, an extraction runs as a task in the daemon's
-task group: it snapshots the context, asks the summarizer for the whole updated notes file (or,
-offline, builds the notes from the transcript's ledger) and replaces the file atomically.
-Extractions never block a request and never run two at a time for one session (a per-session
-lock).
+(docs/session-memory.md#notes-file). The service's per-session state is a feature
+(``SessionNotes``, docs/engine.md#features): its ``on_append`` watches the session grow; when
+the trigger rule of ``core.session_memory`` says so, an extraction runs as a task in the
+daemon's task group: it snapshots the context, asks the summarizer for the whole updated notes
+file (or, offline, builds the notes from the transcript's ledger) and replaces the file
+atomically. Extractions never block a request and never run two at a time for one session (a
+per-session lock).
 
-``outlook`` and ``compact`` are the session-memory stage of ``compact/auto``: both wait for a
-running extraction and keep the recent entries the notes do not cover (``core.session_memory.
-kept_start``), with the truncated notes as the summary: no model call. ``outlook`` predicts
-what the compaction would leave, for ``core.auto_policy`` to decide on (it falls through to a full
-compaction when that stays above the auto-compact threshold); ``compact`` commits through the
-compaction engine, or returns None when the notes cannot serve after all.
+``plan`` and ``compact`` are the session-memory stage of ``compact/auto``: ``plan`` waits for a
+running extraction and plans a compaction (``engine/plan.py``) that keeps the recent entries the
+notes do not cover (``core.session_memory.kept_start``), with the truncated notes as the
+summary: no model call. ``core.auto_policy`` decides on its outlook (it falls through to a full
+compaction when that stays above the auto-compact threshold); ``compact`` carries the plan out
+through the compaction engine, or returns None when the notes cannot serve after all.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,21 +32,22 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import session_memory as sm
 from compactd.core import split, tokens
-from compactd.core.auto_policy import SummaryOutlook
 from compactd.core.ledger import build_ledger
 from compactd.core.microcompact import MicroPlan
 from compactd.core.normalize import to_api_messages
 from compactd.core.prompts import PromptKind
-from compactd.engine.compaction import CompactionSpec, Selection, predict, run_compaction
+from compactd.engine.compaction import run_compaction
+from compactd.engine.features import Feature
+from compactd.engine.plan import CompactionPlan, CompactionSpec, Selection, plan_compaction
 from compactd.services.store import atomic_write
 from compactd.services.summarizer import SummarizerError, SummaryRequest
 from compactd.transcript.model import Record, transcript_timestamp
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session
+    from compactd.engine.session import Session, Snapshot
 
-__all__ = ["SessionMemoryService"]
+__all__ = ["SessionMemoryService", "SessionNotes"]
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +61,22 @@ class _Persisted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tru
 
 
 @dataclass(eq=False)
-class _Runtime:
-    """Per-session state of the service (kept by the service, for as long as the session lives)."""
+class SessionNotes(Feature):
+    """The service's state for one session (a feature, attached to the session)."""
 
+    service: SessionMemoryService
     persisted: _Persisted
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     tool_calls_since: int = 0
     last_turn_tool_calls: bool = False
     last_error: str | None = None
+
+    def on_append(self, session: Session, records: Sequence[Record]) -> None:
+        self.service.observe(session, self, records)
+
+    def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
+        # A compaction just committed: growth is measured from the compacted context.
+        self.persisted.tokens_at_last = session.counter.current.tokens
 
 
 class SessionMemoryService:
@@ -81,8 +90,7 @@ class SessionMemoryService:
             min_token_growth=_or(opts.min_token_growth, defaults.min_token_growth),
             min_tool_calls=_or(opts.min_tool_calls, defaults.min_tool_calls),
         )
-        # Per-session state, dropped with the session object (a reload starts afresh).
-        self._states: weakref.WeakKeyDictionary[Session, _Runtime] = weakref.WeakKeyDictionary()
+        runtime.features.register(SessionNotes, self._notes_of)
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -92,10 +100,11 @@ class SessionMemoryService:
     def _state_path(self, session: Session) -> Path:
         return self._runtime.store.notes_state_path(session.session_id)
 
-    def runtime(self, session: Session) -> _Runtime:
-        rt = self._states.get(session)
-        if rt is not None:
-            return rt
+    def state(self, session: Session) -> SessionNotes:
+        return self._runtime.features.state(session, SessionNotes)
+
+    def _notes_of(self, session: Session) -> SessionNotes:
+        """A session's state: what survived a restart read back from its state file."""
         persisted = _Persisted()
         try:
             persisted = msgspec.json.decode(self._state_path(session).read_bytes(), type=_Persisted)
@@ -103,9 +112,7 @@ class SessionMemoryService:
             pass
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
             log.warning("session %s: unreadable session-memory state", session.session_id)
-        rt = _Runtime(persisted=persisted)
-        self._states[session] = rt
-        return rt
+        return SessionNotes(service=self, persisted=persisted)
 
     def _read_notes(self, session: Session) -> str | None:
         try:
@@ -119,28 +126,23 @@ class SessionMemoryService:
 
     # -- the trigger --------------------------------------------------------------------------------
 
-    def observe(self, session: Session, records: list[Record]) -> None:
-        """Append observer: count tool calls and start an extraction when the rule says so."""
+    def observe(self, session: Session, state: SessionNotes, records: Sequence[Record]) -> None:
+        """Count tool calls appended and start an extraction when the rule says so."""
         if not self.enabled or session.meta.agent_kind == "subagent":
             return
-        rt = self.runtime(session)
         entries = [r.entry for r in records]
-        if any(e.is_compact_boundary for e in entries):
-            # A compaction just committed: growth is measured from the compacted context.
-            rt.persisted.tokens_at_last = session.counter.current.tokens
-            return
-        rt.tool_calls_since += sm.tool_call_count(entries)
+        state.tool_calls_since += sm.tool_call_count(entries)
         last = sm.last_turn_has_tool_calls(entries)
         if last is not None:
-            rt.last_turn_tool_calls = last
-        if rt.lock.locked() or self._runtime.task_group is None:
+            state.last_turn_tool_calls = last
+        if state.lock.locked() or self._runtime.task_group is None:
             return
         if sm.should_extract(
             self.rule,
             tokens_now=session.counter.current.tokens,
-            tokens_at_last=rt.persisted.tokens_at_last,
-            tool_calls_since=rt.tool_calls_since,
-            last_turn_tool_calls=rt.last_turn_tool_calls,
+            tokens_at_last=state.persisted.tokens_at_last,
+            tool_calls_since=state.tool_calls_since,
+            last_turn_tool_calls=state.last_turn_tool_calls,
         ):
             self._runtime.task_group.start_soon(self._background, session)
 
@@ -154,21 +156,21 @@ class SessionMemoryService:
 
     async def extract(self, session: Session) -> None:
         """Update the notes from the current context; waits for a running extraction first."""
-        rt = self.runtime(session)
-        async with rt.lock:
+        state = self.state(session)
+        async with state.lock:
             try:
-                await self._extract(session, rt)
-                rt.last_error = None
+                await self._extract(session, state)
+                state.last_error = None
             except Exception as exc:
-                rt.last_error = str(exc)
+                state.last_error = str(exc)
                 raise
 
-    async def _extract(self, session: Session, rt: _Runtime) -> None:
-        async with session.lock:
-            context = session.context()
-            cleared = frozenset(session.cleared_tool_ids)
-            tokens_now = session.counter.current.tokens
-            calls_seen = rt.tool_calls_since
+    async def _extract(self, session: Session, state: SessionNotes) -> None:
+        calls_seen = state.tool_calls_since
+        snap = await self._runtime.snapshot(session)
+        context = list(snap.context)
+        cleared = snap.cleared
+        tokens_now = snap.status.tokens
         last_uuid = next((r.entry.uuid for r in reversed(context) if r.entry.uuid), None)
         if last_uuid is None:
             raise p.CompactdError(
@@ -215,48 +217,49 @@ class SessionMemoryService:
             tokens_at_last=tokens_now,
         )
         await anyio.to_thread.run_sync(self._write, session, notes, persisted)
-        rt.persisted = persisted
+        state.persisted = persisted
         # Tool calls appended while the model wrote count toward the next extraction.
-        rt.tool_calls_since = max(0, rt.tool_calls_since - calls_seen)
+        state.tool_calls_since = max(0, state.tool_calls_since - calls_seen)
 
     # -- sessionMemory/get -----------------------------------------------------------------------
 
     async def result(self, session: Session) -> p.SessionMemoryResult:
-        rt = self.runtime(session)
+        state = self.state(session)
         content = await anyio.to_thread.run_sync(self._read_notes, session) or ""
         return p.SessionMemoryResult(
             path=str(self.notes_path(session)),
             content=content,
             tokens=tokens.estimate_text_tokens(content),
-            last_extracted_at=rt.persisted.last_extracted_at,
-            extracting=rt.lock.locked(),
+            last_extracted_at=state.persisted.last_extracted_at,
+            extracting=state.lock.locked(),
         )
 
     # -- compaction from the notes ----------------------------------------------------------------
 
-    async def _spec(self, session: Session, kind: PromptKind) -> CompactionSpec | None:
-        """The compaction the notes allow now, or None when they cannot serve (switched off, no
-        notes yet, or nothing they would replace). Waits for a running extraction first."""
+    async def _spec(
+        self, snap: Snapshot, kind: PromptKind, state: SessionNotes
+    ) -> CompactionSpec | None:
+        """The compaction the notes allow on ``snap``, or None when they cannot serve (switched
+        off, no notes yet, or nothing they would replace). Waits for a running extraction first."""
         if not self.enabled:
             return None
-        rt = self.runtime(session)
-        async with rt.lock:  # wait for a running extraction to finish
+        async with state.lock:  # wait for a running extraction to finish
             pass
-        notes = await anyio.to_thread.run_sync(self._read_notes, session)
-        covered = rt.persisted.last_summarized_uuid
+        path = self._runtime.store.notes_path(snap.session_id)
+        notes = await anyio.to_thread.run_sync(_read, path)
+        covered = state.persisted.last_summarized_uuid
         if not notes or not sm.has_content(notes) or covered is None:
             return None
-        path = str(self.notes_path(session))
         summary = (
             f"Session notes kept up to date during the session (full file: {path}):\n\n"
-            + sm.notes_for_summary(notes, path)
+            + sm.notes_for_summary(notes, str(path))
         )
-        select = _selector(session, covered)
-        if select(session.context()) is None:
+        select = _selector(snap, covered)
+        if select(list(snap.context)) is None:
             return None
 
         def chosen(context: list[Record]) -> Selection:
-            # Recomputed under the engine's lock, so entries appended meanwhile are counted.
+            # Made again when the plan is carried out on a newer snapshot.
             selection = select(context)
             if selection is None:
                 raise p.CompactdError(
@@ -272,24 +275,28 @@ class SessionMemoryService:
             summary_override=summary,
         )
 
-    async def outlook(
-        self, session: Session, kind: PromptKind, micro: MicroPlan | None
-    ) -> SummaryOutlook | None:
-        """What a compaction from the notes would leave after ``micro`` commits; None when the
-        notes cannot serve. ``compact/auto`` decides on it (``core.auto_policy``)."""
-        spec = await self._spec(session, kind)
+    async def plan(
+        self, session: Session, snap: Snapshot, kind: PromptKind, micro: MicroPlan | None
+    ) -> CompactionPlan | None:
+        """The plan of a compaction from the notes on ``snap`` (of ``session``) after ``micro``
+        commits, with its outlook; None when the notes cannot serve. ``compact/auto`` decides
+        on it (``core.auto_policy``)."""
+        if not self.enabled:
+            return None
+        spec = await self._spec(snap, kind, self.state(session))
         if spec is None:
             return None
-        return await predict(self._runtime, session, spec, micro=micro)
+        return await plan_compaction(self._runtime, snap, spec, micro=micro)
 
-    async def compact(self, session: Session, kind: PromptKind) -> p.CompactResult | None:
-        """The session-memory compaction ``compact/auto`` decided on; None when it cannot run
-        after all, and the fallback chain goes on to a full compaction."""
-        spec = await self._spec(session, kind)
-        if spec is None:
+    async def compact(
+        self, session: Session, plan: CompactionPlan | None
+    ) -> p.CompactResult | None:
+        """Carry out the session-memory compaction ``compact/auto`` decided on; None when it
+        cannot run after all, and the fallback chain goes on to a full compaction."""
+        if plan is None:
             return None
         try:
-            return await run_compaction(self._runtime, session, spec)
+            return await run_compaction(self._runtime, session, plan.spec, plan=plan)
         except p.CompactdError as err:
             log.warning(
                 "session %s: session-memory compaction failed (%s); trying a full one",
@@ -299,16 +306,23 @@ class SessionMemoryService:
             return None
 
 
-def _selector(session: Session, covered: str) -> Callable[[list[Record]], Selection | None]:
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def _selector(snap: Snapshot, covered: str) -> Callable[[list[Record]], Selection | None]:
     """The selection of a session-memory compaction, or None when the notes cannot serve."""
 
     def select(context: list[Record]) -> Selection | None:
         entries = [r.entry for r in context]
-        floor = _floor(session, context)
+        floor = _floor(snap, context)
         at = next((i for i, e in enumerate(entries) if e.uuid == covered), None)
         if at is not None:
             first_unsummarized = at + 1
-        elif session.records.index_of(covered) is not None:
+        elif snap.records.index_of(covered) is not None:
             # The covered entry was compacted away: the whole current context is newer.
             first_unsummarized = floor
         else:
@@ -321,13 +335,13 @@ def _selector(session: Session, covered: str) -> Callable[[list[Record]], Select
     return select
 
 
-def _floor(session: Session, context: list[Record]) -> int:
+def _floor(snap: Snapshot, context: list[Record]) -> int:
     """The first context index a compaction from the notes may keep (``split.after_compacted``):
     the entries the previous compaction relinked sit before its boundary in the file."""
-    boundary_at = session.context_start if context and context[0].entry.is_compact_boundary else 0
+    boundary_at = snap.context_start if context and context[0].entry.is_compact_boundary else 0
     relinked = []
     for r in context:
-        at = session.records.index_of(r.entry.uuid) if r.entry.uuid else None
+        at = snap.records.index_of(r.entry.uuid) if r.entry.uuid else None
         relinked.append(at is not None and at < boundary_at)
     return split.after_compacted([r.entry for r in context], relinked)
 

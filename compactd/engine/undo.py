@@ -64,12 +64,8 @@ async def undo_last(runtime: Runtime, session: Session) -> p.UndoResult:
     """Undo the most recent compaction still in effect. Raises ``nothingToUndo`` or
     ``sessionBusy``; on error nothing is written."""
     async with session.lock:
-        if session.compacting:
-            raise p.CompactdError(
-                p.ErrorCode.SESSION_BUSY,
-                f"session {session.session_id!r} is being compacted; undo when it ends",
-                sessionId=session.session_id,
-            )
+        if session.busy:
+            raise session.busy_error()
         at = session.views.last_undoable()
         if at is None:
             raise p.CompactdError(

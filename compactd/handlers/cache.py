@@ -1,7 +1,8 @@
 """cache/beforeRequest and cache/afterResponse: prompt-cache break detection.
 
 The client reports each request's cache-key inputs before sending it and the usage that came
-back; the session's ``CacheBreakDetector`` (``compactd.core.cachebreak``) keeps only hashes and
+back; the session's ``CacheBreakDetector`` (``compactd.core.cachebreak``, kept by the
+``engine.cachebreaks`` feature) keeps only hashes and
 decides whether cache reads broke. A break is sent as a ``cache/break`` notification and also
 returned in the ``cache/afterResponse`` result. These reports do not take the session lock: they
 touch only detector state, synchronously, and must not wait behind a running compaction.
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from compactd import protocol as p
 from compactd.core import cachebreak
+from compactd.engine import cachebreaks
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:
@@ -90,7 +92,7 @@ async def before_request(app: App, params: p.CacheBeforeParams, ctx: Context) ->
         )
     except ValueError as exc:
         raise _invalid(f"invalid params for {p.CACHE_BEFORE_REQUEST}: {exc}") from exc
-    session.cache_detector.before(source, inputs, now)
+    cachebreaks.detector(app, session).before(source, inputs, now)
     return p.CacheAck(recorded=True)
 
 
@@ -103,7 +105,7 @@ async def after_response(app: App, params: p.CacheAfterParams, ctx: Context) -> 
         # A backend without prompt caching (or a usage block without the field): there is
         # nothing to compare, and treating it as zero would report a false break.
         return p.CacheAck(recorded=False)
-    detector = session.cache_detector
+    detector = cachebreaks.detector(app, session)
     # Compactions appended since the last report make the coming drop expected.
     detector.sync(session.records)
     outcome = detector.after(source, cache_read, now)

@@ -16,17 +16,11 @@ from typing import TYPE_CHECKING
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.core.constants import ENV_DISABLE_COMPACT, ENV_DISABLE_MICROCOMPACT
-from compactd.engine.auto import decide_auto, prompt_kind, run_auto
-from compactd.engine.compaction import (
-    CompactionSpec,
-    Selector,
-    predict,
-    prefix_parts,
-    run_compaction,
-    select_whole_context,
-)
-from compactd.engine.micro import microcompact_session, plan_micro
+from compactd.engine.auto import decide_auto, run_auto
+from compactd.engine.compaction import prefix_parts, run_full
+from compactd.engine.micro import microcompact, plan_micro
 from compactd.engine.partial import plan_cut, run_partial, selection_of
+from compactd.engine.plan import CompactionSpec, Selector, outlook_of, select_whole_context
 from compactd.engine.undo import undo_last
 from compactd.handlers.base import Context, Handler
 
@@ -38,21 +32,12 @@ log = logging.getLogger(__name__)
 
 async def full(app: App, params: p.FullParams, ctx: Context) -> p.CompactResult:
     session = await app.get_session(params.session_id)
-    if session.compacting:
-        raise p.CompactdError(
-            p.ErrorCode.SESSION_BUSY,
-            f"session {session.session_id!r} is already being compacted; try again when it ends",
-            sessionId=session.session_id,
-        )
-    progress = await ctx.begin_progress("Compacting conversation", "starting")
-    spec = CompactionSpec(
-        trigger="manual", kind=prompt_kind(session), custom_instructions=params.custom_instructions
+    return await run_full(
+        app,
+        session,
+        params.custom_instructions,
+        lambda title: ctx.begin_progress(title, "starting"),
     )
-    try:
-        return await run_compaction(app, session, spec, progress=progress)
-    finally:
-        if progress is not None:
-            progress.end("done")
 
 
 async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
@@ -74,8 +59,7 @@ async def micro(app: App, params: p.MicroParams, ctx: Context) -> p.MicroResult:
             f"microcompact is disabled ({ENV_DISABLE_MICROCOMPACT} or {ENV_DISABLE_COMPACT} "
             "is set in the daemon's environment)",
         )
-    async with session.lock:
-        return await microcompact_session(app, session, params.strategy, "manual")
+    return await microcompact(app, session, params.strategy, "manual")
 
 
 async def partial(app: App, params: p.PartialParams, ctx: Context) -> p.CompactResult:
@@ -90,7 +74,7 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
     requested = params.mechanism or "auto"
     if requested == "auto":
         # compact/auto's own decision, without carrying it out.
-        d = await decide_auto(app, app.session_memory, session, bool(params.force))
+        d = (await decide_auto(app, app.session_memory, session, bool(params.force))).decision
         return p.PreviewResult(
             mechanism=d.mechanism,
             would_compact=d.mechanism != "none",
@@ -128,7 +112,7 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
         )
     # What compact/full or compact/partial would leave.
     spec = CompactionSpec(trigger="manual", mechanism=requested, select=_selector(params))
-    outlook = await predict(app, session, spec)
+    outlook = await outlook_of(app, session, spec)
     return p.PreviewResult(
         mechanism=requested,
         # A summary the model writes may still fail the thrash guard; one known in advance

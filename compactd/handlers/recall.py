@@ -7,8 +7,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import anyio
-
 from compactd import protocol as p
 from compactd.core import recall
 from compactd.handlers.base import Context, Handler
@@ -63,8 +61,7 @@ async def search(app: App, params: p.RecallParams, ctx: Context) -> p.RecallResu
 
     # A search may read the whole released history back from the file: in a worker thread,
     # under the lock so that no compaction changes the records meanwhile.
-    async with session.lock:
-        return await anyio.to_thread.run_sync(find)
+    return await session.read_history(find)
 
 
 HANDLERS: dict[str, Handler] = {p.RECALL_SEARCH: search}

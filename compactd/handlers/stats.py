@@ -1,7 +1,7 @@
 """session/stats: compaction health derived from the transcript (``core/stats.py``).
 
 It reads released history back from the file, so it runs in a worker thread, under the
-session's lock (the session's views are shared with its compactions).
+session's lock (``Session.read_history``: the session's views are shared with its compactions).
 """
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import anyio
-
 from compactd import protocol as p
 from compactd.core import stats
+from compactd.engine import cachebreaks
 from compactd.handlers.base import Context, Handler
 from compactd.handlers.cache import to_wire
 
@@ -25,11 +24,10 @@ log = logging.getLogger(__name__)
 async def session_stats(app: App, params: p.SessionParams, ctx: Context) -> p.StatsResult:
     session = await app.get_session(params.session_id)
     threshold = app.status(session).auto_compact_threshold
-    breaks = [to_wire(session.session_id, f) for f in session.cache_detector.breaks]
-    async with session.lock:
-        return await anyio.to_thread.run_sync(
-            lambda: stats.session_stats(session.records, threshold, breaks, session.views)
-        )
+    breaks = [to_wire(session.session_id, f) for f in cachebreaks.detector(app, session).breaks]
+    return await session.read_history(
+        lambda: stats.session_stats(session.records, threshold, breaks, session.views)
+    )
 
 
 HANDLERS: dict[str, Handler] = {p.SESSION_STATS: session_stats}

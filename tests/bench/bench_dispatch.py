@@ -10,8 +10,13 @@ microcompact applies. Two cases per summarizer (offline, and a model that is nev
 - forced: microcompact does not count, so the full compaction is predicted (for the offline
   summarizer the offline summary and its ledger check are built) with its attachments.
 
+Then what deciding costs when auto acts: ``compact/auto`` with ``force`` against ``compact/full``
+on identical sessions (offline summarizer), in alternating rounds, each on fresh sessions. Auto
+decides on a plan and carries that plan out (docs/engine.md#plan), so it should cost little more
+than full: the target is at most 1.25x (issue 27).
+
 Figures, not a pass/fail test; the baseline is tokens/status on the same session in the same
-run. Run: ``.venv/bin/python tests/bench/bench_dispatch.py``
+run. Run: ``.venv/bin/python tests/bench/bench_dispatch.py`` (``--auto-only``: the last part)
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from tests.helpers import CWD  # noqa: E402
 MODEL = "claude-sonnet-4-5"
 STATUS_CALLS = 500
 PREVIEW_CALLS = 30
+COMPACT_ROUNDS = 10
 SUMMARIZERS: dict[str, dict[str, Any]] = {
     "offline summarizer": {"offline": True},
     # A model summarizer on a port nothing listens on: a preview never calls it.
@@ -97,10 +103,47 @@ async def bench(name: str, summarizer: dict[str, Any], entries: list[dict[str, A
                 )
 
 
+async def auto_vs_full(entries: list[dict[str, Any]], rounds: int = COMPACT_ROUNDS) -> None:
+    """Median seconds of compact/full and compact/auto (force) on identical fresh sessions."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [sys.executable, "-m", "compactd", "serve", "--data-dir", tmp]
+        options = {"summarizer": {"offline": True}}
+        async with Client.spawn(args, initialization_options=options) as client:
+            took: dict[str, list[float]] = {"full": [], "auto": []}
+            for i in range(rounds + 1):
+                # Alternate which goes first, so a warming cache favours neither.
+                order = [("full", p.COMPACT_FULL, {}), ("auto", p.COMPACT_AUTO, {"force": True})]
+                if i % 2:
+                    order.reverse()
+                for name, method, extra in order:
+                    opened = await client.request(
+                        p.SESSION_OPEN, {"cwd": CWD, "model": MODEL, "contextWindow": 200_000}
+                    )
+                    sid = str(opened["sessionId"])
+                    await client.append(sid, entries)
+                    started = time.perf_counter()
+                    result = await client.request(method, {"sessionId": sid, **extra})
+                    elapsed = time.perf_counter() - started
+                    if name == "auto" and not result.get("wasCompacted"):
+                        raise SystemExit(f"compact/auto did not compact: {result.get('reason')}")
+                    if i:  # the first round warms up
+                        took[name].append(elapsed)
+                    await client.request(p.SESSION_CLOSE, {"sessionId": sid})
+            full = statistics.median(took["full"])
+            auto = statistics.median(took["auto"])
+            print(f"== compact/auto (force) vs compact/full, offline summarizer, {rounds} rounds")
+            print(f"compact/full: median {full * 1e3:.1f} ms")
+            print(
+                f"compact/auto force: median {auto * 1e3:.1f} ms, {auto / full:.2f}x compact/full"
+            )
+
+
 async def main() -> None:
     entries = recent(make_session(entries=2000, target_tokens=180_000, model=MODEL))
-    for name, summarizer in SUMMARIZERS.items():
-        await bench(name, summarizer, entries)
+    if "--auto-only" not in sys.argv:
+        for name, summarizer in SUMMARIZERS.items():
+            await bench(name, summarizer, entries)
+    await auto_vs_full(entries)
 
 
 if __name__ == "__main__":

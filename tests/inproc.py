@@ -197,7 +197,10 @@ async def inproc(
         raise _rpc_error(
             p.ErrorCode.INVALID_PARAMS, f"invalid initializationOptions: {exc}", None
         ) from exc
-    app = App(decoded, base_env={**os.environ, **(env or {})}, data_dir=data_dir)
+    try:
+        app = App(decoded, base_env={**os.environ, **(env or {})}, data_dir=data_dir)
+    except p.CompactdError as err:  # options the app refuses: the answer to initialize
+        raise _rpc_error(err.code, err.message, err.data) from None
     client = InProcClient(app)
     await client.start_app()
     try:

@@ -237,6 +237,12 @@ export interface HistoryResult {
   entryCount: number;
 }
 
+export interface HolderInfo {
+  pid?: number | null;
+  host?: string | null;
+  since?: string | null;
+}
+
 export interface HookResult {
   event: string;
   command: string;
@@ -325,6 +331,7 @@ export interface OpenParams {
   cacheSafeParams?: CacheSafeParams | null;
   apiContextManagement?: boolean | null;
   follow?: boolean | null;
+  readOnly?: boolean;
 }
 
 export interface OpenResult {
@@ -335,6 +342,8 @@ export interface OpenResult {
   model?: string | null;
   skippedLines?: number;
   importedFrom?: string | null;
+  readOnly?: boolean;
+  heldBy?: HolderInfo | null;
   following?: boolean;
 }
 
@@ -413,6 +422,8 @@ export interface SessionInfo {
   open: boolean;
   entryCount?: number | null;
   tokens?: number | null;
+  readOnly?: boolean;
+  heldBy?: HolderInfo | null;
   following?: boolean;
 }
 
@@ -571,5 +582,5 @@ export declare const METHODS: {
   readonly TOKENS_STATUS: "tokens/status";
 };
 
-export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "fixedPrefixTooLarge" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "serverNotInitialized" | "sessionBusy" | "sessionExists" | "sessionNotFound" | "shuttingDown" | "summaryFailed" | "transcriptUnreadable";
-export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "fixedPrefixTooLarge", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "serverNotInitialized", "sessionBusy", "sessionExists", "sessionNotFound", "shuttingDown", "summaryFailed", "transcriptUnreadable"
+export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "fixedPrefixTooLarge" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "serverNotInitialized" | "sessionBusy" | "sessionExists" | "sessionLocked" | "sessionNotFound" | "sessionReadOnly" | "shuttingDown" | "summaryFailed" | "transcriptUnreadable";
+export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "fixedPrefixTooLarge", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "serverNotInitialized", "sessionBusy", "sessionExists", "sessionLocked", "sessionNotFound", "sessionReadOnly", "shuttingDown", "summaryFailed", "transcriptUnreadable"

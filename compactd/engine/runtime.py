@@ -127,6 +127,7 @@ class Runtime:
         async with session.lock:
             if meta == session.meta:
                 return
+            session.check_writable()
             old_cwd = session.meta.cwd
             await point_of_no_return()
             await anyio.to_thread.run_sync(self.store.write_meta, meta)
@@ -142,6 +143,7 @@ class Runtime:
         """
         if not records:
             return
+        session.check_writable()
         await point_of_no_return()
         await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
         await session.add(records)

@@ -75,6 +75,12 @@ async def invoke(
         raise p.CompactdError(
             p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
         ) from exc
+    if method not in p.READ_ONLY_METHODS:
+        # A session opened read-only answers reads only (docs/durability.md#ownership); the
+        # writers check again (``Session.check_writable``), this refuses before any work.
+        session = app.sessions.get(getattr(decoded, "session_id", None) or "")
+        if session is not None:
+            session.check_writable()
     result = await handler(app, decoded, ctx)
     return msgspec.to_builtins(result)
 

@@ -170,7 +170,9 @@ async def test_undo_restores_the_view_survives_restart_then_nothing_to_undo(
         await h.client.compact_undo(sid)
     assert err.value.data["code"] == p.ErrorCode.NOTHING_TO_UNDO
 
-    # A second daemon on the same data dir derives the same view from the transcript.
+    # A second daemon on the same data dir derives the same view from the transcript (once
+    # the first has closed the session: one daemon owns a session at a time).
+    await h.client.close_session(sid)
     options = emulator_options(h.emu)
     async with inproc(h.root / "data", options) as c2:
         again = await c2.messages(sid)

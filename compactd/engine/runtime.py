@@ -59,7 +59,7 @@ class Runtime:
         # Memory file names looked for near the files the agent reads (CLAUDE.md, ...).
         self.memory_names = valid_memory_names(options.memory_file_names)
         # Per-session features (docs/engine.md#features): registered by the wiring.
-        self.features = Features()
+        self.features: Features[Session] = Features()
 
     def roots(self, session: Session) -> list[str]:
         """The directories a session's file access is confined to."""

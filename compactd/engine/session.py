@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -70,7 +70,7 @@ class Session:
     context_start: int = 0
     _context: list[Record] = field(default_factory=list)
     # Each feature's state for this session (``engine/features.py``), by feature type.
-    features: dict[type[Feature], Feature] = field(default_factory=dict)
+    features: dict[type[Feature[Any]], Feature[Any]] = field(default_factory=dict)
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
     # by the files service's append observer (``engine/files.py``).
     file_state: FileState = field(default_factory=FileState)

@@ -61,7 +61,7 @@ class _Persisted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tru
 
 
 @dataclass(eq=False)
-class SessionNotes(Feature):
+class SessionNotes(Feature["Session"]):
     """The service's state for one session (a feature, attached to the session)."""
 
     service: SessionMemoryService

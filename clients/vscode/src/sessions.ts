@@ -98,8 +98,9 @@ export class Sessions {
       }
       // Another window's daemon owns it: show it as it is, without owning it.
       opened = await this.request(sessionId, undefined, undefined, true);
-      this.ui.output.appendLine(readOnlyNotice(sessionId, opened.heldBy ?? { pid: err.data["holderPid"], host: err.data["holderHost"] }));
-      void vscode.window.showInformationMessage(readOnlyNotice(sessionId, opened.heldBy));
+      const notice = readOnlyNotice(sessionId, opened.heldBy ?? { pid: err.data["holderPid"], host: err.data["holderHost"] });
+      this.ui.output.appendLine(notice);
+      void vscode.window.showInformationMessage(notice);
     }
     await this.display(opened);
   }
@@ -125,7 +126,7 @@ export class Sessions {
         );
       }
     }
-    throw new Error("unreachable");
+    throw new Error("unreachable: the last id's error is thrown in the loop");
   }
 
   private async request(sessionId: string, transcriptPath: string | undefined, follow: boolean | undefined, readOnly: boolean): Promise<OpenResult> {

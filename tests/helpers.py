@@ -256,3 +256,16 @@ def emulator_options(emu: Emulator, **extra: Any) -> dict[str, Any]:
 WORKDIR = Path(tempfile.gettempdir()) / "compactd-tests" / "project"
 WORKDIR.mkdir(parents=True, exist_ok=True)
 CWD = str(WORKDIR)
+
+
+# ``compactd`` as a shell starts a foreground job: SIGINT at its default and not blocked. A
+# child inherits an ignored or blocked SIGINT across exec, and pytest may carry one: started
+# in the background by a non-interactive shell (``pytest &``, as a CI script may), it ignores
+# SIGINT, and so did the replay, which ran to its end through the signal.
+AS_A_SHELL_JOB = (
+    "import signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+    "from compactd.cli.main import main\n"
+    "sys.exit(main())\n"
+)

@@ -23,7 +23,7 @@ from compactd_client import Client
 from compactd.cli.report import MECHANISMS
 from compactd.cli.synthetic import make_session, to_jsonl
 from tests.conftest import FIXTURES, SpawnDaemon, fixture_transcripts
-from tests.helpers import transcript_lines
+from tests.helpers import AS_A_SHELL_JOB, transcript_lines
 
 VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
@@ -419,19 +419,6 @@ async def test_every_report_has_json(tmp_path: Path) -> None:
     assert json.loads(out)["compactions"]
 
 
-# ``compactd`` as a shell starts a foreground job: SIGINT at its default and not blocked. A
-# child inherits an ignored or blocked SIGINT across exec, and pytest may carry one: started
-# in the background by a non-interactive shell (``pytest &``, as a CI script may), it ignores
-# SIGINT, and so did the replay, which ran to its end through the signal.
-_AS_A_SHELL_JOB = (
-    "import signal, sys\n"
-    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
-    "from compactd.cli.main import main\n"
-    "sys.exit(main())\n"
-)
-
-
 def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
     data = tmp_path / "data"
     # A long replay (6,000 entries), so that however slow the machine, most of it is still
@@ -439,7 +426,7 @@ def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
     long = tmp_path / "long.jsonl"
     long.write_bytes(to_jsonl(make_session(entries=6_000, target_tokens=400_000)))
     process = subprocess.Popen(
-        [sys.executable, "-c", _AS_A_SHELL_JOB, "replay", str(long), "--data-dir", str(data)],
+        [sys.executable, "-c", AS_A_SHELL_JOB, "replay", str(long), "--data-dir", str(data)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, as a shell's foreground job

@@ -24,7 +24,7 @@ from compactd_client import Client, RpcError, Subscription
 from compactd import protocol as p
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from tests.conftest import FIXTURES, SpawnDaemon
-from tests.helpers import CWD, stored_transcript
+from tests.helpers import AS_A_SHELL_JOB, CWD, stored_transcript
 
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
 R16_MANUAL = FIXTURES / "claude-code-2.1.330__r16_manual.jsonl"
@@ -349,8 +349,8 @@ async def test_status_follow_prints_a_line_per_change(tmp_path: Path) -> None:
     src = Transcript(project_dir(tmp_path) / "live.jsonl", lines[:5])
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "compactd",
+        "-c",
+        AS_A_SHELL_JOB,  # SIGINT at its default, whatever this process inherited
         "status",
         "--follow",
         "--plain",

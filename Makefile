@@ -18,12 +18,12 @@ demo: $(STAMP)
 	$(BIN)/compactd demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check compactd tests clients/python
-	$(BIN)/ruff format --check compactd
+	$(BIN)/ruff check compactd tests clients/python examples
+	$(BIN)/ruff format --check compactd examples
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict compactd clients/python/compactd_client
+	$(BIN)/mypy --strict compactd clients/python/compactd_client examples/agent.py
 
 protocol-check: $(STAMP)
 	$(BIN)/python -m compactd.protocol_gen --check
@@ -43,11 +43,14 @@ node-test: $(STAMP)
 # cannot install something, the tests fail and say what is missing.
 EDITORS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/compactd-editors
 CODE_SERVER_VERSION := 4.100.3
+# The Claude Code CLI tests/editors/test_claude_code.py resumes compactd's sessions in.
+CLAUDE_CODE_VERSION := 2.1.330
 
 test-editors: $(STAMP)
-	-tests/editors/setup.sh "$(EDITORS_CACHE)" $(CODE_SERVER_VERSION)
+	-tests/editors/setup.sh "$(EDITORS_CACHE)" $(CODE_SERVER_VERSION) $(CLAUDE_CODE_VERSION)
 	$(MAKE) -C clients/vscode package
 	CODE_SERVER=$(EDITORS_CACHE)/code-server-$(CODE_SERVER_VERSION)/node_modules/.bin/code-server \
+	CLAUDE_CODE=$(EDITORS_CACHE)/claude-code-$(CLAUDE_CODE_VERSION)/node_modules/.bin/claude \
 		$(BIN)/python -m pytest -q -rs tests/editors
 
 test: lint typecheck protocol-check unit node-test test-editors

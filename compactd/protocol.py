@@ -39,6 +39,7 @@ CACHE_BEFORE_REQUEST = "cache/beforeRequest"
 CACHE_AFTER_RESPONSE = "cache/afterResponse"
 SESSION_MEMORY_GET = "sessionMemory/get"
 SESSION_MEMORY_EXTRACT = "sessionMemory/extract"
+CLAUDE_CODE_COMPACT = "claudeCode/compact"
 
 # server -> client notifications
 NOTIFY_COMPACT_STATUS = "compact/status"
@@ -251,6 +252,26 @@ class SessionMemoryOptions(
     min_tool_calls: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
+class BackgroundCompactionOptions(
+    msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
+):
+    """Zero-wait compaction (issue 28): a summary prepared in the background from a snapshot
+    before the auto-compact threshold, applied at once when the threshold comes.
+
+    Accepted and validated; the preparation itself is not built yet, so today every field is
+    inert and compaction behaves as with ``enabled: false``. ``enabled`` (default true);
+    ``startAt``: the fraction of the auto-compact threshold at which a preparation starts
+    (default 0.8); ``idleMinutes``: idle time after which a session above half its threshold
+    prepares (default 55, before a one-hour prompt cache expires); ``applyWhenIdle``: also apply
+    the prepared summary while idle (default false).
+    """
+
+    enabled: bool | None = None
+    start_at: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    idle_minutes: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    apply_when_idle: bool | None = None
+
+
 class InitializationOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
@@ -264,6 +285,7 @@ class InitializationOptions(
     memory_file_names: list[str] | None = None
     microcompact: MicrocompactOptions | None = None
     session_memory: SessionMemoryOptions | None = None
+    background_compaction: BackgroundCompactionOptions | None = None
 
 
 # -- session ------------------------------------------------------------------------------------
@@ -720,6 +742,44 @@ class SessionMemoryResult(_Wire, kw_only=True):
     extracting: bool = False
 
 
+# -- Claude Code round trip ---------------------------------------------------------------------
+
+
+class ClaudeCodeCompactParams(_Params, kw_only=True):
+    """Compact a Claude Code transcript into a new Claude Code session beside it
+    (docs/claude-code.md#compact-and-resume). ``transcriptPath``: absolute. ``online``: the
+    summary from the model (needs the daemon's key); offline by default."""
+
+    transcript_path: str
+    custom_instructions: str | None = None
+    online: bool | None = None
+
+
+class ClaudeCodeCompactResult(_Wire, kw_only=True):
+    # The new Claude Code session: its id, its file (beside the original) and the shell
+    # command that resumes it (``cd <cwd> && claude --resume <id>``).
+    new_session_id: str
+    new_transcript_path: str
+    resume_command: str
+    cwd: str | None
+    # The session it continues: the original file, never changed.
+    original_session_id: str | None
+    original_transcript_path: str
+    # compactd's own session the transcript was imported into and compacted.
+    session_id: str
+    pre_tokens: int
+    post_tokens: int
+    # Human messages of the compacted part, and how many of them the summary quotes.
+    user_messages: int
+    user_messages_kept: int
+    summarized_entries: int
+    # Lines of the last assistant turn kept verbatim after the summary.
+    kept_entries: int
+    attachments: int
+    summarizer: str | None = None
+    warnings: list[str] | None = None
+
+
 # -- the method table ---------------------------------------------------------------------------
 
 # method -> (params type, result type). ``None`` params means only ``sessionId`` is required.
@@ -747,6 +807,7 @@ REQUESTS: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {
     CACHE_AFTER_RESPONSE: (CacheAfterParams, CacheAck),
     SESSION_MEMORY_GET: (SessionParams, SessionMemoryResult),
     SESSION_MEMORY_EXTRACT: (SessionParams, SessionMemoryResult),
+    CLAUDE_CODE_COMPACT: (ClaudeCodeCompactParams, ClaudeCodeCompactResult),
 }
 
 NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {

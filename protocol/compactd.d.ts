@@ -34,6 +34,13 @@ export interface AutoResult {
   status?: TokenStatus | null;
 }
 
+export interface BackgroundCompactionOptions {
+  enabled?: boolean | null;
+  startAt?: number | null;
+  idleMinutes?: number | null;
+  applyWhenIdle?: boolean | null;
+}
+
 export interface BreakdownCategory {
   name: string;
   tokens: number;
@@ -97,6 +104,31 @@ export interface CacheSafeParams {
   thinking?: Record<string, unknown> | null;
   betas?: Array<string> | null;
   metadata?: Record<string, unknown> | null;
+}
+
+export interface ClaudeCodeCompactParams {
+  transcriptPath: string;
+  customInstructions?: string | null;
+  online?: boolean | null;
+}
+
+export interface ClaudeCodeCompactResult {
+  newSessionId: string;
+  newTranscriptPath: string;
+  resumeCommand: string;
+  cwd: string | null;
+  originalSessionId: string | null;
+  originalTranscriptPath: string;
+  sessionId: string;
+  preTokens: number;
+  postTokens: number;
+  userMessages: number;
+  userMessagesKept: number;
+  summarizedEntries: number;
+  keptEntries: number;
+  attachments: number;
+  summarizer?: string | null;
+  warnings?: Array<string> | null;
 }
 
 export interface CloseResult {
@@ -196,6 +228,7 @@ export interface InitializationOptions {
   memoryFileNames?: Array<string> | null;
   microcompact?: MicrocompactOptions | null;
   sessionMemory?: SessionMemoryOptions | null;
+  backgroundCompaction?: BackgroundCompactionOptions | null;
 }
 
 export interface ListResult {
@@ -440,6 +473,7 @@ export interface Methods {
   "attachments/rehydrate": { params: RehydrateParams; result: AttachmentsResult };
   "cache/afterResponse": { params: CacheAfterParams; result: CacheAck };
   "cache/beforeRequest": { params: CacheBeforeParams; result: CacheAck };
+  "claudeCode/compact": { params: ClaudeCodeCompactParams; result: ClaudeCodeCompactResult };
   "compact/auto": { params: AutoParams; result: AutoResult };
   "compact/full": { params: FullParams; result: CompactResult };
   "compact/micro": { params: MicroParams; result: MicroResult };
@@ -473,6 +507,7 @@ export declare const METHODS: {
   readonly ATTACHMENTS_REHYDRATE: "attachments/rehydrate";
   readonly CACHE_AFTER_RESPONSE: "cache/afterResponse";
   readonly CACHE_BEFORE_REQUEST: "cache/beforeRequest";
+  readonly CLAUDE_CODE_COMPACT: "claudeCode/compact";
   readonly COMPACT_AUTO: "compact/auto";
   readonly COMPACT_FULL: "compact/full";
   readonly COMPACT_MICRO: "compact/micro";

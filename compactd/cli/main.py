@@ -1,5 +1,5 @@
 """The ``compactd`` command: ``serve`` for editors, and reports for people (``status``,
-``replay``, ``demo``).
+``compact``, ``replay``, ``demo``).
 
 The daemon (``serve``) writes protocol frames to stdout and nothing else, and logs to stderr or
 ``--log-file``. The reports write through :class:`compactd.cli.term.Terminal` (``rich`` on a
@@ -111,6 +111,26 @@ def _build_parser() -> argparse.ArgumentParser:
         help="output tokens reserved per request (default: the model's)",
     )
 
+    compact = sub.add_parser(
+        "compact",
+        parents=[output],
+        help="compact a Claude Code transcript into a new session for `claude --resume`",
+        description="Compact a Claude Code transcript and write the result as a NEW Claude Code "
+        "session beside it (the original is never changed): compactd's summary, every user "
+        "message kept, the last assistant turn verbatim. Prints the command that resumes it "
+        "(claude --resume <id>).",
+    )
+    compact.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
+    compact.add_argument(
+        "--online",
+        action="store_true",
+        help=f"summarize with the Anthropic API ({ENV_API_KEY} from the environment); "
+        "default: the offline summary",
+    )
+    compact.add_argument(
+        "--instructions", default=None, help="what the summary should focus on (like /compact's)"
+    )
+
     replay = sub.add_parser(
         "replay", parents=[output], help="stream a transcript into a daemon and compact"
     )
@@ -192,6 +212,7 @@ def _in_flags(message: str) -> str:
 
 
 async def _report(term: Terminal, args: argparse.Namespace) -> int:
+    from compactd.cli.compact import compact
     from compactd.cli.demo import demo
     from compactd.cli.replay import replay
     from compactd.cli.status import status
@@ -206,6 +227,14 @@ async def _report(term: Terminal, args: argparse.Namespace) -> int:
             as_json=args.json,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+        )
+    if args.command == "compact":
+        return await compact(
+            term,
+            args.transcript,
+            online=args.online,
+            instructions=args.instructions,
+            as_json=args.json,
         )
     assert args.command == "replay"
     return await replay(

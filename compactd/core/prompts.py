@@ -26,6 +26,7 @@ __all__ = [
     "SUMMARY_HEADING",
     "compact_prompt",
     "continuation_message",
+    "resume_message",
     "format_summary",
     "join_instructions",
     "strip_continuation",
@@ -254,6 +255,34 @@ _AUTO_TAIL: Final = (
 )
 
 
+_RESUMED_TAIL: Final = (
+    "The session goes on in Claude Code from here. Carry on with the work as the summary and "
+    "the messages after it leave it, without asking the user again for anything they already "
+    "said, and without acknowledging or recapping this summary."
+)
+
+
+def resume_message(summary: str, *, transcript_path: str) -> str:
+    """The summary's user message in a session compactd wrote for ``claude --resume``
+    (docs/claude-code.md#the-summary).
+
+    Unlike ``continuation_message`` it points at the Claude Code transcript the session was
+    compacted from (it keeps growing there, compactd's copy does not), says that the last
+    assistant turn follows verbatim, and tells the agent to carry on without asking again.
+    """
+    return "\n\n".join(
+        [
+            _OPENING,
+            strip_continuation(summary),
+            f"{_TRANSCRIPT_POINTER} that the summary leaves out (exact code, error messages, "
+            "command output, text you wrote), read the original Claude Code transcript of the "
+            f"session at: {transcript_path}",
+            _PARTIAL_TAIL,
+            _RESUMED_TAIL,
+        ]
+    )
+
+
 def continuation_message(
     summary: str,
     *,
@@ -292,7 +321,7 @@ def strip_continuation(text: str) -> str:
     kept = [
         p
         for p in paragraphs
-        if p.strip() not in (_OPENING, _PARTIAL_TAIL, _AUTO_TAIL)
+        if p.strip() not in (_OPENING, _PARTIAL_TAIL, _AUTO_TAIL, _RESUMED_TAIL)
         and not p.strip().startswith(_TRANSCRIPT_POINTER)
     ]
     return "\n\n".join(kept).strip()

@@ -90,6 +90,9 @@ class CompactionSpec:
     # A ready summary that replaces the summarizer (session memory's notes,
     # docs/session-memory.md#compaction-from-the-notes).
     summary_override: str | None = None
+    # The offline summary even when the daemon has a key (``claudeCode/compact`` without
+    # ``online``: offline by default, docs/claude-code.md#compact-and-resume).
+    offline: bool = False
 
 
 # Summaries built here, without a model: they come out final, "Summary:" heading included.
@@ -324,7 +327,7 @@ async def plan_compaction(
     kept_before = kept_before_of(selection)
     micro_ids = frozenset(micro.compacted_ids) if micro is not None else frozenset()
     cleared = snap.cleared | micro_ids
-    known = spec.summary_override is not None or runtime.summarizer.offline
+    known = spec.summary_override is not None or runtime.summarizer.offline or spec.offline
     view = View.of(snap, spec, kept)
     plan = CompactionPlan(
         snapshot=snap,

@@ -15,6 +15,7 @@ from compactd import protocol as p
 from compactd.handlers import (
     attachments,
     cache,
+    claude_code,
     compact,
     file_state,
     recall,
@@ -38,6 +39,7 @@ HANDLERS: dict[str, Handler] = {
     **cache.HANDLERS,
     **stats.HANDLERS,
     **session_memory.HANDLERS,
+    **claude_code.HANDLERS,
 }
 
 

@@ -145,3 +145,24 @@ def valid_memory_names(names: Sequence[str] | None) -> tuple[str, ...]:
             continue
         out.append(os.path.normpath(name))
     return tuple(dict.fromkeys(out))
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` with ``data``, durably; never replaces a file that exists (``O_EXCL``).
+    A failed write leaves no file behind."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)

@@ -234,7 +234,7 @@ async def test_help_everywhere() -> None:
     assert code == 2 and "usage: compactd" in out and "serve" in out and "status" in out
     code, out, _ = await _run("serve", "--help")
     assert code == 0 and "LSP base-protocol framing" in out and "protocol/README.md" in out
-    for command in ("serve", "status", "replay", "demo"):
+    for command in ("serve", "status", "compact", "replay", "demo"):
         code, out, _ = await _run(command, "--help")
         assert code == 0
         options = out.split("options:", 1)[1].splitlines()

@@ -1,18 +1,21 @@
 #!/bin/sh
 # Installs what the real-editor tests need; `make test-editors` runs it before them.
-#   setup.sh CACHE_DIR CODE_SERVER_VERSION
+#   setup.sh CACHE_DIR CODE_SERVER_VERSION [CLAUDE_CODE_VERSION]
 # - Debian packages: chromium (Playwright drives it; no browser download), neovim, ripgrep, and
 #   the build tools code-server's native modules compile with (build-essential, pkg-config,
 #   python3, libkrb5-dev). Installed with apt-get when missing (needs root).
 # - code-server from npm (it needs Node 20), into CACHE_DIR/code-server-VERSION, once: later runs
 #   find it there. Its postinstall downloads ripgrep from GitHub, which may be unreachable: the
 #   download cache it looks in first is seeded with Debian's rg.
+# - the Claude Code CLI from npm (@anthropic-ai/claude-code, pinned; its native binary comes in
+#   an optional dependency of the package) into CACHE_DIR/claude-code-VERSION, once.
 # It does not stop at the first failure: it installs what it can and says what it could not.
 # The tests then fail with what is missing.
 set -u
 
 cache=$1
 version=$2
+claude_version=${3:-}
 status=0
 say() { echo "setup.sh: $*" >&2; }
 
@@ -31,6 +34,26 @@ if [ -n "$missing" ]; then
   else
     say "missing Debian packages:$missing (install them as root: apt-get install$missing)"
     status=1
+  fi
+fi
+
+# -- Claude Code CLI --------------------------------------------------------------------------
+# tests/editors/test_claude_code.py runs it against tests/emulator, offline.
+if [ -n "$claude_version" ]; then
+  cdir="$cache/claude-code-$claude_version"
+  if [ ! -f "$cdir/.installed" ]; then
+    rm -rf "$cdir"
+    mkdir -p "$cdir"
+    echo '{"private": true}' >"$cdir/package.json"
+    say "installing @anthropic-ai/claude-code@$claude_version with npm into $cdir"
+    if (cd "$cdir" && npm_config_cache="$cache/npm" npm install --no-audit --no-fund --no-save \
+        --loglevel=error "@anthropic-ai/claude-code@$claude_version" >&2) &&
+      "$cdir/node_modules/.bin/claude" --version >/dev/null 2>&1; then
+      touch "$cdir/.installed"
+    else
+      say "npm could not install @anthropic-ai/claude-code@$claude_version (see above)"
+      status=1
+    fi
   fi
 fi
 

@@ -11,8 +11,12 @@ Quick use::
         emu.requests          # what was received
         emu.cost_summary()    # token totals incl. cache reads/writes
 
+Agents: ``request_kind(body)`` tells compactd's summary requests ("summary") from an
+agent's own ("main"); ``emu.set_latency("summary", 0.9)`` makes summaries take their time.
+
 Pytest fixture: ``from tests.emulator.fixtures import emulator``.
-Command line: ``python -m tests.emulator --port 8080``.
+Command line: ``python -m tests.emulator --port 8080``, or ``python -m tests.emulator
+--replies FILE -- COMMAND`` to run a command (an agent) against it.
 Token rule: see ``tests.emulator.tokens``; cache rules: ``tests.emulator.cache``.
 """
 
@@ -33,6 +37,7 @@ from .script import (
     prompt_too_long,
     rate_limited,
     reply_from_dict,
+    request_kind,
     truncated_stream,
     user_texts,
 )
@@ -66,6 +71,7 @@ __all__ = [
     "prompt_too_long",
     "rate_limited",
     "reply_from_dict",
+    "request_kind",
     "text_tokens",
     "truncated_stream",
     "user_texts",

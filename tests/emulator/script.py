@@ -30,6 +30,7 @@ __all__ = [
     "prompt_too_long",
     "rate_limited",
     "reply_from_dict",
+    "request_kind",
     "truncated_stream",
     "user_texts",
 ]
@@ -288,6 +289,30 @@ def user_texts(body: Mapping[str, Any]) -> list[str]:
         if text:
             out.append(text)
     return out
+
+
+REQUEST_KINDS = ("summary", "main")
+
+
+def request_kind(body: Mapping[str, Any]) -> str:
+    """``"summary"`` for a summarization request, ``"main"`` for anything else.
+
+    A summarization request, in either of compactd's request modes, ends with an instruction
+    asking for an ``<analysis>`` block and a ``<summary>`` block (compactd/core/prompts.py); an
+    agent's own turn ends with its prompt or its tool results.
+    """
+    messages = [m for m in body.get("messages") or [] if isinstance(m, Mapping)]
+    if not messages or messages[-1].get("role") != "user":
+        return "main"
+    content = messages[-1].get("content")
+    if isinstance(content, list):
+        texts = [
+            b.get("text") for b in content if isinstance(b, Mapping) and b.get("type") == "text"
+        ]
+        last = str(texts[-1]) if texts else ""
+    else:
+        last = str(content or "")
+    return "summary" if "<analysis>" in last and "<summary>" in last else "main"
 
 
 def _snippet(text: str, limit: int) -> str:

@@ -25,7 +25,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .cache import CacheControlError, CacheOutcome, PromptCache
-from .script import DEFAULT, ApiError, Reply, default_summary, reply_from_dict
+from .script import (
+    DEFAULT,
+    REQUEST_KINDS,
+    ApiError,
+    Reply,
+    default_summary,
+    reply_from_dict,
+    request_kind,
+)
 from .tokens import estimate_tokens, output_tokens_for, prompt_blocks
 
 __all__ = ["CostSummary", "Emulator", "RecordedRequest", "THREAD_PREFIX"]
@@ -264,6 +272,7 @@ class Emulator:
         self._seq = 0
         self._totals = CostSummary()
         self._cache = PromptCache(lookback=lookback)
+        self._latency: dict[str, float] = {}
 
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
@@ -390,6 +399,21 @@ class Emulator:
         with self._lock:
             self._queue.clear()
 
+    def set_latency(self, kind: str, seconds: float) -> None:
+        """Make every reply to a request of ``kind`` (``script.request_kind``: ``"summary"`` or
+        ``"main"``) start ``seconds`` later, on top of the reply's own ``delay``: a model that
+        takes its time to write a summary, whatever the script says."""
+        if kind not in REQUEST_KINDS:
+            raise ValueError(f"unknown request kind {kind!r}; expected one of {REQUEST_KINDS}")
+        if seconds < 0:
+            raise ValueError("a latency cannot be negative")
+        with self._lock:
+            self._latency[kind] = seconds
+
+    def latency(self, kind: str) -> float:
+        with self._lock:
+            return self._latency.get(kind, 0.0)
+
     def set_context_window(self, model: str, tokens: int) -> None:
         with self._lock:
             self.context_windows[model] = tokens
@@ -440,9 +464,11 @@ class Emulator:
             return self._totals
 
     def reset(self) -> None:
-        """Forget requests, script, default behaviour, cache and totals (keeps configuration)."""
+        """Forget requests, script, default behaviour, latencies, cache and totals (keeps the
+        context windows and cache minimums)."""
         with self._lock:
             self._requests.clear()
+            self._latency.clear()
             self._queue.clear()
             self._default = Reply()
             self._totals = CostSummary()
@@ -634,8 +660,10 @@ class Emulator:
         if not messages:
             return "messages: at least one message is required"
         for i, m in enumerate(messages):
-            if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant"):
-                return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+            # Claude Code 2.1.330 sends system-role messages among the others (its attachments
+            # with renderedRole "system"; seen in its requests), and the API takes them.
+            if not isinstance(m, Mapping) or m.get("role") not in ("user", "assistant", "system"):
+                return f"messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
             if not isinstance(m.get("content"), (str, list)):
                 return f"messages.{i}.content: Field required"
         return None
@@ -775,8 +803,9 @@ class Emulator:
         usage = self._account(body, out_tokens)
         x.rec.usage = usage
         msg_id = f"msg_emu_{seq:08d}"
-        if reply.delay:
-            self._wait(reply.delay)
+        delay = reply.delay + self.latency(request_kind(body))
+        if delay:
+            self._wait(delay)
         if body.get("stream"):
             x.rec.outcome = f"fault:{reply.fault}" if reply.fault else "stream"
             self._stream(x, msg_id, body["model"], content, stop_reason, usage, reply)
@@ -1003,6 +1032,9 @@ class Emulator:
             result = {"ok": True, "pending": self.pending}
         elif name == "advance_time" and h.command == "POST":
             self.advance_time(float(payload.get("seconds", 0)))
+            result = {"ok": True}
+        elif name == "latency" and h.command == "POST":
+            self.set_latency(str(payload["kind"]), float(payload["seconds"]))
             result = {"ok": True}
         elif name == "context_window" and h.command == "POST":
             self.set_context_window(str(payload["model"]), int(payload["tokens"]))

@@ -753,3 +753,46 @@ def test_set_default_callable(emulator: Emulator) -> None:
             model=MODEL, max_tokens=50, messages=[user("a"), assistant("b"), user("c")]
         )
     assert msg.content[0].text == "echo 3"
+
+
+def test_request_kind_tells_a_summary_from_an_agent_turn() -> None:
+    from compactd.core.prompts import compact_prompt
+    from tests.emulator import request_kind
+
+    turn = [user("fix the parser"), assistant("looking")]
+    # compactd's instruction rides as the last text block of the last user message.
+    summary = [*turn, {"role": "user", "content": [{"type": "text", "text": "more"}]}]
+    summary[-1]["content"].append({"type": "text", "text": compact_prompt("full")})
+    results = [
+        *turn,
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}],
+        },
+    ]
+    assert request_kind({"messages": summary}) == "summary"
+    assert request_kind(
+        {"messages": [{"role": "user", "content": compact_prompt("subagent")}]}
+    ) == ("summary")
+    assert request_kind({"messages": [*turn, user("and the lexer")]}) == "main"
+    assert request_kind({"messages": results}) == "main"
+    assert request_kind({"messages": []}) == "main"
+
+
+def test_latency_delays_only_its_kind(emulator: Emulator) -> None:
+    from compactd.core.prompts import compact_prompt
+
+    with pytest.raises(ValueError):
+        emulator.set_latency("extraction", 1.0)
+    emulator.set_latency("summary", 0.3)
+    with emulator.client() as client:
+        client.messages.create(model=MODEL, max_tokens=50, messages=[user("hello")])
+        started = time.monotonic()
+        client.messages.create(
+            model=MODEL, max_tokens=50, messages=[user("hello\n\n" + compact_prompt("full"))]
+        )
+        # A lower bound only: the reply cannot come before the latency has passed.
+        assert time.monotonic() - started >= 0.3
+    assert emulator.latency("summary") == 0.3 and emulator.latency("main") == 0.0
+    emulator.reset()
+    assert emulator.latency("summary") == 0.0

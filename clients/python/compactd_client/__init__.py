@@ -529,6 +529,17 @@ class Client:
             p.SESSION_MEMORY_EXTRACT, _session(session_id), p.SessionMemoryResult
         )
 
+    async def claude_code_compact(
+        self,
+        transcript_path: str,
+        custom_instructions: str | None = None,
+        online: bool | None = None,
+    ) -> p.ClaudeCodeCompactResult:
+        params = p.ClaudeCodeCompactParams(
+            transcript_path=transcript_path, custom_instructions=custom_instructions, online=online
+        )
+        return await self.call(p.CLAUDE_CODE_COMPACT, params, p.ClaudeCodeCompactResult)
+
 
 def _session(session_id: str) -> p.SessionParams:
     return p.SessionParams(session_id=session_id)
@@ -569,6 +580,7 @@ TYPED_METHODS: dict[str, str] = {
     p.CACHE_AFTER_RESPONSE: "cache_after",
     p.SESSION_MEMORY_GET: "session_memory",
     p.SESSION_MEMORY_EXTRACT: "extract_session_memory",
+    p.CLAUDE_CODE_COMPACT: "claude_code_compact",
 }
 
 # The typed iterator of each server notification.

@@ -1,0 +1,76 @@
+"""``compactd compact``: compact a Claude Code transcript into a new session that
+``claude --resume`` loads (docs/claude-code.md#compact-and-resume).
+
+The work is the daemon's ``claudeCode/compact``, run in a throwaway daemon: the transcript is
+imported, compacted (the offline summary unless ``--online``) and written as a new Claude Code
+session beside it; the original is only read. The report says what was kept and the command
+that resumes the new session.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from compactd_client import Client
+
+from compactd.cli.inputs import daemon_args, unreadable
+from compactd.cli.term import Terminal
+from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
+from compactd.transcript.claude_code import resume_command
+
+
+async def compact(
+    term: Terminal,
+    transcript: str,
+    *,
+    online: bool,
+    instructions: str | None,
+    as_json: bool,
+) -> int:
+    """Compact ``transcript`` into a new Claude Code session; print what it kept and how to
+    resume it."""
+    path = Path(transcript).expanduser().absolute()
+    problem = unreadable(path)
+    if problem is not None:
+        term.error(f"{transcript}: {problem}")
+        return 1
+    if online and not (os.environ.get(ENV_API_KEY) or os.environ.get(ENV_AUTH_TOKEN)):
+        term.error(f"--online needs {ENV_API_KEY} in the environment")
+        return 2
+    # Without --online the summary is the offline one even when a key is set.
+    options: dict[str, Any] = {} if online else {"summarizer": {"offline": True}}
+    with tempfile.TemporaryDirectory(prefix="compactd-compact-") as tmp:
+        async with Client.spawn(daemon_args(tmp), initialization_options=options) as client:
+            result = await client.claude_code_compact(
+                str(path), custom_instructions=instructions, online=online
+            )
+    # The command as the person runs it from here: no `cd` when they already are in its cwd.
+    command = resume_command(result.new_session_id, result.cwd, here=str(Path.cwd()))
+    if as_json:
+        out: dict[str, Any] = msgspec.to_builtins(result)
+        out["resumeCommand"] = command
+        term.json(out)
+        return 0
+    term.say(f"{path.name} compacted into a new Claude Code session", style="bold")
+    table = term.table("", "", text_columns=1)
+    table.show_header = False
+    table.add_row("tokens", f"{result.pre_tokens:,} -> {result.post_tokens:,}")
+    table.add_row(
+        "user messages carried over", f"{result.user_messages_kept} of {result.user_messages}"
+    )
+    table.add_row("entries summarized", f"{result.summarized_entries:,}")
+    table.add_row("last assistant turn kept verbatim", f"{result.kept_entries} line(s)")
+    table.add_row("files restored", f"{result.attachments}")
+    table.add_row("summary by", result.summarizer or "offline")
+    term.show(table)
+    for warning in result.warnings or []:
+        term.say(f"warning: {warning}", style="yellow")
+    term.say(f"new session: {result.new_transcript_path}")
+    term.say(f"the original is unchanged: {result.original_transcript_path}", style="dim")
+    term.say("resume it in Claude Code with:")
+    term.say(f"  {command}", style="bold")
+    return 0

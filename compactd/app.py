@@ -22,6 +22,7 @@ import platformdirs
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
+from compactd.engine.background import BackgroundService
 from compactd.engine.cachebreaks import CacheBreaks
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FilesService
@@ -67,6 +68,8 @@ class App(Runtime):
         self.files = FilesService(self)  # read-file state, nested memory, watching
         self.session_memory = SessionMemoryService(self)  # background note extraction
         self.features.register(CacheBreaks, lambda session: CacheBreaks())
+        # Zero-wait compaction: summaries prepared in the background (docs/background.md).
+        self.background = BackgroundService(self)
 
     async def get_session(self, session_id: str) -> Session:
         if not valid_session_id(session_id):

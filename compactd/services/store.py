@@ -7,6 +7,8 @@ Layout under the data dir (the store is the one place that names these files)::
     sessions/<sessionId>/microcompact.json  cached-microcompact state (atomic replace)
     sessions/<sessionId>/notes.md           session-memory notes (atomic replace)
     sessions/<sessionId>/notes.state.json   what the notes were extracted from
+    sessions/<sessionId>/prepared.json      a summary prepared in the background, with its
+                                            snapshot and fingerprint (atomic replace)
 
 Durability rules: an append returns only after its bytes are written and fsynced. A group of
 lines that must appear together (a compaction: boundary, summary, kept copies, attachments) is
@@ -118,6 +120,10 @@ class Store:
 
     def notes_state_path(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "notes.state.json"
+
+    def prepared_path(self, session_id: str) -> Path:
+        """A summary prepared in the background (docs/background.md#durable)."""
+        return self.session_dir(session_id) / "prepared.json"
 
     def exists(self, session_id: str) -> bool:
         return (self.session_dir(session_id) / "meta.json").is_file()

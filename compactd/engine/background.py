@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +30,7 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.core import background as bg
+from compactd.engine import compaction
 from compactd.engine.compaction import (
     PreparedSummary,
     has_exchange,
@@ -50,11 +51,12 @@ from compactd.services.store import atomic_write
 from compactd.services.summarizer import SummaryOutcome, SummaryRequest
 
 if TYPE_CHECKING:
+    from compactd.engine.progress import WorkDone
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session, Snapshot
     from compactd.transcript.model import Record
 
-__all__ = ["BackgroundPreparation", "BackgroundService", "Job"]
+__all__ = ["BackgroundPreparation", "BackgroundService", "Job", "run_full"]
 
 log = logging.getLogger(__name__)
 
@@ -504,6 +506,43 @@ class BackgroundPreparation(Feature):
             path.unlink(missing_ok=True)
         except OSError as exc:
             log.warning("session %s: cannot remove %s: %s", session.session_id, path, exc)
+
+
+async def run_full(
+    runtime: Runtime,
+    session: Session,
+    custom_instructions: str | None,
+    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+) -> p.CompactResult:
+    """``compact/full``, with the summary prepared in the background when one is ready and no
+    custom instructions are given (it was written without them, docs/background.md#validity)."""
+    asked_at = time.monotonic()
+    state = session.features.get(BackgroundPreparation)
+    job = state.ready(session) if isinstance(state, BackgroundPreparation) else None
+    if (
+        not isinstance(state, BackgroundPreparation)
+        or job is None
+        or (custom_instructions or "").strip()
+        or session.busy
+        or not state.fits(session, job)
+    ):
+        return await compaction.run_full(runtime, session, custom_instructions, begin_progress)
+    state.take(session, job)
+    try:
+        result = await compaction.run_full(
+            runtime,
+            session,
+            custom_instructions,
+            begin_progress,
+            plan=job.plan,
+            prepared=state.prepared(job, asked_at),
+        )
+    except BaseException:
+        state.unused(job)
+        raise
+    if not result.prepared:
+        state.unused(job)
+    return result
 
 
 def _fingerprint(request: SummaryRequest) -> str:

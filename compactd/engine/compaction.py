@@ -246,16 +246,24 @@ async def run_full(
     session: Session,
     custom_instructions: str | None,
     begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+    *,
+    plan: CompactionPlan | None = None,
+    prepared: PreparedSummary | None = None,
 ) -> p.CompactResult:
-    """``compact/full``: the user's explicit full compaction, planned and carried out now."""
+    """``compact/full``: the user's explicit full compaction, planned and carried out now (or
+    ``plan`` with its summary ``prepared`` in the background, docs/background.md#applying)."""
     if session.busy:  # before a progress bar is shown for nothing
         raise session.busy_error()
     progress = await begin_progress("Compacting conversation")
     spec = CompactionSpec(
         trigger="manual", kind=prompt_kind(session.meta), custom_instructions=custom_instructions
     )
+    if plan is not None:
+        plan = dataclasses.replace(plan, spec=spec)
     try:
-        return await run_compaction(runtime, session, spec, progress=progress)
+        return await run_compaction(
+            runtime, session, spec, progress=progress, plan=plan, prepared=prepared
+        )
     finally:
         if progress is not None:
             progress.end("done")

@@ -25,7 +25,8 @@ from tests.helpers import CWD, MODEL, assistant, emulator_options, text_block, u
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
-harness = harness_fixture()
+ON = {"enabled": True}
+harness = harness_fixture(backgroundCompaction=ON)
 
 WINDOW = {"contextWindow": 40_000, "maxOutputTokens": 4_096}
 # Characters of one side of a turn: about 500 tokens each.
@@ -251,7 +252,7 @@ async def test_a_failed_preparation_is_counted_and_never_stops_the_agent(h: Harn
 
 async def _daemon(data: Path, emu: Emulator) -> Client:
     client = await Client.spawn_process(daemon_args(data), stderr=daemon_log(data.parent))
-    await client.initialize(emulator_options(emu))
+    await client.initialize(emulator_options(emu, backgroundCompaction=ON))
     return client
 
 
@@ -295,3 +296,22 @@ async def test_kill_during_a_preparation_loses_nothing_and_prepares_again(
         assert status.preparation is not None and status.preparation.state == "ready"
     finally:
         await client.shutdown(grace=5)
+
+
+async def test_manual_compact_full_uses_it_only_without_custom_instructions(h: Harness) -> None:
+    client, emu = h.client, h.emu
+    for instructions, used in ((None, True), ("Keep the numbers.", False)):
+        convo = Convo("g" if used else "k")
+        sid = await open_convo(client, convo, 10)
+        status = await client.tokens_status(sid)
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+            await next_phase(queue, "prepared")
+        requests = len(emu.message_requests)
+        result = await client.compact_full(sid, custom_instructions=instructions)
+        assert result.prepared is used
+        assert len(emu.message_requests) == requests + (0 if used else 1)
+        assert result.boundary["compactMetadata"]["trigger"] == "manual"
+    stats = await client.stats(sid)
+    # The summary prepared for the second session was not used: its cost is counted.
+    assert stats.preparation_tokens_unused > 0

@@ -317,7 +317,8 @@ async def _current_plan(run: _Run, plan: CompactionPlan | None) -> tuple[Compact
     runtime, session = run.runtime, run.session
     async with session.lock:
         status = runtime.status(session)
-        rebased = plan.rebased(session, status) if plan is not None else None
+        keep_micro = run.prepared is not None
+        rebased = plan.rebased(session, status, keep_micro=keep_micro) if plan is not None else None
         snap = session.snapshot(status) if rebased is None else None
     if rebased is not None:
         return rebased, status.tokens

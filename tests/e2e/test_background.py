@@ -21,12 +21,23 @@ from compactd import protocol as p
 from tests.conftest import daemon_args, daemon_log
 from tests.e2e.test_compact_support import CACHE_SAFE, Harness, harness_fixture
 from tests.emulator import Emulator, api_error, request_kind
-from tests.helpers import CWD, MODEL, assistant, emulator_options, text_block, user
+from tests.helpers import (
+    CWD,
+    MODEL,
+    assistant,
+    emulator_options,
+    text_block,
+    tool_call,
+    tool_result,
+    user,
+)
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
 ON = {"enabled": True}
-harness = harness_fixture(backgroundCompaction=ON)
+# Count-based microcompact clears any tool result but the last, whatever it saves.
+MICRO = {"protectedTokens": 0, "minSavings": 0, "keepRecent": 1}
+harness = harness_fixture(backgroundCompaction=ON, microcompact=MICRO)
 
 WINDOW = {"contextWindow": 40_000, "maxOutputTokens": 4_096}
 # Characters of one side of a turn: about 500 tokens each.
@@ -65,6 +76,22 @@ class Convo:
             )
             self.last = a
             self.uuids += [u, a]
+        return out
+
+    def tool_turns(self, count: int) -> list[Any]:
+        """Turns that run a command whose output (about 1,000 tokens) microcompact may clear."""
+        out: list[dict[str, Any]] = []
+        for _ in range(count):
+            u, c, r, a = self._uuid(), self._uuid(), self._uuid(), self._uuid()
+            out.append(user(f"run it {u}", uuid=u, parentUuid=self.last))
+            out.append(
+                tool_call(f"t{c}", "Bash", {"command": f"cat {u}.log"}, uuid=c, parentUuid=u)
+            )
+            output = f"log {u}\n" + "line of output\n" * 280
+            out.append(tool_result(f"t{c}", output, uuid=r, parentUuid=c))
+            out.append(assistant([text_block(f"done {u}")], uuid=a, parentUuid=r, model=MODEL))
+            self.last = a
+            self.uuids += [u, c, r, a]
         return out
 
 
@@ -315,3 +342,26 @@ async def test_manual_compact_full_uses_it_only_without_custom_instructions(h: H
     stats = await client.stats(sid)
     # The summary prepared for the second session was not used: its cost is counted.
     assert stats.preparation_tokens_unused > 0
+
+
+async def test_a_microcompact_after_the_snapshot_does_not_invalidate_it(h: Harness) -> None:
+    client, emu = h.client, h.emu
+    convo = Convo("m")
+    opened = await client.request(
+        p.SESSION_OPEN, {"cwd": CWD, "model": MODEL, "cacheSafeParams": CACHE_SAFE, **WINDOW}
+    )
+    sid = str(opened["sessionId"])
+    await client.append(sid, convo.tool_turns(4) + convo.turns(4))
+    status = await client.tokens_status(sid)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+        await next_phase(queue, "prepared")
+    micro = await client.compact_micro(sid, "count")
+    assert micro.tokens_saved > 0, micro
+    status = await client.tokens_status(sid)
+    assert status.preparation is not None and status.preparation.state == "ready"
+    await grow_until(client, sid, convo, status.auto_compact_threshold, label="late")
+    requests = len(emu.message_requests)
+    auto = await client.compact_auto(sid)
+    assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
+    assert len(emu.message_requests) == requests

@@ -365,3 +365,31 @@ async def test_a_microcompact_after_the_snapshot_does_not_invalidate_it(h: Harne
     auto = await client.compact_auto(sid)
     assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
     assert len(emu.message_requests) == requests
+
+
+async def test_an_idle_session_prepares_and_applies_when_asked(
+    spawn_emulated: Any, emulator: Emulator
+) -> None:
+    idle = {"enabled": True, "idleMinutes": 0.01, "applyWhenIdle": True}  # 0.6 s
+    async with spawn_emulated(backgroundCompaction=idle) as client:
+        convo = Convo("i")
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            sid = await open_convo(client, convo, 10)
+            status = await client.tokens_status(sid)
+            # Above half the threshold, below the start level: only idleness prepares it.
+            assert status.auto_compact_threshold * 0.5 <= status.tokens
+            assert status.tokens < status.auto_compact_threshold * 0.8
+            note = await next_phase(queue, "prepared")
+            assert note["sessionId"] == sid
+            # applyWhenIdle: the compaction follows, with no other model call.
+            deadline = time.monotonic() + 20
+            while True:
+                assert time.monotonic() < deadline, "the idle summary was never applied"
+                _, done = await asyncio.wait_for(queue.get(), deadline - time.monotonic())
+                if done["phase"] == "completed" and not done.get("background"):
+                    break
+        after = await client.tokens_status(sid)
+        assert after.tokens < status.tokens
+        stats = await client.stats(sid)
+        assert [c.prepared for c in stats.compactions] == [True]
+        assert summary_requests(emulator) == 1

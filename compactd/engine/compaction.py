@@ -725,7 +725,8 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         hook_results=[*prep.hook_results, *post_results],
         pre_compact_tokens=prep.pre_tokens,
         post_compact_tokens=status.tokens,
-        duration_ms=run.elapsed_ms(),
+        # The model's time, as the boundary says (a prepared summary's when it was written).
+        duration_ms=made.duration_ms if made is not None else run.elapsed_ms(),
         usage=prep.usage,
         summarizer=prep.summarizer,
         restored_from_ledger=prep.restored or None,

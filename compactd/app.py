@@ -26,10 +26,16 @@ from compactd.engine.background import BackgroundService
 from compactd.engine.cachebreaks import CacheBreaks
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FilesService
+from compactd.engine.follow import FollowService
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.engine.session_memory import SessionMemoryService
-from compactd.services.store import LoadedTranscript, SessionMeta, valid_session_id
+from compactd.services.store import (
+    MAX_IMPORT_BYTES,
+    LoadedTranscript,
+    SessionMeta,
+    valid_session_id,
+)
 from compactd.transcript.model import (
     Record,
     newest_first,
@@ -38,11 +44,6 @@ from compactd.transcript.model import (
 )
 
 log = logging.getLogger(__name__)
-
-
-# Largest transcript ``session/open`` imports. Real sessions reach tens of MB; this guards the
-# daemon's memory against a wrong path (a disk image, a log file).
-MAX_IMPORT_BYTES = 1 << 30
 
 
 def default_data_dir() -> Path:
@@ -68,6 +69,7 @@ class App(Runtime):
         self.files = FilesService(self)  # read-file state, nested memory, watching
         self.session_memory = SessionMemoryService(self)  # background note extraction
         self.features.register(CacheBreaks, lambda session: CacheBreaks())
+        self.follow = FollowService(self)  # followed transcripts (docs/follow.md)
         # Zero-wait compaction: summaries prepared in the background (docs/background.md).
         self.background = BackgroundService(self)
 
@@ -180,16 +182,36 @@ class App(Runtime):
                 f"session {sid!r} already exists; open it without transcriptPath "
                 "or choose another sessionId",
             )
+        follow = params.follow if params.follow is not None else stored.follow
+        if follow and stored.imported_from is None:
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS,
+                f"session {sid!r} was not imported from a transcript: there is nothing to follow",
+            )
         await self.update_meta(session, _updated_meta(session.meta, params))
+        if session.meta.follow and session.meta.imported_from is not None:
+            # Reads the file whole first: what was appended while no daemon followed it.
+            self.follow.start(session, Path(session.meta.imported_from))
+            await self.follow.catch_up(sid)
+        else:
+            self.follow.stop(sid)
         return self._open_result(session)
 
     async def _create(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
+        if params.follow and source is None:
+            raise p.CompactdError(
+                p.ErrorCode.INVALID_PARAMS, "follow needs the transcriptPath to follow"
+            )
         data = b""
         imported_from: str | None = None
         model = params.model
         if source is not None:
             data = await anyio.to_thread.run_sync(_read_transcript, source)
             imported_from = str(source.resolve())
+            if params.follow:
+                # A last line without its newline is still being written: followed, it is read
+                # once whole (docs/follow.md#reading-new-lines).
+                data = data[: data.rfind(b"\n") + 1]
             if model is None:
                 model = await anyio.to_thread.run_sync(_transcript_model, data)
         model = model or c.DEFAULT_MODEL
@@ -206,11 +228,15 @@ class App(Runtime):
             api_context_management=params.api_context_management,
             imported_from=imported_from,
             created_at=time.time(),
+            follow=bool(params.follow),
+            follow_model=params.model is None,
         )
 
         def create() -> Session:
             loaded = self.store.create_transcript(sid, data)
-            if source is not None and loaded.report.entries == 0:
+            # An empty file may be followed: the agent has not written its first line yet.
+            empty = params.follow and loaded.report.lines == 0
+            if source is not None and loaded.report.entries == 0 and not empty:
                 self.store.discard(sid)
                 raise p.CompactdError(
                     p.ErrorCode.TRANSCRIPT_UNREADABLE,
@@ -225,6 +251,8 @@ class App(Runtime):
         session = await anyio.to_thread.run_sync(create)
         self.features.attach(session)
         self.sessions[sid] = session
+        if meta.follow and imported_from is not None:
+            self.follow.start(session, Path(imported_from), consumed=data)
         return self._open_result(session)
 
     @asynccontextmanager
@@ -263,6 +291,7 @@ class App(Runtime):
             skipped_lines=session.skipped_lines,
             imported_from=session.meta.imported_from,
             model=session.meta.model,
+            following=self.follow.following(session.session_id),
         )
 
     async def append(self, session: Session, entries: list[dict[str, Any]]) -> p.AppendResult:
@@ -288,7 +317,8 @@ class App(Runtime):
         for sid in self.store.list_ids():
             loaded = self.sessions.get(sid)
             if loaded is not None:
-                infos.append(loaded.info(loaded=True))
+                info = loaded.info(loaded=True)
+                infos.append(msgspec.structs.replace(info, following=self.follow.following(sid)))
                 continue
             try:
                 meta = self.store.read_meta(sid)
@@ -382,4 +412,6 @@ def _updated_meta(meta: SessionMeta, params: p.OpenParams) -> SessionMeta:
             if params.api_context_management is not None
             else meta.api_context_management
         ),
+        follow=params.follow if params.follow is not None else meta.follow,
+        follow_model=meta.follow_model and params.model is None,
     )

@@ -9,7 +9,11 @@ when it can still be read) and the reader finds the next header, so no byte sequ
 - a ``Content-Length`` above the frame limit is answered ``frameTooLarge`` at once, without
   waiting for the body, and the bytes are skipped up to the next header;
 - a length that was too long swallows the next frame's header: the body is searched for it,
-  the message before it is still delivered when it parses, and reading resumes there.
+  the message before it is still delivered when it parses, and reading resumes there. A body
+  that ends with the start of a header (``...}Conte``) is judged only once the rest has been
+  read, so where the pipe happens to split the bytes changes nothing (issue 26);
+- garbage that runs on into a header (``ab: cdContent-Length: 9``) costs only the garbage;
+- an id that JSON-RPC allows but LSP does not (``1.5``, ``1e3``) is refused with that id.
 
 A header can be found inside any stream because ``Content-Length: N`` followed by a raw line
 break can never occur inside a valid JSON body (JSON strings cannot hold raw line breaks, and
@@ -19,6 +23,7 @@ outside strings JSON has no letters).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +47,7 @@ _PARTIAL_START = re.compile(
 _ID_GUESS = re.compile(
     rb'^\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*'
     # A number counts only when it visibly ends: a body cut inside it has no id.
-    rb'(-?[0-9]{1,15}(?=\s*[,}])|"[^"\\]{0,200}")'
+    rb'(-?[0-9]{1,15}(?:\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,3})?(?=\s*[,}])|"[^"\\]{0,200}")'
 )
 
 # Longest header block accepted; a client sending more is not speaking LSP framing.
@@ -56,6 +61,8 @@ _decoder = msgspec.json.Decoder()
 # that cannot start a frame (reported by the resync that drops them).
 _TOO_LONG = "headerTooLong"
 _GARBAGE = "garbage"
+# How far past a bad body a header that started inside it is looked for.
+_HEADER_LOOKAHEAD = 256
 # How much of a dropped run is kept to find a request id in it.
 _DROPPED_KEPT = 1 << 16
 
@@ -117,7 +124,9 @@ class FrameReader:
                 return
             if isinstance(header, FrameError):
                 if header.code == _GARBAGE:
-                    ok = await self._resync(report=not after_bad_body)
+                    # The buffer cannot start a frame here: the search starts past its first
+                    # byte, so a header right behind the garbage is found.
+                    ok = await self._resync(skip=True, report=not after_bad_body)
                 else:
                     self._fail(header)
                     ok = await self._resync(skip=header.code == _TOO_LONG)
@@ -155,7 +164,7 @@ class FrameReader:
                     return  # end of input inside a body: the client is gone
             body = bytes(self._buf[:end])
             del self._buf[:end]
-            after_bad_body = not self._dispatch(body)
+            after_bad_body = not await self._dispatch(body)
 
     # -- headers ---------------------------------------------------------------------------------
 
@@ -173,8 +182,13 @@ class FrameReader:
             m = _HEADER_END.search(self._buf, 0, MAX_HEADER_BYTES + 4)
             if m is not None:
                 block = bytes(self._buf[: m.start()])
+                parsed = _parse_header(block)
+                if isinstance(parsed, FrameError) and _FRAME_START.search(self._buf, 1, m.end()):
+                    # Garbage ran on into a real header (``ab: cdContent-Length: 9``): only
+                    # what comes before that header is dropped.
+                    return FrameError(_GARBAGE, "not a frame")
                 del self._buf[: m.end()]
-                return _parse_header(block)
+                return parsed
             if len(self._buf) > MAX_HEADER_BYTES:
                 return FrameError(_TOO_LONG, "header block too long or missing")
             if not await self._fill():
@@ -213,16 +227,15 @@ class FrameReader:
 
     # -- bodies ----------------------------------------------------------------------------------
 
-    def _dispatch(self, body: bytes) -> bool:
+    async def _dispatch(self, body: bytes) -> bool:
         """Deliver or reject one body; False when the rest of it may follow as garbage."""
         try:
             msg = _decode(body)
         except _BadBody as bad:
             # A length that was too long swallowed the next header: resume reading there, and
             # deliver what came before it if that is a message of its own.
-            # The header may run on into what was read after the body.
-            m = _FRAME_START.search(body + bytes(self._buf[:256]), 1)
-            if m is not None and m.start() < len(body):
+            m = await self._header_in(body)
+            if m is not None:
                 self._buf[:0] = body[m.start() :]
                 head = body[: m.start()]
                 try:
@@ -237,6 +250,24 @@ class FrameReader:
         self._check_and_deliver(msg)
         return True
 
+    async def _header_in(self, body: bytes) -> re.Match[bytes] | None:
+        """The next frame's header when it starts inside ``body`` (past its first byte).
+
+        The header may run on into bytes read after the body, or into bytes not read yet: a
+        body that ends with the start of a header (``...}Conte``) waits for the rest of it
+        before it is judged, whatever the read boundaries were.
+        """
+        while True:
+            joined = body + bytes(self._buf[:_HEADER_LOOKAHEAD])
+            m = _FRAME_START.search(joined, 1)
+            if m is not None:
+                return m if m.start() < len(body) else None
+            partial = _partial_start(bytearray(joined), 1)
+            if partial >= len(body) or len(self._buf) >= _HEADER_LOOKAHEAD:
+                return None
+            if not await self._fill():
+                return None
+
     def _check_and_deliver(self, msg: Any) -> None:
         err = _check_message(msg)
         if err is not None:
@@ -246,7 +277,7 @@ class FrameReader:
             # A JSON-RPC batch: compactd speaks LSP, which has none. Answer each request in it.
             for item in msg:
                 item_id = item.get("id") if isinstance(item, dict) else None
-                if not _valid_id(item_id) or (isinstance(item, dict) and "method" not in item):
+                if not _echoable_id(item_id) or (isinstance(item, dict) and "method" not in item):
                     item_id = None
                 self._fail(
                     FrameError(
@@ -298,7 +329,7 @@ def _guess_id(body: bytes) -> Any:
         loose = None
     if isinstance(loose, dict):
         value = loose.get("id")
-        return value if _valid_id(value) and "method" in loose else None
+        return value if _echoable_id(value) and "method" in loose else None
     m = _ID_GUESS.match(body)
     if m is None:
         return None
@@ -306,16 +337,25 @@ def _guess_id(body: bytes) -> Any:
         value = json.loads(m.group(1).decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         return None
-    return value if _valid_id(value) else None
+    return value if _echoable_id(value) else None
 
 
 def _valid_id(value: Any) -> bool:
+    """An id LSP accepts: an integer or a string."""
     return not isinstance(value, bool) and isinstance(value, (int, str))
+
+
+def _echoable_id(value: Any) -> bool:
+    """An id an error can still carry: JSON-RPC allows any number (``1.5``, ``1e3``), LSP only
+    integers, so a fractional id is refused but answered with its own id, not ``null``."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return _valid_id(value)
 
 
 def _partial_start(buf: bytearray, pos: int) -> int:
     """Where a header cut off by the end of ``buf`` may start (``len(buf)`` if nowhere)."""
-    for i in range(max(pos, len(buf) - 256), len(buf)):
+    for i in range(max(pos, len(buf) - _HEADER_LOOKAHEAD), len(buf)):
         if buf[i] in b"cC" and _PARTIAL_START.fullmatch(buf, i):
             return i
     return len(buf)
@@ -363,7 +403,11 @@ def _check_message(msg: Any) -> FrameError | None:
     has_id = "id" in msg
     msg_id = msg.get("id")
     if has_id and msg_id is not None and not _valid_id(msg_id):
-        return FrameError(p.ErrorCode.INVALID_REQUEST, "'id' must be a string or number")
+        return FrameError(
+            p.ErrorCode.INVALID_REQUEST,
+            "'id' must be an integer or a string",
+            msg_id if _echoable_id(msg_id) else None,
+        )
     if msg.get("jsonrpc") != "2.0":
         return FrameError(p.ErrorCode.INVALID_REQUEST, "'jsonrpc' must be \"2.0\"", msg_id)
     method = msg.get("method")

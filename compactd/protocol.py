@@ -46,6 +46,7 @@ NOTIFY_COMPACT_STATUS = "compact/status"
 NOTIFY_TOKENS_THRESHOLD = "tokens/threshold"
 NOTIFY_MEMORY_CHANGED = "memory/changed"
 NOTIFY_CACHE_BREAK = "cache/break"
+NOTIFY_SESSION_FOLLOWED = "session/followed"
 
 
 # -- stable error codes (JSON-RPC ``error.data.code``) --------------------------------------------
@@ -103,21 +104,6 @@ def jsonrpc_number(code: str) -> int:
 # entries nest about ten levels; what is deeper is refused (invalidParams) before anything
 # walks it recursively (conversion, token estimates, re-encoding). compactd's own bound.
 MAX_PARAMS_DEPTH = 128
-
-_CODES_BY_NUMBER: dict[int, str] = {
-    -32700: ErrorCode.PARSE_ERROR,
-    -32600: ErrorCode.INVALID_REQUEST,
-    -32601: ErrorCode.METHOD_NOT_FOUND,
-    -32602: ErrorCode.INVALID_PARAMS,
-    -32603: ErrorCode.INTERNAL,
-    -32800: ErrorCode.CANCELLED,
-    -32002: ErrorCode.SERVER_NOT_INITIALIZED,
-}
-
-
-def code_of_number(number: int) -> str:
-    """The ``data.code`` of an error that only has a JSON-RPC number (pygls' own errors)."""
-    return _CODES_BY_NUMBER.get(number, ErrorCode.INTERNAL)
 
 
 class CompactdError(Exception):
@@ -363,6 +349,9 @@ class OpenParams(_Params, kw_only=True):
     transcript_path: str | None = None
     cache_safe_params: CacheSafeParams | None = None
     api_context_management: bool | None = None
+    # Follow the transcript at ``transcriptPath`` as the agent appends to it (docs/follow.md).
+    # Omitted on a reopen: keep following if the session was followed.
+    follow: bool | None = None
 
 
 class OpenResult(_Wire, kw_only=True):
@@ -374,6 +363,8 @@ class OpenResult(_Wire, kw_only=True):
     model: str | None = None
     skipped_lines: int = 0
     imported_from: str | None = None
+    # Whether the daemon now follows ``importedFrom`` as it grows (docs/follow.md).
+    following: bool = False
 
 
 class AppendParams(_Params, kw_only=True):
@@ -407,6 +398,8 @@ class SessionInfo(_Wire, kw_only=True):
     # would mean reading its whole transcript).
     entry_count: int | None = None
     tokens: int | None = None
+    # Whether the daemon follows the transcript the session was imported from (docs/follow.md).
+    following: bool = False
 
 
 class ListResult(_Wire, kw_only=True):
@@ -451,6 +444,18 @@ class ThresholdNotification(_Wire, kw_only=True):
     level: ThresholdLevel
     tokens: int
     threshold: int
+    status: TokenStatus
+
+
+class FollowedNotification(_Wire, kw_only=True):
+    """``session/followed``: lines the agent appended to a followed transcript were taken in."""
+
+    session_id: str
+    # Entries added to the session (lines it already held are not counted).
+    appended: int
+    # The transcript was replaced, truncated or rewritten and was read again from its start.
+    reread: bool = False
+    entry_count: int
     status: TokenStatus
 
 
@@ -848,4 +853,5 @@ NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {
     NOTIFY_TOKENS_THRESHOLD: ThresholdNotification,
     NOTIFY_MEMORY_CHANGED: MemoryChangedNotification,
     NOTIFY_CACHE_BREAK: CacheBreak,
+    NOTIFY_SESSION_FOLLOWED: FollowedNotification,
 }

@@ -1,35 +1,30 @@
-"""pygls glue: lifecycle, framing, param decoding, error mapping. No behaviour lives here.
+"""The transport: LSP lifecycle, dispatch and the one writer of stdout. No behaviour lives here.
 
-Each protocol method is routed to a handler in ``compactd.handlers``; this module decodes its
-params with msgspec (a bad value is a -32602 error a person can act on), calls it, and encodes
-the result with ``msgspec.to_builtins``. ``CompactdError`` becomes a JSON-RPC error whose
-``data.code`` is stable. See docs/pygls.md for the pygls 2 behaviour worked around here.
+compactd owns its transport. ``compactd/framing.py`` splits stdin into messages; this module
+routes each one (the lifecycle as LSP states it, ``$/cancelRequest``, the replies to compactd's
+own requests, work-done progress) and writes every outgoing frame through one ``Connection``.
+Each protocol method is run by ``compactd.handlers.invoke``, which decodes its params with
+msgspec, calls the handler and encodes the result; ``CompactdError`` becomes a JSON-RPC error
+whose ``data.code`` is stable. lsprotocol's types and converter read ``initialize`` and build
+its result and the progress values. Why not pygls: docs/pygls.md.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
+import stat
 import sys
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, Any
 
 import anyio
+import cattrs
 import msgspec
 from lsprotocol import types as lsp
-from pygls.exceptions import JsonRpcException
-from pygls.io_ import StdoutWriter
-from pygls.lsp.server import LanguageServer
-from pygls.protocol import (
-    JsonRPCNotification,
-    JsonRPCRequestMessage,
-    LanguageServerProtocol,
-    default_converter,
-    lsp_method,
-)
+from lsprotocol.converters import get_converter
 
 from compactd import __version__
 from compactd import protocol as p
@@ -42,6 +37,8 @@ from compactd.handlers import HANDLERS, Handler, invoke
 log = logging.getLogger(__name__)
 
 _json_encoder = msgspec.json.Encoder()
+# lsprotocol's converter: LSP's camelCase names, optional fields left out when unset.
+_lsp = get_converter()
 
 # How often the daemon checks that the editor that spawned it is still alive (seconds).
 PARENT_POLL_INTERVAL = 1.0
@@ -49,77 +46,6 @@ PARENT_POLL_INTERVAL = 1.0
 # How long to wait for the client to accept a progress token before going on without one.
 PROGRESS_CREATE_TIMEOUT = 5.0
 
-
-def _converter() -> Any:
-    """pygls' converter, except that params of our methods stay plain JSON."""
-    conv = default_converter()  # type: ignore[no-untyped-call]
-
-    def keep_params(obj: dict[str, Any], cls: type) -> Any:
-        return cls(**obj)
-
-    conv.register_structure_hook(JsonRPCRequestMessage, keep_params)
-    conv.register_structure_hook(JsonRPCNotification, keep_params)
-    return conv
-
-
-def to_jsonrpc_error(err: p.CompactdError) -> JsonRpcException:
-    return JsonRpcException(
-        message=err.message, code=p.jsonrpc_number(err.code), data={"code": err.code, **err.data}
-    )
-
-
-def _error(code: str, message: str) -> JsonRpcException:
-    return to_jsonrpc_error(p.CompactdError(code, message))
-
-
-class CompactdProtocol(LanguageServerProtocol):
-    _server: CompactdServer
-
-    @lsp_method(lsp.INITIALIZE)
-    def lsp_initialize(
-        self, params: lsp.InitializeParams
-    ) -> Generator[Any, Any, lsp.InitializeResult]:
-        result: lsp.InitializeResult = yield from super().lsp_initialize(params)
-        # Only what compactd serves: pygls' defaults (textDocumentSync, executeCommand,
-        # workspaceFolders) would make editors send it every buffer they open.
-        result.capabilities = lsp.ServerCapabilities(
-            experimental={
-                "compactd": {
-                    "protocolVersion": p.PROTOCOL_VERSION,
-                    "methods": sorted(HANDLERS),
-                    "notifications": sorted(p.NOTIFICATIONS),
-                }
-            }
-        )
-        return result
-
-    def _send_response(
-        self,
-        msg_id: Any,
-        result: Any | None = None,
-        error: lsp.ResponseError | None = None,
-    ) -> None:
-        # pygls answers initialize and shutdown; its errors get a data.code like every other.
-        if error is not None and not (isinstance(error.data, dict) and "code" in error.data):
-            error = lsp.ResponseError(
-                code=error.code,
-                message=error.message,
-                data={"code": p.code_of_number(error.code)},
-            )
-        super()._send_response(msg_id, result, error)
-
-    @lsp_method(lsp.EXIT)
-    def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
-        # pygls calls sys.exit() here; we stop the read loop instead so cleanup runs.
-        self._server.request_exit(0 if self._shutdown else 1)
-        yield from ()
-
-
-# Messages pygls handles itself: the lifecycle and the replies to compactd's own requests.
-_PYGLS_REQUESTS = frozenset({lsp.INITIALIZE, lsp.SHUTDOWN})
-_PYGLS_NOTIFICATIONS = frozenset(
-    {lsp.INITIALIZED, lsp.EXIT, lsp.SET_TRACE, lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL}
-)
 # Every method LSP defines as a notification: sent with an id, it is an invalid request.
 _LSP_NOTIFICATIONS = frozenset(
     method for method, types in lsp.METHOD_TO_TYPES.items() if types[1] is None
@@ -131,8 +57,94 @@ def _key(msg_id: Any) -> tuple[str, Any]:
     return (type(msg_id).__name__, msg_id)
 
 
-class CompactdServer(LanguageServer):
-    """The daemon: pygls for the LSP lifecycle and progress, compactd's own request dispatch.
+class ClientRefused(Exception):
+    """The client answered one of compactd's requests with an error."""
+
+
+class _Pending:
+    """A request compactd sent to the client, waiting for its reply."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: Any = None
+        self.error: Any = None
+
+
+class Connection:
+    """The one writer of stdout: every frame the daemon sends goes through ``send``.
+
+    Writes are synchronous and whole, so frames never interleave; the replies to the requests
+    compactd sends the client (``window/workDoneProgress/create``) are matched here by id.
+    """
+
+    def __init__(self, out: IO[bytes] | None = None) -> None:
+        self._out = out
+        self._pending: dict[tuple[str, Any], _Pending] = {}
+        self._sent = 0
+
+    def attach(self, out: IO[bytes]) -> None:
+        self._out = out
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self._out is None:
+            return
+        body = _json_encoder.encode(message)
+        try:
+            self._out.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            self._out.flush()
+        except (BrokenPipeError, ConnectionResetError, ValueError):
+            log.warning("the client closed its end of the connection")
+
+    def result(self, msg_id: Any, result: Any) -> None:
+        self.send({"jsonrpc": "2.0", "id": msg_id, "result": result})
+
+    def error(
+        self, msg_id: Any, code: str, message: str, data: dict[str, Any] | None = None
+    ) -> None:
+        # JSON-RPC wants ``"id": null`` when the id could not be read: the key is always set.
+        error = {
+            "code": p.jsonrpc_number(code),
+            "message": message,
+            "data": {**(data or {}), "code": code},
+        }
+        try:
+            self.send({"jsonrpc": "2.0", "id": msg_id, "error": error})
+        except (TypeError, msgspec.EncodeError):
+            error["data"] = {"code": code}
+            self.send({"jsonrpc": "2.0", "id": msg_id, "error": error})
+
+    def notify(self, method: str, params: Any) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def request(self, method: str, params: Any) -> Any:
+        """Send a request to the client and wait for its result (``ClientRefused`` on an error
+        reply); the caller bounds the wait."""
+        self._sent += 1
+        msg_id = f"compactd-{self._sent}"
+        pending = _Pending()
+        self._pending[_key(msg_id)] = pending
+        try:
+            self.send({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+            await pending.done.wait()
+        finally:
+            self._pending.pop(_key(msg_id), None)
+        if pending.error is not None:
+            raise ClientRefused(pending.error)
+        return pending.result
+
+    def reply(self, msg: dict[str, Any]) -> None:
+        """A response from the client: the answer to one of ``request``'s."""
+        pending = self._pending.get(_key(msg.get("id")))
+        if pending is None:
+            log.info("a reply to no request of compactd's (id %r)", msg.get("id"))
+            return
+        pending.result = msg.get("result")
+        pending.error = msg.get("error")
+        pending.done.set()
+
+
+class CompactdServer:
+    """The daemon: LSP's lifecycle, compactd's request dispatch, work-done progress.
 
     Every request is answered exactly once with its own id. compactd's methods run as tasks of
     the server's task group under a cancellation ``Guard``; the lifecycle rules are LSP's:
@@ -141,20 +153,20 @@ class CompactdServer(LanguageServer):
     """
 
     def __init__(self, data_dir: Path | None = None) -> None:
-        super().__init__(
-            "compactd",
-            __version__,
-            protocol_cls=CompactdProtocol,
-            converter_factory=_converter,
-        )
         self.default_data_dir = data_dir
+        self.connection = Connection()
         self.app: App | None = None
         self.exit_code: int | None = None
         self.task_group: anyio.abc.TaskGroup | None = None
+        # What ``initialize`` said: the client's capabilities, and the editor's process id (the
+        # daemon exits when that process dies).
+        self.client_capabilities: lsp.ClientCapabilities | None = None
+        self.process_id: int | None = None
+        self._shut_down = False
         self._running: dict[tuple[str, Any], Guard] = {}
+        self._progress: dict[str, WorkDone] = {}
         self._idle = anyio.Event()
         self._idle.set()
-        self._register_lifecycle()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -163,28 +175,58 @@ class CompactdServer(LanguageServer):
         if self.task_group is not None:
             self.task_group.cancel_scope.cancel()
 
-    def _register_lifecycle(self) -> None:
-        @self.feature(lsp.INITIALIZE)
-        def on_initialize(ls: CompactdServer, params: lsp.InitializeParams) -> None:
-            raw = params.initialization_options or {}
-            try:
-                options = msgspec.convert(raw, p.InitializationOptions)
-            except (msgspec.ValidationError, RecursionError) as exc:
-                raise _error(
-                    p.ErrorCode.INVALID_PARAMS, f"invalid initializationOptions: {exc}"
-                ) from exc
-            app = App(options, data_dir=ls.default_data_dir)
-            app.notifier = ls._send_notification
-            app.task_group = ls.task_group
-            ls.app = app
-            log.info("initialized; data dir %s", app.store.data_dir)
+    def _initialize(self, msg_id: Any, params: Any) -> None:
+        try:
+            if not isinstance(params, dict):
+                raise TypeError("initialize takes its params as an object")
+            init = _lsp.structure(params, lsp.InitializeParams)
+        except Exception as exc:
+            detail = (
+                "; ".join(cattrs.transform_error(exc))
+                if isinstance(exc, cattrs.ClassValidationError)
+                else str(exc)
+            )
+            self.connection.error(
+                msg_id, p.ErrorCode.INVALID_PARAMS, f"invalid params for initialize: {detail}"
+            )
+            return
+        raw = init.initialization_options or {}
+        try:
+            options = msgspec.convert(raw, p.InitializationOptions)
+        except (msgspec.ValidationError, RecursionError) as exc:
+            self.connection.error(
+                msg_id, p.ErrorCode.INVALID_PARAMS, f"invalid initializationOptions: {exc}"
+            )
+            return
+        try:
+            app = App(options, data_dir=self.default_data_dir)
+        except p.CompactdError as err:
+            self.connection.error(msg_id, err.code, err.message, err.data)
+            return
+        app.notifier = self._notify
+        app.task_group = self.task_group
+        self.app = app
+        self.client_capabilities = init.capabilities
+        self.process_id = init.process_id
+        log.info("initialized; data dir %s", app.store.data_dir)
+        # Only what compactd serves: an editor told of text document sync or commands would
+        # send every buffer it opens.
+        result = lsp.InitializeResult(
+            capabilities=lsp.ServerCapabilities(
+                experimental={
+                    "compactd": {
+                        "protocolVersion": p.PROTOCOL_VERSION,
+                        "methods": sorted(HANDLERS),
+                        "notifications": sorted(p.NOTIFICATIONS),
+                    }
+                }
+            ),
+            server_info=lsp.ServerInfo(name="compactd", version=__version__),
+        )
+        self.connection.result(msg_id, _lsp.unstructure(result))
 
-    def _send_notification(self, method: str, params: msgspec.Struct) -> None:
-        self.protocol.notify(method, msgspec.to_builtins(params))
-
-    @property
-    def _shut_down(self) -> bool:
-        return bool(self.protocol._shutdown)
+    def _notify(self, method: str, params: msgspec.Struct) -> None:
+        self.connection.notify(method, msgspec.to_builtins(params))
 
     # -- incoming messages --------------------------------------------------------------------
 
@@ -193,7 +235,7 @@ class CompactdServer(LanguageServer):
         try:
             method = msg.get("method")
             if method is None:
-                self._to_pygls(msg)  # a reply to one of compactd's requests (progress)
+                self.connection.reply(msg)  # a reply to one of compactd's requests (progress)
             elif "id" in msg:
                 self._request(msg["id"], method, msg.get("params"))
             else:
@@ -201,55 +243,57 @@ class CompactdServer(LanguageServer):
         except Exception:
             log.exception("failed to handle a message")
             if "id" in msg and "method" in msg:
-                self._send_error(msg["id"], p.ErrorCode.INTERNAL, "internal error handling message")
+                self.connection.error(
+                    msg["id"], p.ErrorCode.INTERNAL, "internal error handling message"
+                )
 
     def _request(self, msg_id: Any, method: str, params: Any) -> None:
+        send_error = self.connection.error
         if method == lsp.INITIALIZE:
             if self.app is not None:
-                self._send_error(
-                    msg_id, p.ErrorCode.INVALID_REQUEST, "the server is already initialized"
-                )
+                send_error(msg_id, p.ErrorCode.INVALID_REQUEST, "the server is already initialized")
             else:
-                self._to_pygls({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+                self._initialize(msg_id, params)
             return
         if self.app is None:
-            self._send_error(
+            send_error(
                 msg_id,
                 p.ErrorCode.SERVER_NOT_INITIALIZED,
                 "the server is not initialized: send 'initialize' first",
             )
             return
         if self._shut_down:
-            self._send_error(
+            send_error(
                 msg_id,
                 p.ErrorCode.SHUTTING_DOWN,
                 f"{method}: the server is shutting down; only 'exit' is accepted now",
             )
             return
         if method == lsp.SHUTDOWN:
-            self._to_pygls({"jsonrpc": "2.0", "id": msg_id, "method": method})
+            self._shut_down = True
+            self.connection.result(msg_id, None)
             return
         handler = HANDLERS.get(method)
         if handler is None:
             if method in _LSP_NOTIFICATIONS:
-                self._send_error(
+                send_error(
                     msg_id,
                     p.ErrorCode.INVALID_REQUEST,
                     f"{method} is a notification: send it without an 'id'",
                 )
             else:
-                self._send_error(msg_id, p.ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}")
+                send_error(msg_id, p.ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}")
             return
         key = _key(msg_id)
         if key in self._running:
-            self._send_error(
+            send_error(
                 msg_id,
                 p.ErrorCode.INVALID_REQUEST,
                 f"a request with id {msg_id!r} is still running; ids must be unique",
             )
             return
         if self.task_group is None:
-            self._send_error(msg_id, p.ErrorCode.INTERNAL, "the server is not serving")
+            send_error(msg_id, p.ErrorCode.INTERNAL, "the server is not serving")
             return
         guard = Guard()
         self._running[key] = guard
@@ -271,29 +315,21 @@ class CompactdServer(LanguageServer):
         if self.app is None and method != lsp.INITIALIZED:
             log.info("ignored %s before initialize", method)
             return
-        if method in _PYGLS_NOTIFICATIONS:
-            self._to_pygls({"jsonrpc": "2.0", "method": method, "params": params})
+        if method == lsp.WINDOW_WORK_DONE_PROGRESS_CANCEL:
+            token = params.get("token") if isinstance(params, dict) else None
+            progress = self._progress.get(token) if isinstance(token, str) else None
+            if progress is None:
+                log.info("cancel of a progress that is not running: %r", token)
+            else:
+                progress.cancelled()
+        elif method in (lsp.INITIALIZED, lsp.SET_TRACE):
+            log.debug("%s", method)  # nothing to do: compactd sends no trace
         elif method in HANDLERS:
             log.warning(
                 "%s was sent as a notification (no id); ignored: nothing would answer", method
             )
         else:
             log.debug("ignored notification %s", method)
-
-    def _to_pygls(self, msg: dict[str, Any]) -> None:
-        try:
-            structured = self.protocol.structure_message(msg)
-        except JsonRpcException as exc:
-            if "id" in msg and "method" in msg:
-                self._send_error(
-                    msg["id"],
-                    p.ErrorCode.INVALID_PARAMS,
-                    f"invalid params for {msg['method']}: {exc.message}",
-                )
-            else:
-                log.warning("dropped a malformed %s", msg.get("method") or "reply")
-            return
-        self.protocol.handle_message(structured)
 
     # -- compactd's requests ------------------------------------------------------------------
 
@@ -304,19 +340,19 @@ class CompactdServer(LanguageServer):
         try:
             with guard.scope:
                 result = await self._call(method, handler, params)
-                self._send_result(msg_id, result)
+                self.connection.result(msg_id, result)
                 return
-            self._send_error(
+            self.connection.error(
                 msg_id, p.ErrorCode.CANCELLED, f"{method} was cancelled before it changed anything"
             )
         except p.CompactdError as err:
-            self._send_error(msg_id, err.code, err.message, err.data)
+            self.connection.error(msg_id, err.code, err.message, err.data)
         except Exception as exc:
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise  # the daemon is stopping
             # A bug must cost one request, not the daemon; the log keeps the traceback.
             log.exception("%s failed", method)
-            self._send_error(
+            self.connection.error(
                 msg_id, p.ErrorCode.INTERNAL, f"{method} failed: {type(exc).__name__}: {exc}"
             )
         finally:
@@ -332,40 +368,34 @@ class CompactdServer(LanguageServer):
     def request_context(self) -> RequestContext:
         return RequestContext(self)
 
-    # -- outgoing messages --------------------------------------------------------------------
+    # -- work-done progress -------------------------------------------------------------------
 
-    def _write(self, message: dict[str, Any]) -> None:
-        writer = self.protocol.writer
-        if writer is None:
-            return
-        body = _json_encoder.encode(message)
+    @property
+    def supports_work_done_progress(self) -> bool:
+        window = self.client_capabilities.window if self.client_capabilities else None
+        return bool(window and window.work_done_progress)
+
+    async def begin_progress(self, title: str, message: str | None = None) -> WorkDone | None:
+        """Server-initiated work-done progress (``window/workDoneProgress/create``, begin)."""
+        if not self.supports_work_done_progress:
+            return None
+        token = f"compactd-{uuid.uuid4()}"
         try:
-            writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        except (BrokenPipeError, ConnectionResetError, ValueError):
-            log.warning("the client closed its end of the connection")
-
-    def _send_result(self, msg_id: Any, result: Any) -> None:
-        self._write({"jsonrpc": "2.0", "id": msg_id, "result": result})
-
-    def _send_error(
-        self, msg_id: Any, code: str, message: str, data: dict[str, Any] | None = None
-    ) -> None:
-        # Written as a plain dict: JSON-RPC wants ``"id": null`` when the id could not be
-        # read, and pygls' converter would drop a None id altogether.
-        error = {
-            "code": p.jsonrpc_number(code),
-            "message": message,
-            "data": {**(data or {}), "code": code},
-        }
-        try:
-            self._write({"jsonrpc": "2.0", "id": msg_id, "error": error})
-        except (TypeError, msgspec.EncodeError):
-            error["data"] = {"code": code}
-            self._write({"jsonrpc": "2.0", "id": msg_id, "error": error})
+            with anyio.fail_after(PROGRESS_CREATE_TIMEOUT):
+                await self.connection.request(
+                    lsp.WINDOW_WORK_DONE_PROGRESS_CREATE, {"token": token}
+                )
+        except (ClientRefused, TimeoutError) as exc:  # carry on without a progress bar
+            log.info("the client did not create a progress token: %r", exc)
+            return None
+        progress = WorkDone(self.connection, token, lambda: self._progress.pop(token, None))
+        self._progress[token] = progress
+        progress.send(lsp.WorkDoneProgressBegin(title=title, message=message, cancellable=True))
+        return progress
 
     def _reject(self, err: FrameError) -> None:
         log.warning("rejected a frame: %s", err.message)
-        self._send_error(err.msg_id, err.code, err.message)
+        self.connection.error(err.msg_id, err.code, err.message)
 
     # -- main loop ----------------------------------------------------------------------------
 
@@ -376,17 +406,20 @@ class CompactdServer(LanguageServer):
 
     async def serve(self, stdin: IO[bytes], stdout: IO[bytes]) -> int:
         """Serve until stdin closes, ``exit`` arrives, or the parent process dies."""
-        self.protocol.set_writer(StdoutWriter(cast(BinaryIO, stdout)))
-        source = await _stdin_source(stdin)
+        self.connection.attach(stdout)
+        source = StdinSource(stdin)
         reader = FrameReader(source, self._deliver, self._reject, self._max_frame)
         parent = os.getppid()
-        async with anyio.create_task_group() as tg:
-            self.task_group = tg
-            tg.start_soon(self._watch_parent, parent)
-            await reader.run(stopped=lambda: self.exit_code is not None)
-            # End of input: answer what is still running, then stop.
-            await self._idle.wait()
-            tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                self.task_group = tg
+                tg.start_soon(self._watch_parent, parent)
+                await reader.run(stopped=lambda: self.exit_code is not None)
+                # End of input: answer what is still running, then stop.
+                await self._idle.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            source.close()
         log.info("frames: %d delivered, %d rejected", reader.delivered, reader.rejected)
         with anyio.CancelScope(shield=True):
             await self._close_all()
@@ -423,62 +456,54 @@ class RequestContext:
 
     @property
     def supports_work_done_progress(self) -> bool:
-        try:
-            window = self.server.client_capabilities.window
-        except Exception:  # capabilities absent before initialize
-            return False
-        return bool(window and window.work_done_progress)
+        return self.server.supports_work_done_progress
 
     async def begin_progress(self, title: str, message: str | None = None) -> WorkDone | None:
-        """Server-initiated work-done progress (``window/workDoneProgress/create``, begin)."""
-        if not self.supports_work_done_progress:
-            return None
-        progress = self.server.work_done_progress
-        token = f"compactd-{uuid.uuid4()}"
-        try:
-            await asyncio.wait_for(progress.create_async(token), PROGRESS_CREATE_TIMEOUT)
-        except Exception as exc:  # refused or unanswered: carry on without a progress bar
-            log.info("the client did not create a progress token: %r", exc)
-            progress.tokens.pop(token, None)
-            return None
-        progress.begin(
-            token, lsp.WorkDoneProgressBegin(title=title, message=message, cancellable=True)
-        )
-        return WorkDone(progress, token)
+        return await self.server.begin_progress(title, message)
 
 
 class WorkDone:
-    """One begun work-done progress; ``end`` sends the end and forgets the token (pygls keeps
-    tokens forever otherwise, docs/pygls.md#progress-tokens)."""
+    """One begun work-done progress (``$/progress`` with its token).
 
-    def __init__(self, progress: Any, token: str) -> None:
-        self._progress = progress
+    ``end`` sends the end and forgets the token; a ``window/workDoneProgress/cancel`` from the
+    client calls the ``on_cancel`` callbacks until then.
+    """
+
+    def __init__(self, connection: Connection, token: str, forget: Callable[[], object]) -> None:
+        self._connection = connection
         self._token = token
+        self._forget = forget
         self._ended = False
+        self._on_cancel: list[Callable[[], None]] = []
+
+    def send(self, value: Any) -> None:
+        self._connection.notify(
+            lsp.PROGRESS, {"token": self._token, "value": _lsp.unstructure(value)}
+        )
 
     def report(self, message: str, percentage: int | None = None) -> None:
         if not self._ended:
-            self._progress.report(
-                self._token, lsp.WorkDoneProgressReport(message=message, percentage=percentage)
-            )
+            self.send(lsp.WorkDoneProgressReport(message=message, percentage=percentage))
 
     def end(self, message: str) -> None:
         if self._ended:
             return
         self._ended = True
-        self._progress.end(self._token, lsp.WorkDoneProgressEnd(message=message))
-        self._progress.tokens.pop(self._token, None)
+        self._forget()
+        self.send(lsp.WorkDoneProgressEnd(message=message))
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
-        future = self._progress.tokens.get(self._token)
-        if future is None:
+        self._on_cancel.append(callback)
+
+    def cancelled(self) -> None:
+        """The client cancelled this progress (from its progress bar)."""
+        if self._ended:
             return
-
-        def done(fut: Any) -> None:
-            if fut.cancelled() and not self._ended:
+        for callback in self._on_cancel:
+            try:
                 callback()
-
-        future.add_done_callback(done)
+            except Exception:
+                log.exception("a progress cancel callback failed")
 
 
 def _alive(pid: int) -> bool:
@@ -491,32 +516,45 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class _PipeSource:
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self._r = reader
+class StdinSource:
+    """stdin for the frame reader, read without blocking the event loop.
 
-    async def read(self, n: int) -> bytes:
-        return await self._r.read(n)
-
-
-class _ThreadSource:
-    """Fallback for stdin that is not a pipe (a regular file): blocking reads in a thread."""
+    A pipe, socket or terminal is made non-blocking and read when the event loop says it is
+    readable (``anyio.wait_readable``): no thread. A regular file (``compactd serve < file``),
+    or a platform where that is not possible, is read in anyio's worker threads, under its
+    limiter like every other thread the daemon uses.
+    """
 
     def __init__(self, stream: IO[bytes]) -> None:
-        self._s = stream
+        self._fd = stream.fileno()
+        self._polled = False
+        if os.name == "posix":
+            mode = os.fstat(self._fd).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode):
+                self._was_blocking = os.get_blocking(self._fd)
+                os.set_blocking(self._fd, False)
+                self._polled = True
 
     async def read(self, n: int) -> bytes:
-        return await anyio.to_thread.run_sync(self._s.read, n, abandon_on_cancel=True)
+        while self._polled:
+            try:
+                return os.read(self._fd, n)
+            except BlockingIOError:
+                pass
+            try:
+                await anyio.wait_readable(self._fd)
+            except OSError:  # a device the event loop cannot watch: read it in a thread
+                self.close()
+        return await anyio.to_thread.run_sync(os.read, self._fd, n, abandon_on_cancel=True)
 
-
-async def _stdin_source(stdin: IO[bytes]) -> _PipeSource | _ThreadSource:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 16)
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
-    except (ValueError, OSError):
-        return _ThreadSource(stdin)
-    return _PipeSource(reader)
+    def close(self) -> None:
+        """Give stdin back as it was (a terminal left non-blocking breaks the shell)."""
+        if self._polled:
+            self._polled = False
+            try:
+                os.set_blocking(self._fd, self._was_blocking)
+            except OSError:
+                pass
 
 
 def run_stdio(data_dir: Path | None = None) -> int:
@@ -527,14 +565,14 @@ def run_stdio(data_dir: Path | None = None) -> int:
     sys.stdout = sys.stderr
     server = CompactdServer(data_dir=data_dir)
     try:
-        code = asyncio.run(server.serve(stdin, stdout))
+        code = anyio.run(server.serve, stdin, stdout)
     except KeyboardInterrupt:
         code = 130
     except BrokenPipeError:
         log.warning("the client closed the connection")
         code = 0
     # Sessions are closed and their files flushed by now. A worker thread may still sit in a
-    # blocking read of a pipe the editor left open: do not wait for it.
+    # blocking read of a stdin that is a file or a device: do not wait for it.
     logging.shutdown()
     for stream in (stdout, sys.stderr):
         try:

@@ -205,6 +205,14 @@ export interface FileStateResult {
   files: Array<FileStateEntry>;
 }
 
+export interface FollowedNotification {
+  sessionId: string;
+  appended: number;
+  reread?: boolean;
+  entryCount: number;
+  status: TokenStatus;
+}
+
 export interface FullParams {
   sessionId: string;
   customInstructions?: string | null;
@@ -297,6 +305,7 @@ export interface OpenParams {
   transcriptPath?: string | null;
   cacheSafeParams?: CacheSafeParams | null;
   apiContextManagement?: boolean | null;
+  follow?: boolean | null;
 }
 
 export interface OpenResult {
@@ -307,6 +316,7 @@ export interface OpenResult {
   model?: string | null;
   skippedLines?: number;
   importedFrom?: string | null;
+  following?: boolean;
 }
 
 export interface PartialInfo {
@@ -389,6 +399,7 @@ export interface SessionInfo {
   open: boolean;
   entryCount?: number | null;
   tokens?: number | null;
+  following?: boolean;
 }
 
 export interface SessionMemoryOptions {
@@ -512,6 +523,7 @@ export interface Notifications {
   "cache/break": CacheBreak;
   "compact/status": StatusNotification;
   "memory/changed": MemoryChangedNotification;
+  "session/followed": FollowedNotification;
   "tokens/threshold": ThresholdNotification;
 }
 
@@ -532,6 +544,7 @@ export declare const METHODS: {
   readonly NOTIFY_CACHE_BREAK: "cache/break";
   readonly NOTIFY_COMPACT_STATUS: "compact/status";
   readonly NOTIFY_MEMORY_CHANGED: "memory/changed";
+  readonly NOTIFY_SESSION_FOLLOWED: "session/followed";
   readonly NOTIFY_TOKENS_THRESHOLD: "tokens/threshold";
   readonly RECALL_SEARCH: "recall/search";
   readonly SESSION_APPEND: "session/append";

@@ -9,12 +9,12 @@ terminal, plain text otherwise, ``--json`` on request).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import signal
 import sys
 from pathlib import Path
 
+import anyio
 from compactd_client import RpcError
 
 from compactd import __version__
@@ -41,12 +41,6 @@ def _setup_logging(verbosity: int, log_file: str | None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # pygls logs whole message bodies (prompts, file contents) at INFO: keep it quiet.
-    for name in ("pygls", "pygls.protocol", "pygls.server", "pygls.feature_manager"):
-        logging.getLogger(name).setLevel(max(level, logging.WARNING))
-    # pygls also logs a traceback for every error answer (bad params, unknown sessions); those
-    # are normal answers here, and compactd logs real failures itself.
-    logging.getLogger("pygls.protocol.json_rpc").setLevel(logging.CRITICAL)
     # The HTTP stack logs request details at INFO/DEBUG; only errors are useful here.
     for name in ("httpx", "httpx2", "httpcore", "anthropic"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
@@ -109,6 +103,12 @@ def _build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="output tokens reserved per request (default: the model's)",
+    )
+    status.add_argument(
+        "--follow",
+        action="store_true",
+        help="then keep reading the transcript as the agent appends to it, a gauge line per "
+        "change, until Ctrl-C",
     )
 
     compact = sub.add_parser(
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             "set it with --context-window"
         )
     try:
-        return asyncio.run(_report(term, args))
+        return anyio.run(_report, term, args)
     except RpcError as exc:
         term.error(_in_flags(str(exc)))
         return EXIT_FAILED
@@ -227,6 +227,7 @@ async def _report(term: Terminal, args: argparse.Namespace) -> int:
             as_json=args.json,
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
+            follow=args.follow,
         )
     if args.command == "compact":
         return await compact(

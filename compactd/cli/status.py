@@ -1,5 +1,6 @@
 """``compactd status``: where a transcript stands against its window, in parts that add up, and
-what ``compact/auto`` would do next."""
+what ``compact/auto`` would do next; with ``--follow``, a gauge line each time the agent appends
+to it (docs/follow.md)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from compactd_client import Client, RpcError
+from compactd_client import Client, RpcError, Subscription
 
 import compactd.cli.report as report
 from compactd import protocol as p
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
-from compactd.cli.term import Terminal
+from compactd.cli.term import Terminal, gauge
 
 
 async def previews(
@@ -36,8 +37,10 @@ async def status(
     as_json: bool,
     context_window: int | None = None,
     max_output_tokens: int | None = None,
+    follow: bool = False,
 ) -> int:
-    """Token status, breakdown and outlook of a transcript, through a throwaway daemon."""
+    """Token status, breakdown and outlook of a transcript, through a throwaway daemon; with
+    ``follow``, then a line per read of the growing transcript until interrupted."""
     path = Path(transcript)
     problem = unreadable(path)
     if problem is not None:
@@ -47,17 +50,52 @@ async def status(
         # Offline: a preview never calls a model, and nothing here may need a key.
         options = {"summarizer": {"offline": True}}
         async with Client.spawn(daemon_args(tmp), initialization_options=options) as client:
+            updates = client.follow_updates()  # listening before the open: nothing is missed
             opened = await client.open_session(
                 cwd=str(Path.cwd()),
                 model=model,
                 transcript_path=str(path),
                 context_window=context_window,
                 max_output_tokens=max_output_tokens,
+                follow=follow or None,
             )
             sid = opened.session_id
             bd = await client.tokens_breakdown(sid)
             st = await client.stats(sid)
             auto, full = await previews(client, sid)
+            _print(term, path, model, as_json, opened, bd, st, auto, full)
+            if follow:
+                await _follow(term, updates, as_json)
+    return 0
+
+
+async def _follow(
+    term: Terminal, updates: Subscription[p.FollowedNotification], as_json: bool
+) -> None:
+    """A line per read of the followed transcript (one JSON object a line with ``--json``)."""
+    if not as_json:
+        term.say("following the transcript; Ctrl-C to stop", style="dim")
+        term.stream.flush()  # a pipe sees each line as it comes
+    async for note in updates:
+        if as_json:
+            term.json(note)
+            continue
+        what = "read again" if note.reread else f"+{note.appended}"
+        term.show(gauge(term, note.status, before=f"{what} ({note.entry_count:,} entries) "))
+        term.stream.flush()
+
+
+def _print(
+    term: Terminal,
+    path: Path,
+    model: str | None,
+    as_json: bool,
+    opened: p.OpenResult,
+    bd: p.BreakdownResult,
+    st: p.StatsResult,
+    auto: p.PreviewResult,
+    full: p.PreviewResult | str,
+) -> None:
     if as_json:
         out: dict[str, Any] = {
             "model": opened.model,
@@ -71,7 +109,7 @@ async def status(
         if isinstance(full, str):
             out["preview"]["fullRefused"] = full
         term.json(out)
-        return 0
+        return
     skipped = f", {opened.skipped_lines} corrupt line(s) skipped" if opened.skipped_lines else ""
     term.say(path.name, style="bold")
     # Without --model the daemon takes the model the transcript names (docs/thresholds.md).
@@ -85,4 +123,3 @@ async def status(
     report.duplicates(term, bd)
     report.compactions(term, st)
     report.next_step(term, opened.status, auto, full)
-    return 0

@@ -39,6 +39,7 @@ from compactd.engine.compaction import (
     summary_request,
 )
 from compactd.engine.features import Feature
+from compactd.engine.follow import Following
 from compactd.engine.plan import (
     CompactionPlan,
     CompactionSpec,
@@ -266,6 +267,9 @@ class BackgroundPreparation(Feature):
         runtime = self.service.runtime
         if runtime.summarizer.offline or runtime.task_group is None or session.busy:
             return False
+        following = session.features.get(Following)
+        if isinstance(following, Following) and following.follower is not None:
+            return False  # Claude Code compacts a followed transcript itself (docs/follow.md)
         status = runtime.status(session)
         return (
             status.compaction_enabled

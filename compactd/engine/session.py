@@ -210,9 +210,30 @@ class Session:
         """Whether appending ``new`` changes the view other than by adding to its end."""
         if any(r.entry.is_compact_boundary or undone_target(r) is not None for r in new):
             return True
+        if self._anchors_kept_entries(new):
+            return True
         # Sidechain entries were counted while they were all there was (a sub-agent's own
         # transcript); once the main thread shows up, they stop counting.
         return not self.has_main_thread and any(_is_main_conversation(r.entry) for r in new)
+
+    def _anchors_kept_entries(self, new: Sequence[Record]) -> bool:
+        """Whether ``new`` holds the entry the heading boundary's kept entries go after.
+
+        Claude Code writes a compaction's boundary, then its summary, a line at a time; read as
+        they come (a followed transcript, docs/follow.md), the kept entries first sit right
+        after the boundary and must move after the summary once it arrives, as on load.
+        """
+        head = self._context[0].entry if self._context else None
+        if head is None or not head.is_compact_boundary or head.compact_metadata is None:
+            return False
+        segment = head.compact_metadata.preserved_segment
+        if segment is None:
+            return False
+        anchor = segment.anchor_uuid
+        return any(
+            (anchor is not None and r.uuid == anchor) or r.entry.is_compact_summary is True
+            for r in new
+        )
 
     @property
     def described_prefix(self) -> int:

@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import shutil
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +39,16 @@ from compactd.transcript.model import (
     Record,
     forget_file,
     is_compact_boundary_line,
+    line_uuid,
     parse_buffer,
     read_line,
     record_from_dict,
 )
+
+# Largest transcript ``session/open`` imports or a followed transcript is read as (compactd's
+# choice). Real sessions reach tens of MB; this guards the daemon's memory against a wrong path
+# (a disk image, a log file).
+MAX_IMPORT_BYTES = 1 << 30
 
 # Session ids become directory names: keep them to a conservative alphabet.
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -62,6 +69,11 @@ class SessionMeta(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
     api_context_management: bool | None = None
     imported_from: str | None = None
     created_at: float = 0.0
+    # ``imported_from`` is followed as it grows (docs/follow.md): a reopen resumes following.
+    follow: bool = False
+    # No model was given: a followed session takes the model its transcript's latest response
+    # names, as an import of the file would.
+    follow_model: bool = False
 
 
 @dataclass(slots=True)
@@ -187,6 +199,22 @@ class Store:
             os.fsync(fh.fileno())
         _locate(records, path, start)
 
+    def lines_without_uuid(self, session_id: str) -> Counter[bytes]:
+        """The session's transcript lines that have no uuid, counted (a followed transcript
+        read again is matched against them: docs/follow.md#replaced)."""
+        data = self.transcript_path(session_id).read_bytes()
+        found: Counter[bytes] = Counter()
+        pos = 0
+        while pos < len(data):
+            end = data.find(b"\n", pos)
+            end = len(data) if end < 0 else end
+            line = data[pos:end].strip()
+            pos = end + 1
+            # Only a line naming a uuid field is decoded (to see whether it is its own).
+            if line and (b'"uuid"' not in line or line_uuid(line) is None):
+                found[line] += 1
+        return found
+
     def load(self, session_id: str) -> LoadedTranscript:
         path = self.transcript_path(session_id)
         if not path.exists():
@@ -232,12 +260,7 @@ def _history_of(
         if written is None:
             record.locate(path, offset)
         else:
-            if GROUP_SIZE_FIELD.encode() in record.raw:
-                # The imported file was written whole: a group size from the file it came
-                # from would let a later load cut acknowledged lines.
-                obj = record.to_builtins()
-                obj.pop(GROUP_SIZE_FIELD, None)
-                record = record_from_dict(obj)
+            record = as_imported(record)
             record.locate(path, end)
             end += len(record.raw) + 1
             written.append(record.raw)
@@ -245,6 +268,19 @@ def _history_of(
         if is_compact_boundary_line(record.kind, record.subtype):
             records.retain([record])
     return records
+
+
+def as_imported(record: Record) -> Record:
+    """A line of another transcript as an import (or a followed transcript) copies it.
+
+    The imported file was written whole: a group size from the file it came from would let a
+    later load cut acknowledged lines, so it is dropped; everything else is kept byte for byte.
+    """
+    if GROUP_SIZE_FIELD.encode() not in record.raw:
+        return record
+    obj = record.to_builtins()
+    obj.pop(GROUP_SIZE_FIELD, None)
+    return record_from_dict(obj)
 
 
 def _locate(records: Sequence[Record], path: Path, offset: int) -> None:

@@ -96,6 +96,8 @@ class DirWatcher:
         self._wake = anyio.Event()
         # Directories the running ``awatch`` covers; empty while none runs.
         self.active: frozenset[str] = frozenset()
+        # Set (and replaced) whenever a new ``awatch`` starts covering ``active``.
+        self._activated = anyio.Event()
 
     # -- what to watch --------------------------------------------------------------------------
 
@@ -122,6 +124,11 @@ class DirWatcher:
     def covers(self, path: str) -> bool:
         """Whether a change of ``path`` would be seen by the running watch now."""
         return os.path.dirname(path) in self.active
+
+    async def until_covers(self, path: str) -> None:
+        """Return once a change of ``path`` would be seen (the caller bounds the wait)."""
+        while not self.covers(path):
+            await self._activated.wait()
 
     # -- loops ----------------------------------------------------------------------------------
 
@@ -162,6 +169,9 @@ class DirWatcher:
                 # ``awatch`` registers its watches before it first suspends, so other tasks
                 # that see ``active`` can rely on events being caught from then on.
                 self.active = frozenset(dirs)
+                # Waiters run once this task suspends inside ``awatch``: after it registered.
+                self._activated.set()
+                self._activated = anyio.Event()
                 async for batch in watchfiles.awatch(
                     *dirs,
                     stop_event=stop,

@@ -588,6 +588,15 @@ def record_from_line(line: bytes) -> tuple[Record, bool]:
     return Record(entry, line), degraded
 
 
+def line_uuid(line: bytes) -> str | None:
+    """The uuid of a JSONL line, decoding nothing else (None: it has none, or is not JSON)."""
+    try:
+        found = _uuid_decoder.decode(line).uuid
+    except msgspec.DecodeError:
+        return None
+    return found if isinstance(found, str) else None
+
+
 def record_from_dict(obj: dict[str, Any]) -> Record:
     """Build a record from an entry given as JSON (e.g. in ``session/append`` params)."""
     raw = _encoder.encode(obj)

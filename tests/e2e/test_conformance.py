@@ -100,6 +100,57 @@ def test_a_huge_content_length_is_answered_at_once_and_the_next_frame_served(wir
     assert "result" in wire.call(p.SESSION_LIST, {})
 
 
+def _list(i: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": i, "method": p.SESSION_LIST, "params": {}}).encode()
+
+
+def test_a_header_split_across_writes_after_a_lying_length_is_found(wire: Wire) -> None:
+    """Issue 26: a Content-Length that lies (long or short) and a next header that arrives in
+    two writes. Each first write starts with a request whose answer shows the daemon has read
+    it all before the second is sent; the valid request behind the bad frame runs once."""
+    answers: dict[int, dict[str, Any]] = {}
+
+    def until(msg_id: int) -> None:
+        while msg_id not in answers:
+            msg = wire.answer()
+            assert msg["id"] not in answers, f"answered twice: {msg}"
+            answers[msg["id"]] = msg
+
+    cases = [(5, 5), (5, 1), (12, 9), (3, 17), (-5, 5), (-9, 12), (40, 5)]
+    for k, (lie, cut) in enumerate(cases):
+        n = 1000 + 10 * k
+        bad = _list(n + 1)
+        valid = _list(n + 2)
+        header = b"Content-Length: %d\r\n\r\n" % len(valid)
+        stream = b"Content-Length: %d\r\n\r\n" % (len(bad) + lie) + bad + header + valid
+        split = stream.index(header) + cut
+        wire.send_body(_list(n))
+        wire.stdin.write(stream[:split])
+        wire.flush()
+        until(n)  # the first write has been read
+        wire.stdin.write(stream[split:])
+        wire.flush()
+        until(n + 2)
+        assert "result" in answers[n] and "result" in answers[n + 2], (lie, cut, answers)
+        if lie > 0:  # the message before the swallowed header was whole: it ran too
+            until(n + 1)
+            assert "result" in answers[n + 1], (lie, cut)
+    assert "result" in wire.call(p.SESSION_LIST, {})
+    assert not [m for m in wire.drain(0.2) if "id" in m and "method" not in m]
+
+
+def test_a_float_id_is_echoed_in_its_error(wire: Wire) -> None:
+    for raw in ("1.5", "7.0", "1e3"):
+        body = f'{{"jsonrpc": "2.0", "id": {raw}, "method": "session/list", "params": {{}}}}'
+        wire.send_body(body.encode())
+        wire.send_body(body[:-3].encode())  # cut: a parse error whose id can still be read
+        wire.flush()
+        refused, unparsed = wire.answer(), wire.answer()
+        assert refused["id"] == float(raw) and error_code(refused) == (-32600, "invalidRequest")
+        assert unparsed["id"] == float(raw) and error_code(unparsed) == (-32700, "parseError")
+    assert "result" in wire.call(p.SESSION_LIST, {})
+
+
 def test_requests_with_a_null_id_are_answered_with_a_null_id(wire: Wire) -> None:
     wire.send({"jsonrpc": "2.0", "id": None, "method": p.SESSION_LIST, "params": 5})
     wire.flush()
@@ -221,6 +272,79 @@ def test_lifecycle_as_lsp_says(tmp_path: Path) -> None:
     bare.flush()
     assert bare.proc.wait(10) == 1
     bare.log.close()
+
+
+def test_work_done_progress_over_the_wire(tmp_path: Path) -> None:
+    """The daemon's own request (``window/workDoneProgress/create``) and its reply: accepted,
+    the operation reports ``$/progress`` under that token; refused, it goes on without one; a
+    reply to no request of the daemon's changes nothing."""
+    w = start(tmp_path, init=False)
+    try:
+        res = w.call(
+            "initialize",
+            {
+                "processId": None,
+                "capabilities": {"window": {"workDoneProgress": True}},
+                "initializationOptions": {
+                    "dataDir": str(tmp_path / "data"),
+                    "summarizer": {"offline": True},
+                },
+            },
+        )
+        assert "result" in res, res
+        w.send({"jsonrpc": "2.0", "id": "nobody-asked", "result": None})
+        for msg_id, accept in ((501, True), (502, False)):
+            sid = f"progress-{msg_id}"
+            open_session(w, sid)
+            w.call(p.SESSION_APPEND, {"sessionId": sid, "entries": conversation(6, sid)})
+            w.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": msg_id,
+                    "method": p.COMPACT_FULL,
+                    "params": {"sessionId": sid},
+                }
+            )
+            w.flush()
+            create = w.recv()
+            while create.get("method") != "window/workDoneProgress/create":
+                assert create.get("id") != msg_id, create
+                create = w.recv()
+            token = create["params"]["token"]
+            if accept:
+                w.send({"jsonrpc": "2.0", "id": create["id"], "result": None})
+            else:
+                w.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": create["id"],
+                        "error": {"code": -32603, "message": "no"},
+                    }
+                )
+            w.flush()
+            seen: list[dict[str, Any]] = []
+            while not (answer := w.recv()).get("id") == msg_id or "method" in answer:
+                seen.append(answer)
+            assert "result" in answer, answer
+            progress = [m["params"] for m in seen if m.get("method") == "$/progress"]
+            if not accept:
+                assert progress == []
+                continue
+            kinds = [v["value"]["kind"] for v in progress]
+            assert kinds[0] == "begin" and kinds[-1] == "end" and "report" in kinds, kinds
+            assert {v["token"] for v in progress} == {token}
+            assert progress[0]["value"]["cancellable"] is True
+            # Ended: a cancel from the progress bar now reaches nothing.
+            w.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "window/workDoneProgress/cancel",
+                    "params": {"token": token},
+                }
+            )
+        assert "result" in w.call(p.SESSION_LIST, {})
+    finally:
+        w.close()
 
 
 def test_a_cancel_answer_has_its_code(tmp_path: Path) -> None:

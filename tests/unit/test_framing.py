@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import anyio
@@ -161,3 +162,82 @@ def test_mutated_streams_never_raise_and_later_frames_get_through(
     got, errors = read_all([data[i : i + step] for i in range(0, len(data), step)])
     assert 99 in [m.get("id") for m in got if isinstance(m, dict)]
     assert all(isinstance(e, FrameError) for e in errors)
+
+
+# -- split reads after a bad frame (issue 26) ------------------------------------------------------
+
+
+def _body(i: int, rng: random.Random) -> bytes:
+    """A valid request of varied shape and size (the text may look like header names)."""
+    words = ["Content", "Length", "ab", "x: y", "Conte", "nt-Length: 5", "\\r\\n", "é", "ok"]
+    text = " ".join(rng.choice(words) for _ in range(rng.randint(0, 12)))
+    params = {"sessionId": f"s{i}", "text": text} if rng.random() < 0.8 else {}
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": i, "method": "tokens/status", "params": params}
+    ).encode()
+
+
+def _bad_then_valid(rng: random.Random) -> tuple[str, bytes, int]:
+    """A bad frame (or several) followed by a valid request; the valid request's id."""
+    first = _body(1, rng)
+    valid = frame(_body(2, rng))
+    kind = rng.choice(["long", "short", "bare", "garbage", "batch", "json", "utf8", "header"])
+    if kind == "long":  # a length that lies long, by a little or by more than the next frame
+        lie = rng.choice([1, 2, 5, 10, 17, 40, len(valid) + 7])
+        bad = b"Content-Length: %d\r\n\r\n" % (len(first) + lie) + first
+    elif kind == "short":
+        lie = rng.randint(1, min(30, len(first) - 1))
+        bad = b"Content-Length: %d\r\n\r\n" % (len(first) - lie) + first
+    elif kind == "bare":  # a message sent without its header
+        bad = first + rng.choice([b"", b"\r\n", b"\n\n"])
+    elif kind == "garbage":
+        bad = rng.choice([b"hello world", b"ab: cd\r\n\r\n", b"\x00\xff\xfe", b"Conte", b"}}"])
+    elif kind == "batch":
+        bad = frame(b"[" + first + b"," + _body(3, rng) + b"]")
+    elif kind == "json":
+        bad = frame(first[: rng.randint(1, len(first) - 1)])
+    elif kind == "utf8":
+        bad = frame(first.replace(b"tokens", b"t\xffkens"))
+    else:  # a header block with a bad line
+        bad = b"Content-Length: %d\r\nX bad\r\n\r\n" % len(first) + first
+    return kind, bad + valid, 2
+
+
+async def _read_split(data: bytes, at: int) -> list[Any]:
+    got: list[Any] = []
+    reader = FrameReader(Chunks([data[:at], data[at:]]), got.append, lambda err: None)
+    await reader.run()
+    return got
+
+
+def test_every_split_after_a_bad_frame_keeps_the_valid_request() -> None:
+    """Each two-frame sequence is read in two pieces split at every byte: the valid request
+    comes out exactly once, and nothing comes out twice."""
+    rng = random.Random(26)
+    failures: list[tuple[str, int, bytes]] = []
+
+    async def main() -> None:
+        for _ in range(200):
+            kind, data, valid_id = _bad_then_valid(rng)
+            for at in range(1, len(data) + 1):
+                ids = [m["id"] for m in await _read_split(data, at)]
+                if ids.count(valid_id) != 1 or len(ids) != len(set(ids)):
+                    failures.append((kind, at, data))
+
+    anyio.run(main)
+    assert not failures, f"{len(failures)} splits lost or repeated a request: {failures[:3]}"
+
+
+@pytest.mark.parametrize(("text", "value"), [("1.5", 1.5), ("7.0", 7.0), ("1e3", 1000.0)])
+def test_a_float_id_is_echoed(text: str, value: float) -> None:
+    """LSP ids are integers or strings, so the request is refused, but with its own id; and a
+    parse error whose id can still be read carries it too."""
+    ok = f'{{"jsonrpc": "2.0", "id": {text}, "method": "tokens/status", "params": {{}}}}'
+    broken = f'{{"jsonrpc": "2.0", "id": {text}, "method": "tokens/status", "params": {{'
+    got, errors = read_all([frame(ok), frame(broken), frame(request(3))])
+    assert [m["id"] for m in got] == [3]
+    assert [(e.code, e.msg_id) for e in errors] == [
+        (p.ErrorCode.INVALID_REQUEST, value),
+        (p.ErrorCode.PARSE_ERROR, value),
+    ]
+    assert all(type(e.msg_id) is float for e in errors)

@@ -336,6 +336,10 @@ class Client:
         """``cache/break``: a prompt-cache break was detected, with its explanation."""
         return Subscription(self, p.NOTIFY_CACHE_BREAK, p.CacheBreak, session_id)
 
+    def follow_updates(self, session_id: str | None = None) -> Subscription[p.FollowedNotification]:
+        """``session/followed``: lines appended to a followed transcript were taken in."""
+        return Subscription(self, p.NOTIFY_SESSION_FOLLOWED, p.FollowedNotification, session_id)
+
     # -- typed protocol methods (one per entry of ``protocol.REQUESTS``) ----------------------
 
     async def open_session(
@@ -350,6 +354,7 @@ class Client:
         transcript_path: str | None = None,
         cache_safe_params: p.CacheSafeParams | None = None,
         api_context_management: bool | None = None,
+        follow: bool | None = None,
     ) -> p.OpenResult:
         params = p.OpenParams(
             cwd=cwd,
@@ -361,6 +366,7 @@ class Client:
             transcript_path=transcript_path,
             cache_safe_params=cache_safe_params,
             api_context_management=api_context_management,
+            follow=follow,
         )
         return await self.call(p.SESSION_OPEN, params, p.OpenResult)
 
@@ -589,6 +595,7 @@ TYPED_NOTIFICATIONS: dict[str, str] = {
     p.NOTIFY_TOKENS_THRESHOLD: "threshold_crossings",
     p.NOTIFY_MEMORY_CHANGED: "memory_changes",
     p.NOTIFY_CACHE_BREAK: "cache_breaks",
+    p.NOTIFY_SESSION_FOLLOWED: "follow_updates",
 }
 
 

@@ -1,0 +1,288 @@
+"""Following a live transcript: the lines an agent appends to the file a session was imported from.
+
+A session opened with ``follow`` keeps reading the Claude Code transcript it was imported from
+(docs/follow.md). One ``Follower`` per session holds everything about it: the file, how far it
+was read (``services.tail.Position``) and its own task in the daemon's task group, cancelled
+when the session closes. The ``FollowService`` (one per daemon) owns the watcher of the
+followed files' directories and pokes the follower of a file that changed; a follower also
+looks now and then without an event, in case a change was not reported.
+
+What a follower reads goes through the runtime's one writer (``Runtime.commit``) under the
+session lock, exactly as an import would copy it, so the session stays what a fresh import of
+the file would give: Claude Code's compactions and microcompactions are ordinary lines and
+the session recognizes them as it does on import. Lines the session already holds (same uuid;
+for lines without one, the same bytes, as many times) are not added again, which is what makes
+reading a replaced or rewritten file from its start safe. The followed file is never written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final
+
+import anyio
+import msgspec
+
+from compactd import protocol as p
+from compactd.core import tokens
+from compactd.engine.features import Feature
+from compactd.engine.runtime import Runtime
+from compactd.engine.session import Session
+from compactd.services.store import MAX_IMPORT_BYTES, as_imported
+from compactd.services.tail import Position, TailRead, position_of, read_new
+from compactd.services.watch import DirWatcher
+from compactd.transcript.model import ParseReport, Record, parse_buffer
+
+log = logging.getLogger(__name__)
+
+# A followed file is read once it has been quiet this long, or at the latest this long after
+# its first change (compactd's choice: Claude Code writes a turn's lines within a few ms of
+# each other, and the gauge should move well within a second of a new line).
+FOLLOW_QUIET_SECONDS: Final = 0.05
+FOLLOW_MAX_WAIT_SECONDS: Final = 0.25
+# Without any event, a follower still looks at its file this often (a change the watcher
+# missed, or a file system it cannot watch). Looking costs two small reads.
+FOLLOW_POLL_SECONDS: Final = 2.0
+# How long a new follower waits for the watcher to cover its file before its first read:
+# a line appended before then is caught by that first read.
+_WATCH_READY_SECONDS: Final = 5.0
+
+
+class Follower:
+    """Follows one session's source transcript; all its state lives here."""
+
+    def __init__(
+        self, runtime: Runtime, session: Session, path: Path, position: Position | None
+    ) -> None:
+        self.runtime = runtime
+        self.session = session
+        self.path = path
+        # How far the file was read; None: read it whole and keep what the session lacks.
+        self.position = position
+        # Lines without a uuid that the session holds and the file, read again from its start,
+        # has not shown (yet): a truncated file written again must not add them twice.
+        self._held: Counter[bytes] = Counter()
+        self.scope = anyio.CancelScope()
+        self._changed = anyio.Event()
+        # One read at a time: the task's and a reopen's (two reading from one position would
+        # both add the lines that have no uuid).
+        self._reading = anyio.Lock()
+
+    def poke(self) -> None:
+        """The file changed: read it soon."""
+        self._changed.set()
+
+    def stop(self) -> None:
+        self.scope.cancel()
+
+    async def run(self, watched: Callable[[], Awaitable[None]]) -> None:
+        """Read the file whenever it changes, until stopped (the session closes)."""
+        with self.scope:
+            with anyio.move_on_after(_WATCH_READY_SECONDS):
+                await watched()
+            while True:
+                self._changed = anyio.Event()
+                try:
+                    await self.sync()
+                except FileNotFoundError:
+                    # Between the unlink and the rename of a replacement, or deleted: the
+                    # next change (or look) reads what is there then.
+                    log.debug("followed transcript %s is missing", self.path)
+                except Exception:  # a bad read must not end the following
+                    log.exception("following %s failed", self.path)
+                with anyio.move_on_after(FOLLOW_POLL_SECONDS):
+                    await self._changed.wait()
+
+    async def sync(self) -> int:
+        """Take in what was appended since the last read; the number of entries added."""
+        async with self._reading:
+            return await self._sync()
+
+    async def _sync(self) -> int:
+        # Read and decoded in a worker thread: a file read again may be large.
+        read, records, skipped = await anyio.to_thread.run_sync(_read, self.path, self.position)
+        if not read.data and not read.reread:
+            self.position = read.position
+            return 0
+        session = self.session
+        runtime = self.runtime
+        async with session.lock:
+            if read.reread:
+                held = await anyio.to_thread.run_sync(
+                    runtime.store.lines_without_uuid, session.session_id
+                )
+            else:
+                held = Counter(self._held)  # taken only if the commit succeeds
+            fresh = _missing(records, session, held)
+            await runtime.commit(session, fresh)
+            await self._follow_model(fresh)
+            self.position = read.position
+            self._held = held
+            if not read.reread:
+                session.skipped_lines += skipped
+        if fresh or read.reread:
+            status = runtime.status(session)
+            runtime.check_thresholds(session, status)
+            runtime.notify(
+                p.NOTIFY_SESSION_FOLLOWED,
+                p.FollowedNotification(
+                    session_id=session.session_id,
+                    appended=len(fresh),
+                    reread=read.reread,
+                    entry_count=len(session.records),
+                    status=status,
+                ),
+            )
+        if read.reread:
+            log.info(
+                "session %s: %s was replaced or rewritten; read again, %d new entries",
+                session.session_id,
+                self.path,
+                len(fresh),
+            )
+        return len(fresh)
+
+    async def _follow_model(self, fresh: list[Record]) -> None:
+        """Measure against the model the latest response names, as an import of the file
+        would (docs/thresholds.md#model-limits), unless the client named one. Lock held."""
+        session = self.session
+        if not session.meta.follow_model:
+            return
+        model = tokens.recorded_model(r.entry for r in reversed(fresh))
+        if model is None or model == session.meta.model:
+            return
+        meta = msgspec.structs.replace(session.meta, model=model)
+        await anyio.to_thread.run_sync(self.runtime.store.write_meta, meta)
+        session.meta = meta
+        log.info("session %s: the followed transcript now uses %s", session.session_id, model)
+
+
+def _read(path: Path, since: Position | None) -> tuple[TailRead, list[Record], int]:
+    """What the file gained, its records as an import copies them, and the lines skipped."""
+    read = read_new(path, since, MAX_IMPORT_BYTES)
+    report = ParseReport()
+    records = [as_imported(r) for _, r in parse_buffer(read.data, report)]
+    return read, records, report.skipped
+
+
+def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:
+    """The records the session does not hold yet, in order.
+
+    A uuid the session has (or that came earlier in ``records``) is held. A line without a
+    uuid is held as many times as ``held`` counts its bytes (each match uses one up).
+    """
+    seen: set[str] = set()
+    out: list[Record] = []
+    for r in records:
+        uid = r.uuid
+        if uid is None:
+            if held[r.raw] > 0:
+                held[r.raw] -= 1
+                if not held[r.raw]:
+                    del held[r.raw]
+                continue
+        elif uid in seen or session.records.index_of(uid) is not None:
+            continue
+        else:
+            seen.add(uid)
+        out.append(r)
+    return out
+
+
+class Following(Feature):
+    """A session's part in following (docs/engine.md#features): its follower stops with it."""
+
+    def __init__(self, service: FollowService) -> None:
+        self.service = service
+        self.follower: Follower | None = None
+
+    async def on_close(self, session: Session) -> None:
+        if self.follower is not None and self.service.followers.get(session.session_id) is (
+            self.follower
+        ):
+            self.service.stop(session.session_id)
+        self.follower = None
+
+
+class FollowService:
+    """Per-daemon owner of the followers and of the watcher of their files' directories.
+
+    ``followers`` indexes the running followers by session for the one watcher of their
+    directories; each session's follower also hangs on its ``Following`` feature state, which
+    stops it when the session closes.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        runtime.features.register(Following, lambda session: Following(self))
+        self.followers: dict[str, Follower] = {}  # session id -> its follower
+        self._paths: Counter[str] = Counter()  # followed files -> how many followers
+        self.watcher = DirWatcher(
+            self._on_change,
+            lambda path: path in self._paths,
+            quiet=FOLLOW_QUIET_SECONDS,
+            max_wait=FOLLOW_MAX_WAIT_SECONDS,
+        )
+        self._watching = False
+
+    def following(self, session_id: str) -> bool:
+        return session_id in self.followers
+
+    def start(self, session: Session, path: Path, consumed: bytes | None = None) -> bool:
+        """Follow ``path`` for ``session`` (idempotent); False when there is nowhere to run.
+
+        ``consumed``: the file's bytes the session was just imported from, so reading goes on
+        after them; None (a reopen) reads the file whole first and keeps what the session lacks.
+        """
+        sid = session.session_id
+        current = self.followers.get(sid)
+        if current is not None and current.session is session and current.path == path:
+            current.poke()
+            return True
+        group = self._runtime.task_group
+        if group is None:
+            log.warning("session %s: no task group to follow %s in", sid, path)
+            return False
+        if current is not None:
+            self.stop(sid)
+        position = position_of(consumed) if consumed is not None else None
+        follower = Follower(self._runtime, session, path, position)
+        self.followers[sid] = follower
+        self._paths[str(path)] += 1
+        self.watcher.set_dirs(sid, [str(path.parent)])
+        if not self._watching:
+            self._watching = True
+            group.start_soon(self.watcher.run)
+        group.start_soon(follower.run, lambda: self.watcher.until_covers(str(path)))
+        self._runtime.features.state(session, Following).follower = follower
+        log.info("session %s: following %s", sid, path)
+        return True
+
+    async def catch_up(self, session_id: str) -> None:
+        """Read what the followed file gained, now (a reopen answers with the file's state)."""
+        follower = self.followers.get(session_id)
+        if follower is None:
+            return
+        try:
+            await follower.sync()
+        except OSError as exc:  # the open still succeeds; the follower keeps trying
+            log.warning("session %s: cannot read %s: %s", session_id, follower.path, exc)
+
+    def stop(self, session_id: str) -> None:
+        follower = self.followers.pop(session_id, None)
+        if follower is None:
+            return
+        follower.stop()
+        key = str(follower.path)
+        self._paths[key] -= 1
+        if self._paths[key] <= 0:
+            del self._paths[key]
+        self.watcher.drop(session_id)
+
+    async def _on_change(self, path: str) -> None:
+        for follower in list(self.followers.values()):
+            if str(follower.path) == path:
+                follower.poke()

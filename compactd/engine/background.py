@@ -117,7 +117,7 @@ class BackgroundService:
         self.start_at = opts.start_at or bg.DEFAULT_START_AT
         self.idle_s = (opts.idle_minutes or bg.DEFAULT_IDLE_MINUTES) * 60
         self.apply_when_idle = bool(opts.apply_when_idle)
-        # Seconds the summarizer took last (a preparation or a compaction): the growth rule.
+        # Seconds the summarizer's API took for the last preparation: the growth rule.
         self.last_duration_s: float | None = None
         if self.enabled:
             runtime.features.register(BackgroundPreparation, self._state_of)
@@ -161,10 +161,6 @@ class BackgroundPreparation(Feature):
         self.maybe_start(session)
 
     def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
-        head = records[0].entry if records else None
-        meta = head.compact_metadata if head is not None else None
-        if meta is not None and meta.duration_ms:
-            self.service.last_duration_s = meta.duration_ms / 1000
         self.samples.clear()
         self.drop(session, "the context was rewritten")
 
@@ -342,7 +338,8 @@ class BackgroundPreparation(Feature):
         started = time.monotonic()
         outcome = await runtime.summarizer.summarize(request)
         job.duration_ms = int((time.monotonic() - started) * 1000)
-        self.service.last_duration_s = job.duration_ms / 1000
+        # The API's own time: loading the SDK the first time is no measure of the next summary.
+        self.service.last_duration_s = outcome.api_seconds or job.duration_ms / 1000
         if self.job is not job:
             return
         job.outcome = outcome

@@ -24,6 +24,7 @@ SESSION_CLOSE = "session/close"
 SESSION_STATS = "session/stats"
 TOKENS_STATUS = "tokens/status"
 TOKENS_BREAKDOWN = "tokens/breakdown"
+TOKENS_HISTORY = "tokens/history"
 COMPACT_MICRO = "compact/micro"
 COMPACT_FULL = "compact/full"
 COMPACT_PARTIAL = "compact/partial"
@@ -780,6 +781,41 @@ class SessionMemoryResult(_Wire, kw_only=True):
     extracting: bool = False
 
 
+# -- token history ------------------------------------------------------------------------------
+
+
+class HistoryPoint(_Wire, kw_only=True):
+    """The context size one API response reported: its usage (input, cache and output tokens)."""
+
+    # Position of the response's last line in the session's transcript (0-based).
+    entry_index: int
+    timestamp: str | None = None
+    tokens: int
+
+
+class HistoryCompaction(_Wire, kw_only=True):
+    """A compaction in the history: where its boundary sits and the size before and after."""
+
+    entry_index: int
+    timestamp: str | None = None
+    compaction_id: str
+    trigger: str
+    mechanism: str
+    pre_tokens: int
+    post_tokens: int
+    # A later compact/undo cancelled it.
+    undone: bool = False
+
+
+class HistoryResult(_Wire, kw_only=True):
+    """``tokens/history``: the session's size over time (docs/thresholds.md#history)."""
+
+    points: list[HistoryPoint]
+    compactions: list[HistoryCompaction]
+    # Lines in the transcript: the x axis runs from 0 to this.
+    entry_count: int
+
+
 # -- Claude Code round trip ---------------------------------------------------------------------
 
 
@@ -830,6 +866,7 @@ REQUESTS: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {
     SESSION_STATS: (SessionParams, StatsResult),
     TOKENS_STATUS: (SessionParams, TokenStatus),
     TOKENS_BREAKDOWN: (SessionParams, BreakdownResult),
+    TOKENS_HISTORY: (SessionParams, HistoryResult),
     COMPACT_MICRO: (MicroParams, MicroResult),
     COMPACT_FULL: (FullParams, CompactResult),
     COMPACT_PARTIAL: (PartialParams, CompactResult),

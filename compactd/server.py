@@ -5,8 +5,9 @@ routes each one (the lifecycle as LSP states it, ``$/cancelRequest``, the replie
 own requests, work-done progress) and writes every outgoing frame through one ``Connection``.
 Each protocol method is run by ``compactd.handlers.invoke``, which decodes its params with
 msgspec, calls the handler and encodes the result; ``CompactdError`` becomes a JSON-RPC error
-whose ``data.code`` is stable. lsprotocol's types and converter read ``initialize`` and build
-its result and the progress values. Why not pygls: docs/pygls.md.
+whose ``data.code`` is stable. pygls serves where it fits: its LSP converter (lsprotocol's types
+with pygls' hooks, public API) reads ``initialize`` and builds its result and the progress
+values. Why the rest is not pygls': docs/pygls.md.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import anyio
 import cattrs
 import msgspec
 from lsprotocol import types as lsp
-from lsprotocol.converters import get_converter
+from pygls.protocol import default_converter
 
 from compactd import __version__
 from compactd import protocol as p
@@ -37,8 +38,8 @@ from compactd.handlers import HANDLERS, Handler, invoke
 log = logging.getLogger(__name__)
 
 _json_encoder = msgspec.json.Encoder()
-# lsprotocol's converter: LSP's camelCase names, optional fields left out when unset.
-_lsp = get_converter()
+# pygls' LSP converter: LSP's camelCase names, optional fields left out when unset.
+_lsp: cattrs.Converter = default_converter()  # type: ignore[no-untyped-call]
 
 # How often the daemon checks that the editor that spawned it is still alive (seconds).
 PARENT_POLL_INTERVAL = 1.0

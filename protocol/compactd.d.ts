@@ -218,6 +218,29 @@ export interface FullParams {
   customInstructions?: string | null;
 }
 
+export interface HistoryCompaction {
+  entryIndex: number;
+  timestamp?: string | null;
+  compactionId: string;
+  trigger: string;
+  mechanism: string;
+  preTokens: number;
+  postTokens: number;
+  undone?: boolean;
+}
+
+export interface HistoryPoint {
+  entryIndex: number;
+  timestamp?: string | null;
+  tokens: number;
+}
+
+export interface HistoryResult {
+  points: Array<HistoryPoint>;
+  compactions: Array<HistoryCompaction>;
+  entryCount: number;
+}
+
 export interface HookResult {
   event: string;
   command: string;
@@ -516,6 +539,7 @@ export interface Methods {
   "sessionMemory/extract": { params: SessionParams; result: SessionMemoryResult };
   "sessionMemory/get": { params: SessionParams; result: SessionMemoryResult };
   "tokens/breakdown": { params: SessionParams; result: BreakdownResult };
+  "tokens/history": { params: SessionParams; result: HistoryResult };
   "tokens/status": { params: SessionParams; result: TokenStatus };
 }
 
@@ -556,6 +580,7 @@ export declare const METHODS: {
   readonly SESSION_OPEN: "session/open";
   readonly SESSION_STATS: "session/stats";
   readonly TOKENS_BREAKDOWN: "tokens/breakdown";
+  readonly TOKENS_HISTORY: "tokens/history";
   readonly TOKENS_STATUS: "tokens/status";
 };
 

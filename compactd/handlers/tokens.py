@@ -1,11 +1,16 @@
-"""tokens/status and tokens/breakdown."""
+"""tokens/status, tokens/breakdown and tokens/history.
+
+The history reads released lines back from the transcript, so it runs in a worker thread, under
+the session's lock (``Session.read_history``: the session's views are shared with its
+compactions), as session/stats does.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core import tokens
+from compactd.core import history, tokens
 from compactd.core.view import main_thread
 from compactd.handlers.base import Context, Handler
 
@@ -25,7 +30,16 @@ async def breakdown(app: App, params: p.SessionParams, ctx: Context) -> p.Breakd
     return tokens.breakdown([r.entry for r in main_thread(session.context())], count)
 
 
+async def token_history(app: App, params: p.SessionParams, ctx: Context) -> p.HistoryResult:
+    session = await app.get_session(params.session_id)
+    threshold = app.status(session).auto_compact_threshold
+    return await session.read_history(
+        lambda: history.token_history(session.records, threshold, session.views)
+    )
+
+
 HANDLERS: dict[str, Handler] = {
     p.TOKENS_STATUS: status,
     p.TOKENS_BREAKDOWN: breakdown,
+    p.TOKENS_HISTORY: token_history,
 }

@@ -4,11 +4,14 @@ in Debian's chromium, the way a new user meets it.
 The vsix that `npm run package` builds is installed into a fresh code-server; the window opens a
 project folder with default compactd settings except the summarizer's address (the loopback API
 emulator) and a venv on PATH, and a home with a Claude Code transcript of that folder. Each test is
-one step of the user's way, in order: the daemon starts on its own; the transcript is chosen from
-the picker and the gauge shows; the breakdown opens from the gauge; a slow compaction is
-cancelled and leaves the gauge as it was; a compaction runs with its progress and frees the window. A
-step fails when the text a user should see does not appear. Screenshots go to
-tests/editors/out/vscode/.
+one step of the user's way, in order: the daemon starts on its own and the gauge shows the
+workspace's Claude Code session; the picker lists it as followed; the breakdown opens from its command; a slow compaction is
+cancelled and leaves the gauge as it was; a compaction runs with its progress and frees the window;
+the gauge moves as Claude Code appends to the transcript (the extension follows the workspace's
+running Claude Code session from the start, by default); the context panel opens from the gauge with the parts of the next
+request and the history (screenshots in clients/vscode/media/, light and dark); "Compact and
+resume in Claude Code" opens a terminal running the resume command. A step fails when the text a
+user should see does not appear. Screenshots go to tests/editors/out/vscode/.
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class Editor:
     emulator: Emulator
     out: Path
     workspace: Path
+    transcript: Path
 
     def shot(self, name: str, clip: dict[str, float] | None = None) -> Path:
         path = self.out / f"{name}.png"
@@ -173,6 +177,8 @@ def editor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Editor]:
         "extensions.autoCheckUpdates": False,
         "extensions.autoUpdate": False,
         "telemetry.telemetryLevel": "off",
+        # The DOM renderer: the terminal's text is in the page, where a step can read it.
+        "terminal.integrated.gpuAcceleration": "off",
         "update.mode": "none",
         # The only compactd settings: where the summarizer's API is, and a visible keep-alive.
         "compactd.summarizer": {"baseUrl": emulator.base_url, "maxRetries": 0},
@@ -190,6 +196,8 @@ def editor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Editor]:
         "XDG_CACHE_HOME": str(home / ".cache"),
         "ANTHROPIC_API_KEY": "test-key",
         "LANG": "C.UTF-8",
+        # The daemon runs this checkout's code, whichever checkout the venv was installed from.
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'clients' / 'python'}",
     }
     common = [
         "--config",
@@ -243,7 +251,13 @@ def editor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Editor]:
                 expect.set_options(timeout=STEP_TIMEOUT_MS)
                 page.goto(f"http://127.0.0.1:{port}/?folder={workspace}")
                 page.locator(".monaco-workbench").wait_for()
-                yield Editor(page=page, emulator=emulator, out=out, workspace=workspace)
+                yield Editor(
+                    page=page,
+                    emulator=emulator,
+                    out=out,
+                    workspace=workspace,
+                    transcript=transcripts / f"{SESSION}.jsonl",
+                )
             finally:
                 browser.close()
     finally:
@@ -263,32 +277,32 @@ def nothing_open(editor: Editor) -> None:
     editor.page.keyboard.press("Escape")
 
 
-def test_first_start_finds_the_daemon_on_path(editor: Editor) -> None:
+def test_first_start_finds_the_daemon_and_follows_the_workspace_session(editor: Editor) -> None:
     gauge = editor.gauge()
-    # Connected, no session yet: the item invites the user to pick one.
-    expect(gauge).to_have_text(re.compile(r"^\s*compactd\s*$"))
-    expect(gauge).to_have_attribute("aria-label", re.compile(r"compactd"))
+    # Connected, and showing the workspace's Claude Code session without being asked.
+    expect(gauge).to_have_text(re.compile(r"\d+% left · [\d.]+K/167K"))
+    expect(gauge).to_have_attribute("aria-label", re.compile(f"compactd: {SESSION}"))
     editor.shot("01-first-start")
     errors = editor.page.locator(".notifications-toasts .notification-toast", has_text="compactd")
     expect(errors).to_have_count(0)
-    # The output channel says which daemon runs: the venv's console script found on PATH.
+    # The output channel says which daemon runs (the venv's console script found on PATH) and
+    # which transcript it follows.
     editor.run_command("Output: Show Output Channels...")
     editor.pick("compactd")
     output = editor.page.locator(".part.panel .view-lines")
     expect(output).to_contain_text(f"using the daemon from PATH: {venv_bin() / 'compactd'}")
     expect(output).to_contain_text("connected to compactd")
+    expect(output).to_contain_text(f"{SESSION}.jsonl (the workspace's latest Claude Code session)")
     editor.shot("02-output-channel")
     editor.page.keyboard.press("Control+J")  # close the panel again
 
 
-def test_select_the_workspace_transcript_and_see_the_gauge(editor: Editor) -> None:
-    editor.gauge().click()  # "No session selected. Click to choose one."
-    expect(editor.page.locator(".quick-input-widget")).to_contain_text(
-        "Claude Code transcripts of this workspace"
-    )
+def test_the_session_picker_and_the_gauge(editor: Editor) -> None:
+    editor.run_command("compactd: Select session…")
+    expect(editor.page.locator(".quick-input-widget")).to_contain_text("compactd sessions")
     rows = editor.page.locator(".quick-input-list .monaco-list-row", has_text=SESSION)
     expect(rows).to_have_count(1)
-    expect(rows).to_contain_text("not imported")
+    expect(rows).to_contain_text("following")
     editor.shot("03-session-picker")
     rows.click()
     expect(editor.gauge()).to_have_text(re.compile(r"\d+% left · [\d.]+K/167K"))
@@ -299,8 +313,8 @@ def test_select_the_workspace_transcript_and_see_the_gauge(editor: Editor) -> No
     editor.shot("04-gauge", clip={"x": 760, "y": 560, "width": 520, "height": 240})
 
 
-def test_breakdown_from_the_gauge(editor: Editor) -> None:
-    editor.gauge().click()
+def test_breakdown_from_its_command(editor: Editor) -> None:
+    editor.run_command("compactd: Show token breakdown")
     picker = editor.page.locator(".quick-input-widget")
     expect(picker).to_contain_text(re.compile(r"[\d,]+ tokens in context"))
     expect(picker.locator(".monaco-list-row").first).to_contain_text("tokens ·")
@@ -345,4 +359,190 @@ def test_compact_with_progress(editor: Editor) -> None:
     after = editor.gauge_text()
     left = lambda text: int(re.search(r"(\d+)% left", text).group(1))  # noqa: E731
     assert left(after) > left(before), (before, after)
+    editor.page.keyboard.press("Escape")
+
+
+def _append(transcript: Path, entries: list[dict[str, object]]) -> None:
+    """Append ``entries`` as Claude Code does: the first one's parent is the file's last line."""
+    uuids = [json.loads(x).get("uuid") for x in transcript.read_text().splitlines() if x.strip()]
+    entries[0]["parentUuid"] = next((u for u in reversed(uuids) if u), None)
+    with transcript.open("a") as f:
+        f.write("".join(json.dumps(e) + "\n" for e in entries))
+
+
+def _answer(n: int, tokens: int) -> list[dict[str, object]]:
+    """A prompt and its answer as Claude Code appends them, the answer reporting ``tokens``."""
+    prompt = {
+        "parentUuid": None,
+        "isSidechain": False,
+        "type": "user",
+        "uuid": f"00000000-0000-4000-8000-{n:012d}",
+        "timestamp": "2026-11-26T12:00:00.000Z",
+        "sessionId": SESSION,
+        "message": {"role": "user", "content": f"question {n}"},
+    }
+    answer = _assistant_line(n, tokens)
+    answer["parentUuid"] = prompt["uuid"]
+    return [prompt, answer]
+
+
+def _assistant_line(n: int, tokens: int) -> dict[str, object]:
+    """An assistant response as Claude Code appends it, reporting ``tokens`` of usage."""
+    return {
+        "parentUuid": None,
+        "isSidechain": False,
+        "type": "assistant",
+        "uuid": f"00000000-0000-4000-9000-{n:012d}",
+        "timestamp": "2026-11-26T12:00:00.000Z",
+        "sessionId": SESSION,
+        "message": {
+            "id": f"msg_live_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [{"type": "text", "text": f"live answer {n}"}],
+            "stop_reason": "end_turn",
+            "usage": {
+                "input_tokens": 10,
+                "cache_read_input_tokens": tokens - 20,
+                "cache_creation_input_tokens": 0,
+                "output_tokens": 10,
+            },
+        },
+    }
+
+
+def _turn_with_tools(n: int, tokens: int) -> list[dict[str, object]]:
+    """A turn as Claude Code appends it: a prompt, a file read and a command with their results,
+    and the answer reporting ``tokens`` of usage."""
+
+    def line(k: int, kind: str, content: object, **extra: object) -> dict[str, object]:
+        return {
+            "parentUuid": f"00000000-0000-4000-9100-{n * 10 + k - 1:012d}" if k else None,
+            "isSidechain": False,
+            "type": kind,
+            "uuid": f"00000000-0000-4000-9100-{n * 10 + k:012d}",
+            "timestamp": "2026-11-26T12:05:00.000Z",
+            "sessionId": SESSION,
+            "message": {"role": kind, "content": content, **extra},
+        }
+
+    listing = "".join(
+        f"{i:5d}  def handler_{i}(request): return render(request)\n" for i in range(900)
+    )
+    build = "".join(f"[{i:4d}/400] compiling src/module_{i}.ts ... ok\n" for i in range(400))
+    usage = {"input_tokens": 10, "cache_read_input_tokens": tokens - 20, "output_tokens": 10}
+    lines = [
+        line(0, "user", "Read src/handlers.py and run the build"),
+        line(
+            1,
+            "assistant",
+            [
+                {
+                    "type": "tool_use",
+                    "id": f"t{n}a",
+                    "name": "Read",
+                    "input": {"file_path": "src/handlers.py"},
+                }
+            ],
+            id=f"msg_t{n}a",
+        ),
+        line(2, "user", [{"type": "tool_result", "tool_use_id": f"t{n}a", "content": listing}]),
+        line(
+            3,
+            "assistant",
+            [
+                {
+                    "type": "tool_use",
+                    "id": f"t{n}b",
+                    "name": "Bash",
+                    "input": {"command": "npm run build"},
+                }
+            ],
+            id=f"msg_t{n}b",
+        ),
+        line(4, "user", [{"type": "tool_result", "tool_use_id": f"t{n}b", "content": build}]),
+        line(
+            5,
+            "assistant",
+            [{"type": "text", "text": "The build passes."}],
+            id=f"msg_t{n}c",
+            model="claude-sonnet-4-5",
+            usage=usage,
+        ),
+    ]
+    return lines
+
+
+def test_follow_the_running_claude_code_session(editor: Editor) -> None:
+    # Claude Code reads a file and runs a command, then answers a question: the gauge moves
+    # without any command.
+    _append(editor.transcript, _turn_with_tools(4, 70_000))
+    expect(editor.gauge()).to_have_text(re.compile(r"\d+% left · 70K/167K"))
+    _append(editor.transcript, _answer(1, 120_000))
+    expect(editor.gauge()).to_have_text(re.compile(r"\d+% left · 120K/167K"))
+    editor.page.keyboard.press("Escape")
+
+
+def _panel(editor: Editor) -> Locator:
+    """The context panel's document: a webview is an iframe holding the extension's iframe."""
+    frame = editor.page.frame_locator("iframe.webview").frame_locator("iframe#active-frame")
+    return frame.locator("body")
+
+
+def test_context_panel_from_the_gauge(editor: Editor) -> None:
+    editor.gauge().click()
+    body = _panel(editor)
+    expect(body).to_contain_text("What the next request carries")
+    expect(body.locator('svg.bar rect[data-part="prefix"]')).to_have_count(1)
+    expect(body.locator('svg.bar rect[data-part="messages"]')).to_have_count(1)
+    expect(body.locator('svg.bar rect[data-part="tool:Read"]')).to_have_count(1)
+    expect(body.locator('svg.bar rect[data-part="tool:Bash"]')).to_have_count(1)
+    expect(body).to_contain_text("Tokens over time")
+    expect(body.locator("svg.history path.line")).to_have_count(1)
+    # The compaction of the earlier step is a drop; the followed responses are points.
+    expect(body.locator('svg.history circle[data-kind="compactionAfter"]').first).to_be_attached()
+    expect(body.locator('svg.history circle[data-kind="response"]').first).to_be_attached()
+    expect(body).to_contain_text("What compact/auto would do next")
+    expect(body).to_contain_text("120,000")
+    editor.page.mouse.move(0, 0)
+    media = ROOT / "clients" / "vscode" / "media"
+    shutil.copy(editor.shot("08-context-panel-light"), media / "context-panel.png")
+    _theme(editor, "Dark Modern")
+    expect(editor.page.locator(".monaco-workbench.vs-dark")).to_be_attached()
+    expect(body.locator('svg.bar rect[data-part="tool:Read"]')).to_have_count(1)
+    editor.page.mouse.move(0, 0)
+    shutil.copy(editor.shot("09-context-panel-dark"), media / "context-panel-dark.png")
+    _theme(editor, "Light Modern")
+    # It refreshes as the session grows.
+    _append(editor.transcript, _answer(2, 75_000))
+    expect(body).to_contain_text("75,000")
+
+
+def _theme(editor: Editor, name: str) -> None:
+    editor.run_command("Preferences: Color Theme")
+    box = editor.page.locator(".quick-input-widget input")
+    box.fill(name)
+    editor.pick(name)
+
+
+def test_compact_and_resume_opens_a_terminal(editor: Editor) -> None:
+    editor.run_command("compactd: Compact and resume in Claude Code")
+    done = editor.toast(
+        re.compile(r"Compacted the Claude Code session into a new one, [0-9a-f-]+: [\d,]+ → [\d,]+")
+    )
+    expect(done).to_be_visible()
+    new_id = re.search(r"new one, ([0-9a-f-]+):", done.inner_text()).group(1)  # type: ignore[union-attr]
+    assert (editor.transcript.parent / f"{new_id}.jsonl").exists()
+    terminal = editor.page.locator(".part.panel .terminal-wrapper")
+    expect(terminal.first).to_be_visible()
+    tabs = editor.page.locator(".part.panel")
+    expect(tabs).to_contain_text("Claude Code (compactd)")
+    expect(editor.page.locator(".part.panel .xterm-rows")).to_contain_text(
+        f"claude --resume {new_id}"
+    )
+    editor.shot("10-compact-and-resume")
+    # The gauge goes on with the new session, which Claude Code resumes.
+    editor.gauge().hover()
+    expect(editor.page.locator(".monaco-hover", has_text=f"compactd: {new_id}")).to_be_visible()
     editor.page.keyboard.press("Escape")

@@ -393,6 +393,9 @@ class Client:
     async def tokens_breakdown(self, session_id: str) -> p.BreakdownResult:
         return await self.call(p.TOKENS_BREAKDOWN, _session(session_id), p.BreakdownResult)
 
+    async def tokens_history(self, session_id: str) -> p.HistoryResult:
+        return await self.call(p.TOKENS_HISTORY, _session(session_id), p.HistoryResult)
+
     async def compact_micro(
         self, session_id: str, strategy: Literal["count", "time", "cached"] | None = None
     ) -> p.MicroResult:
@@ -571,6 +574,7 @@ TYPED_METHODS: dict[str, str] = {
     p.SESSION_STATS: "stats",
     p.TOKENS_STATUS: "tokens_status",
     p.TOKENS_BREAKDOWN: "tokens_breakdown",
+    p.TOKENS_HISTORY: "tokens_history",
     p.COMPACT_MICRO: "compact_micro",
     p.COMPACT_FULL: "compact_full",
     p.COMPACT_PARTIAL: "compact_partial",

@@ -33,9 +33,13 @@ import type {
   AutoResult,
   BreakdownResult,
   CacheBreak,
+  ClaudeCodeCompactParams,
+  ClaudeCodeCompactResult,
   CloseResult,
   CompactResult,
   ErrorCode,
+  FollowedNotification,
+  HistoryResult,
   InitializationOptions,
   ListResult,
   MemoryChangedNotification,
@@ -44,6 +48,7 @@ import type {
   Notifications,
   OpenParams,
   OpenResult,
+  PreviewResult,
   SessionInfo,
   StatusNotification,
   ThresholdNotification,
@@ -56,7 +61,12 @@ export { PROTOCOL_VERSION };
 export type {
   AutoResult,
   BreakdownResult,
+  ClaudeCodeCompactParams,
+  ClaudeCodeCompactResult,
   CompactResult,
+  FollowedNotification,
+  HistoryResult,
+  PreviewResult,
   InitializationOptions,
   MemoryChangedNotification,
   OpenParams,
@@ -265,6 +275,7 @@ export class CompactdClient {
   private readonly thresholdEmitter = new Emitter<ThresholdNotification>();
   private readonly memoryEmitter = new Emitter<MemoryChangedNotification>();
   private readonly cacheBreakEmitter = new Emitter<CacheBreak>();
+  private readonly followedEmitter = new Emitter<FollowedNotification>();
   private readonly tokensEmitter = new Emitter<TokensChanged>();
   private readonly progressEmitter = new Emitter<WorkDoneProgress>();
   private readonly exitEmitter = new Emitter<ExitInfo>();
@@ -279,7 +290,9 @@ export class CompactdClient {
   readonly onMemoryChanged: Event<MemoryChangedNotification> = this.memoryEmitter.event;
   /** `cache/break`: a prompt-cache break was detected. */
   readonly onCacheBreak: Event<CacheBreak> = this.cacheBreakEmitter.event;
-  /** Any fresh token status: from open, append, status, auto-compaction or a threshold. */
+  /** `session/followed`: lines the agent appended to a followed transcript were taken in. */
+  readonly onFollowed: Event<FollowedNotification> = this.followedEmitter.event;
+  /** Any fresh token status: from open, append, status, auto-compaction, a threshold or a followed line. */
   readonly onTokens: Event<TokensChanged> = this.tokensEmitter.event;
   /** The daemon began a work-done progress (a compaction this client asked for, say). */
   readonly onWorkDoneProgress: Event<WorkDoneProgress> = this.progressEmitter.event;
@@ -401,6 +414,10 @@ export class CompactdClient {
     });
     on("memory/changed", (params) => this.memoryEmitter.fire(params));
     on("cache/break", (params) => this.cacheBreakEmitter.fire(params));
+    on("session/followed", (params) => {
+      this.followedEmitter.fire(params);
+      this.tokensEmitter.fire({ sessionId: params.sessionId, status: params.status });
+    });
     connection.onRequest(PROGRESS_CREATE, (params: { token: string | number }) => {
       this.trackProgress(connection, params.token);
       return null;
@@ -557,6 +574,24 @@ export class CompactdClient {
     return this.request("tokens/breakdown", { sessionId });
   }
 
+  /** `tokens/history`: the session's size per API response, and its compactions. */
+  history(sessionId: string): Promise<HistoryResult> {
+    return this.request("tokens/history", { sessionId });
+  }
+
+  /** `compact/preview`: what a compaction would do now (by default what `compact/auto` would). */
+  preview(sessionId: string, mechanism: "micro" | "full" | "partial" | "auto" = "auto"): Promise<PreviewResult> {
+    return this.request("compact/preview", { sessionId, mechanism });
+  }
+
+  /**
+   * `claudeCode/compact`: compact a Claude Code transcript into a new Claude Code session beside
+   * it (the original is only read); the result names the command that resumes it.
+   */
+  claudeCodeCompact(params: ClaudeCodeCompactParams, token?: CancellationLike): Promise<ClaudeCodeCompactResult> {
+    return this.request("claudeCode/compact", params, token);
+  }
+
   /**
    * `compact/full`: summarize the conversation now. Cancelling `token` sends `$/cancelRequest`;
    * the daemon then leaves the session as it was and the promise rejects with a
@@ -637,6 +672,7 @@ export class CompactdClient {
       this.thresholdEmitter,
       this.memoryEmitter,
       this.cacheBreakEmitter,
+      this.followedEmitter,
       this.tokensEmitter,
       this.progressEmitter,
       this.exitEmitter,

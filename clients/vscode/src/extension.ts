@@ -2,8 +2,10 @@
  * VS Code glue for compactd: wires the features to VS Code and to each other. Each feature is a
  * module of its own: the daemon's life (`daemon.ts`), the status bar gauge (`gauge.ts`), the
  * session on display (`sessions.ts`), compaction on demand (`compaction.ts`), the token breakdown
- * (`breakdown.ts`) and the daemon's own work-done progress (`progress.ts`), with what they share
- * in `ui.ts`. Everything protocol-shaped lives in `core.ts`, everything person-facing in
+ * (`breakdown.ts`), the context panel (`panel.ts`, drawn by `contextview.ts`), following the
+ * workspace's running Claude Code session (`follow.ts`), compacting it into a new Claude Code
+ * session and resuming that in a terminal (`resume.ts`) and the daemon's own work-done progress
+ * (`progress.ts`), with what they share in `ui.ts`. Everything protocol-shaped lives in `core.ts`, everything person-facing in
  * `format.ts`, finding the daemon in `locate.ts` and Claude Code's folders in `transcripts.ts`.
  * Other extensions (the agent itself) get the running client and can choose the session to
  * display through the API returned by `activate`.
@@ -15,8 +17,11 @@ import { Breakdown } from "./breakdown";
 import { Compaction } from "./compaction";
 import type { CompactdClient } from "./core";
 import { Daemon } from "./daemon";
+import { Follow } from "./follow";
 import { Gauge } from "./gauge";
+import { ContextPanel } from "./panel";
 import { ProgressView } from "./progress";
+import { Resume } from "./resume";
 import { Sessions } from "./sessions";
 import { Ui } from "./ui";
 
@@ -30,6 +35,10 @@ export interface CompactdApi {
   setActiveSession(sessionId: string): Promise<void>;
   /** The session shown in the status bar. */
   activeSession(): string | undefined;
+  /** The Claude Code transcript followed on display, if any. */
+  followedTranscript(): string | undefined;
+  /** The context panel's latest document (empty until it was opened). */
+  contextHtml(): string;
 }
 
 /** The features of one activation. */
@@ -40,6 +49,9 @@ interface Features {
   sessions: Sessions;
   compaction: Compaction;
   breakdown: Breakdown;
+  panel: ContextPanel;
+  follow: Follow;
+  resume: Resume;
 }
 
 function create(context: vscode.ExtensionContext): Features {
@@ -51,8 +63,11 @@ function create(context: vscode.ExtensionContext): Features {
   const sessions = new Sessions(context, ui, daemon, gauge);
   const compaction: Compaction = new Compaction(ui, daemon, sessions, progressView);
   const breakdown = new Breakdown(ui, daemon, sessions);
+  const panel = new ContextPanel(ui, daemon, sessions);
+  const follow = new Follow(ui, daemon, sessions);
+  const resume = new Resume(ui, daemon, sessions, follow);
   ui.settled = () => gauge.render();
-  return { ui, daemon, gauge, sessions, compaction, breakdown };
+  return { ui, daemon, gauge, sessions, compaction, breakdown, panel, follow, resume };
 }
 
 function register(context: vscode.ExtensionContext, f: Features): void {
@@ -62,11 +77,13 @@ function register(context: vscode.ExtensionContext, f: Features): void {
   command("compactd.compact", "Compaction", () => f.compaction.compact(undefined));
   command("compactd.compactWithInstructions", "Compaction", () => f.compaction.compactWithInstructions());
   command("compactd.showBreakdown", "Token breakdown", () => f.breakdown.show());
+  command("compactd.showContext", "The context panel", () => f.panel.show());
+  command("compactd.compactAndResume", "Compact and resume", () => f.resume.run());
   command("compactd.selectSession", "Opening the session", () => f.sessions.select());
   command("compactd.refresh", "Refreshing the token status", () => f.sessions.refresh());
   command("compactd.restart", "Starting compactd", () => f.daemon.restart());
   f.daemon.watchSettings();
-  context.subscriptions.push(f.daemon, f.gauge, f.ui);
+  context.subscriptions.push(f.daemon, f.gauge, f.panel, f.follow, f.ui);
 }
 
 async function start(f: Features): Promise<void> {
@@ -79,7 +96,10 @@ async function start(f: Features): Promise<void> {
     );
   await f.ui.withErrors("Starting compactd", async () => {
     await f.daemon.ensureClient(false);
-    await f.sessions.restore();
+    // The workspace's running Claude Code session comes first; else the last window's session.
+    if (!(await f.follow.start())) {
+      await f.sessions.restore();
+    }
   });
 }
 
@@ -94,6 +114,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<Compac
     client: () => features.daemon.current(),
     setActiveSession: (sessionId) => features.sessions.open(sessionId),
     activeSession: () => features.sessions.active,
+    followedTranscript: () => features.follow.transcript,
+    contextHtml: () => features.panel.html,
   };
 }
 

@@ -82,7 +82,7 @@ export function statusTooltip(status: TokenStatus, sessionLabel?: string): strin
   if (status.isAtBlockingLimit) {
     lines.push("at the blocking limit: compact before the next request");
   }
-  lines.push("", "Click for the token breakdown.");
+  lines.push("", "Click for the context panel.");
   return lines.join("\n");
 }
 
@@ -231,6 +231,9 @@ export function sessionDescription(info: SessionInfo): string {
   }
   if (entries !== undefined) {
     parts.push(`${groupDigits(entries)} entr${entries === 1 ? "y" : "ies"}`);
+  }
+  if (info.following) {
+    parts.push("following");
   }
   return parts.join(" · ");
 }

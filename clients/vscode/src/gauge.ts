@@ -3,7 +3,8 @@
  * has left (coloured at the warning and error levels), or that the daemon is stopped or was not
  * found, or that no session is chosen. It follows every fresh token status of that session, and
  * warns once per level crossing (`tokens/threshold`) with a "Compact now" button; a warning that
- * no longer holds (a compaction freed the window) is taken back.
+ * no longer holds (a compaction freed the window) is taken back. Clicking it opens the context
+ * panel.
  */
 
 import * as vscode from "vscode";
@@ -96,7 +97,7 @@ export class Gauge implements vscode.Disposable {
     const status = this.status;
     item.text = `${STATUS_ICON} ${statusBarText(status)}`;
     item.tooltip = statusTooltip(status, this.sessionId);
-    item.command = "compactd.showBreakdown";
+    item.command = "compactd.showContext";
     const level = levelOf(status);
     item.backgroundColor =
       level === "ok" ? undefined : new vscode.ThemeColor(`statusBarItem.${level === "error" ? "error" : "warning"}Background`);

@@ -3,6 +3,7 @@
  * from a quick pick of the daemon's sessions and this workspace's Claude Code transcripts (or a
  * transcript file), remembering it per workspace for the next window, and re-opening it when a
  * restarted daemon connects. The gauge shows it; the compaction and breakdown commands act on it.
+ * A Claude Code transcript chosen here is followed as it grows (`follow.ts` says when).
  */
 
 import * as os from "node:os";
@@ -19,6 +20,11 @@ const ACTIVE_SESSION_KEY = "compactd.activeSession";
 
 export class Sessions {
   private sessionId: string | undefined;
+  private source: string | undefined;
+  private followed = false;
+  private readonly changed: Array<() => void> = [];
+  /** Whether a Claude Code transcript picked in the quick pick is followed (the setting, by default). */
+  followPicked: () => boolean = () => false;
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -41,8 +47,27 @@ export class Sessions {
     return this.sessionId;
   }
 
-  /** Open `sessionId` (importing `transcriptPath` when given) and put it on display. */
-  async open(sessionId: string, transcriptPath?: string): Promise<void> {
+  /** The Claude Code transcript the session on display was imported from, if any. */
+  get importedFrom(): string | undefined {
+    return this.source;
+  }
+
+  /** Whether the daemon follows the transcript of the session on display. */
+  get following(): boolean {
+    return this.followed;
+  }
+
+  /** Run `listener` after each open (the session on display may have changed). */
+  onDidChange(listener: () => void): void {
+    this.changed.push(listener);
+  }
+
+  /**
+   * Open `sessionId` (importing `transcriptPath` when given) and put it on display. `follow`:
+   * true to follow the transcript as it grows, false to stop, undefined to keep what the daemon
+   * remembers for the session.
+   */
+  async open(sessionId: string, transcriptPath?: string, follow?: boolean): Promise<void> {
     const client = await this.daemon.ensureClient();
     const config = settings();
     const contextWindow = config.get<number | null>("contextWindow") || undefined;
@@ -54,11 +79,15 @@ export class Sessions {
       ...(model ? { model } : {}),
       ...(contextWindow ? { contextWindow } : {}),
       ...(transcriptPath ? { transcriptPath } : {}),
+      ...(follow !== undefined ? { follow } : {}),
     });
     await this.gauge.show(opened.sessionId, opened.status);
     this.sessionId = opened.sessionId;
+    this.source = opened.importedFrom ?? undefined;
+    this.followed = opened.following === true;
     await this.context.workspaceState.update(ACTIVE_SESSION_KEY, opened.sessionId);
     this.gauge.render();
+    for (const listener of this.changed) listener();
   }
 
   /** Quick pick: one row per session, the daemon's and this workspace's Claude Code transcripts. */
@@ -94,7 +123,7 @@ export class Sessions {
         await this.open(id, listed.sessions.some((s) => s.sessionId === id) ? undefined : file);
       }
     } else if (choice.sessionId) {
-      await this.open(choice.sessionId, choice.transcript);
+      await this.open(choice.sessionId, choice.transcript, choice.transcript && this.followPicked() ? true : undefined);
     }
   }
 

@@ -71,7 +71,7 @@ describe("the extension in a stand-in VS Code", () => {
     const item = fake.statusItem;
     assert.ok(item.visible);
     assert.equal(item.text, "$(fold) 100% left · 0/167K");
-    assert.equal(item.command, "compactd.showBreakdown");
+    assert.equal(item.command, "compactd.showContext");
     assert.equal(item.backgroundColor, undefined);
   });
 
@@ -310,7 +310,8 @@ describe("the extension in a stand-in VS Code", () => {
     const second = fake.quickPicks[fake.quickPicks.length - 1]!;
     const labels = second.items.map((i) => i.label);
     assert.equal(labels.filter((l) => l === imported).length, 1, `listed twice: ${labels.join(" | ")}`);
-    assert.match(String(second.items.find((i) => i.label === imported)?.description), /^\d[\d,]* tokens · 12 entries$/);
+    // A Claude Code transcript picked is followed as it grows (compactd.followClaudeCode, on by default).
+    assert.match(String(second.items.find((i) => i.label === imported)?.description), /^\d[\d,]* tokens · 12 entries · following$/);
     // At the source: the daemon leaves out what it does not know of an unloaded session.
     const unloaded = (await api.client()!.listSessions()).sessions.filter((info) => !info.open);
     assert.ok(unloaded.length > 0);

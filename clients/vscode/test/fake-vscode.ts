@@ -65,6 +65,50 @@ class OutputChannel {
   dispose(): void {}
 }
 
+/** A webview panel: its document as the extension set it, and whether it is still open. */
+export class WebviewPanel {
+  title: string;
+  readonly webview = { html: "", cspSource: "vscode-webview://fake" };
+  disposed = false;
+  reveals = 0;
+  private readonly disposeEmitter = new Emitter<void>();
+  readonly onDidDispose = this.disposeEmitter.event;
+  constructor(
+    readonly viewType: string,
+    title: string,
+    readonly options: Record<string, unknown>,
+  ) {
+    this.title = title;
+  }
+  reveal(): void {
+    this.reveals++;
+  }
+  /** The person closes the panel. */
+  dispose(): void {
+    if (!this.disposed) {
+      this.disposed = true;
+      this.disposeEmitter.fire();
+    }
+  }
+}
+
+/** A terminal: what it was created with and the text sent to it. */
+export class Terminal {
+  readonly sent: string[] = [];
+  shown = false;
+  constructor(readonly options: { name?: string; cwd?: string }) {}
+  get name(): string | undefined {
+    return this.options.name;
+  }
+  sendText(text: string): void {
+    this.sent.push(text);
+  }
+  show(): void {
+    this.shown = true;
+  }
+  dispose(): void {}
+}
+
 /** A Memento (workspaceState, globalState) kept in memory. */
 export class Memento {
   readonly values = new Map<string, unknown>();
@@ -116,6 +160,8 @@ export class FakeVscode {
   readonly shown: Shown[] = [];
   readonly quickPicks: Array<{ items: Array<{ label: string; description?: string }>; title?: string }> = [];
   readonly progress: ProgressRun[] = [];
+  readonly panels: WebviewPanel[] = [];
+  readonly terminals: Terminal[] = [];
   readonly commands = new Map<string, (...args: unknown[]) => unknown>();
   /** VS Code's own commands the extension ran (`notifications.hideToasts`, ...), with arguments. */
   readonly builtins: Array<{ id: string; args: unknown[] }> = [];
@@ -142,6 +188,7 @@ export class FakeVscode {
       StatusBarAlignment: { Left: 1, Right: 2 },
       ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
       QuickPickItemKind: { Separator: -1, Default: 0 },
+      ViewColumn: { Active: -1, Beside: -2, One: 1, Two: 2 },
       ThemeColor,
       window: {
         createOutputChannel: (name: string) => {
@@ -162,6 +209,16 @@ export class FakeVscode {
           return fake.pick?.(items);
         },
         showInputBox: async () => fake.inputBoxAnswer,
+        createWebviewPanel: (viewType: string, title: string, _column: unknown, options: Record<string, unknown>) => {
+          const panel = new WebviewPanel(viewType, title, options);
+          fake.panels.push(panel);
+          return panel;
+        },
+        createTerminal: (options: { name?: string; cwd?: string }) => {
+          const terminal = new Terminal(options);
+          fake.terminals.push(terminal);
+          return terminal;
+        },
         showOpenDialog: async () => undefined,
         withProgress: async <R>(
           options: { title?: string; cancellable?: boolean },

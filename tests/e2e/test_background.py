@@ -10,6 +10,7 @@ turns of about 1,000 tokens move the session across the start level and the thre
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ class Convo:
         self.n = 0
         self.last: str | None = None
         self.uuids: list[str] = []
+        # The prompts of the turns that ran a command (``cat <uuid>.log``).
+        self.tool_uuids: list[str] = []
 
     def _uuid(self) -> str:
         self.n += 1
@@ -92,6 +95,7 @@ class Convo:
             out.append(assistant([text_block(f"done {u}")], uuid=a, parentUuid=r, model=MODEL))
             self.last = a
             self.uuids += [u, c, r, a]
+            self.tool_uuids.append(u)
         return out
 
 
@@ -361,10 +365,15 @@ async def test_a_microcompact_after_the_snapshot_does_not_invalidate_it(h: Harne
     status = await client.tokens_status(sid)
     assert status.preparation is not None and status.preparation.state == "ready"
     await grow_until(client, sid, convo, status.auto_compact_threshold, label="late")
+    await client.append(sid, convo.tool_turns(1))  # a command after the snapshot, kept
     requests = len(emu.message_requests)
     auto = await client.compact_auto(sid)
     assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
     assert len(emu.message_requests) == requests
+    # Every command run survives: in the summary (the ledger) or verbatim after it.
+    view = json.dumps((await client.messages(sid)).messages)
+    missing = [f"cat {u}.log" for u in convo.tool_uuids if f"cat {u}.log" not in view]
+    assert not missing, missing
 
 
 async def test_an_idle_session_prepares_and_applies_when_asked(

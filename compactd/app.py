@@ -7,11 +7,14 @@ every session it had without reading them all at start-up.
 
 from __future__ import annotations
 
+import functools
 import logging
+import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from compactd.engine.follow import FollowService
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.engine.session_memory import SessionMemoryService
+from compactd.services import ownership
 from compactd.services.store import (
     MAX_IMPORT_BYTES,
     LoadedTranscript,
@@ -62,7 +66,8 @@ class App(Runtime):
         root = Path(options.data_dir) if options.data_dir else (data_dir or default_data_dir())
         super().__init__(options, root.expanduser(), base_env)
         self.sessions: dict[str, Session] = {}
-        self._loading = anyio.Lock()
+        # The OS locks of the sessions this daemon owns (every loaded one not read-only).
+        self._owned: dict[str, ownership.OwnerLock] = {}
         # One lock (and its number of holders and waiters) per session id being opened.
         self._id_locks: dict[str, list[Any]] = {}
         # The per-session features (docs/engine.md#features), in the order their hooks run.
@@ -74,15 +79,12 @@ class App(Runtime):
         self.background = BackgroundService(self)
 
     async def get_session(self, session_id: str) -> Session:
-        if not valid_session_id(session_id):
-            raise p.CompactdError(
-                p.ErrorCode.INVALID_PARAMS,
-                f"invalid sessionId {session_id!r}: use letters, digits, '.', '_' and '-' only",
-            )
+        """The session, loaded (and owned) on first use; ``sessionLocked`` if another has it."""
+        _check_id(session_id)
         session = self.sessions.get(session_id)
         if session is not None:
             return session
-        async with self._loading:
+        async with self._id_lock(session_id):
             session = self.sessions.get(session_id)
             if session is not None:
                 return session
@@ -92,20 +94,57 @@ class App(Runtime):
                     f"no session {session_id!r}; open it with session/open first",
                     sessionId=session_id,
                 )
-            session = await anyio.to_thread.run_sync(self._load, session_id)
-            self.features.attach(session)  # on the event loop, where the features live
-            self.sessions[session_id] = session
-            return session
+            loaded, _ = await anyio.to_thread.run_sync(self._own, session_id, None)
+            # Registered before any checkpoint: the lock is the session's from here on.
+            self.sessions[session_id] = loaded
+            self.features.attach(loaded)  # on the event loop, where the features live
+            return loaded
 
-    def _load(self, session_id: str) -> Session:
+    def _own(self, sid: str, create: Callable[[], Session] | None) -> tuple[Session, bool]:
+        """Take the session's lock, then load it, or create it with ``create`` if absent.
+
+        The lock comes before the existence check, so two daemons creating one id at the same
+        instant never both write it: one creates, the other is told who holds it (or, if the
+        first already closed it, opens what the first created).
+        """
+        lock = self._take(sid)
+        try:
+            if self.store.exists(sid):
+                session, created = self._load(sid, repair=True), False
+            elif create is not None:
+                session, created = create(), True
+            else:  # its files went away between the look and the lock
+                raise p.CompactdError(
+                    p.ErrorCode.SESSION_NOT_FOUND, f"no session {sid!r}", sessionId=sid
+                )
+        except BaseException:
+            # A creation that failed leaves nothing, not even the directory it locked in.
+            self.store.discard(sid)
+            lock.release()
+            raise
+        self._owned[sid] = lock
+        return session, created
+
+    def _take(self, sid: str) -> ownership.OwnerLock:
+        try:
+            return self.store.lock(sid)
+        except ownership.SessionHeld as held:
+            raise session_locked(sid, held.holder) from None
+
+    def _load(
+        self, session_id: str, *, repair: bool, params: p.OpenParams | None = None
+    ) -> Session:
         meta = self.store.read_meta(session_id)
-        loaded = self.store.load(session_id)
+        if params is not None:
+            meta = _updated_meta(meta, params)
+        loaded = self.store.load(session_id, repair=repair)
         session = self._session(session_id, meta, loaded)
         if loaded.report.skipped or loaded.truncated_bytes:
             log.warning(
-                "session %s: skipped %d corrupt lines, dropped %d unacknowledged bytes",
+                "session %s: skipped %d corrupt lines, %s %d unacknowledged bytes",
                 session_id,
                 loaded.report.skipped,
+                "dropped" if repair else "left out (read-only)",
                 loaded.truncated_bytes,
             )
         return session
@@ -153,9 +192,61 @@ class App(Runtime):
         # Opens and imports of one id run one at a time: an import must never replace a
         # transcript that a concurrent open created and appends were acknowledged on.
         async with self._id_lock(sid):
-            if self.store.exists(sid):
-                return await self._reopen(sid, params, source)
-            return await self._create(sid, params, source)
+            session = self.sessions.get(sid)
+            if params.read_only:
+                if session is not None and not session.read_only:
+                    return self._open_result(session)  # owned here: it reads as well
+                return await self._open_read_only(sid, params, source)
+            if session is not None and session.read_only:
+                # Owning it now: drop the read-only view and load it again as its owner.
+                await self.close_session(sid)
+                session = None
+            if session is None:
+                # Reading an import happens under the lock too, before the session exists.
+                await point_of_no_return()
+                consumed: list[bytes] = []
+                create = functools.partial(self._create, sid, params, source, consumed)
+                owned, created = await anyio.to_thread.run_sync(self._own, sid, create)
+                self.sessions[sid] = owned  # before any checkpoint, as in get_session
+                self.features.attach(owned)
+                if created:
+                    imported = owned.meta.imported_from
+                    if owned.meta.follow and imported is not None:
+                        self.follow.start(owned, Path(imported), consumed=consumed[0])
+                    return self._open_result(owned)
+                session = owned
+            return await self._reopen(session, params, source)
+
+    async def _open_read_only(
+        self, sid: str, params: p.OpenParams, source: Path | None
+    ) -> p.OpenResult:
+        """Open without owning: no lock, no byte written; the view is the file as it is now."""
+        if not self.store.exists(sid):
+            raise p.CompactdError(
+                p.ErrorCode.SESSION_NOT_FOUND,
+                f"no session {sid!r}; a read-only open creates nothing (open it without "
+                "readOnly to create it)",
+                sessionId=sid,
+            )
+        session = await anyio.to_thread.run_sync(
+            functools.partial(self._load, sid, repair=False, params=params)
+        )
+        stored = session.meta
+        self._check_limits(stored.model, stored.context_window, stored.max_output_tokens)
+        if source is not None and stored.imported_from != str(source.resolve()):
+            raise p.CompactdError(
+                p.ErrorCode.SESSION_EXISTS,
+                f"session {sid!r} already exists; open it without transcriptPath "
+                "or choose another sessionId",
+            )
+        session.read_only = True
+        holder = await anyio.to_thread.run_sync(self.store.holder, sid)
+        previous = self.sessions.pop(sid, None)
+        if previous is not None:  # an earlier read-only view: this one is newer
+            await self.features.close(previous)
+        self.sessions[sid] = session
+        self.features.attach(session)
+        return self._open_result(session, held_by=holder)
 
     def _check_limits(self, model: str, window: int | None, max_output: int | None) -> None:
         """Refuse a window that leaves nothing for the conversation."""
@@ -168,8 +259,10 @@ class App(Runtime):
                 "reserved; pass a smaller maxOutputTokens or a larger contextWindow",
             )
 
-    async def _reopen(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
-        session = await self.get_session(sid)
+    async def _reopen(
+        self, session: Session, params: p.OpenParams, source: Path | None
+    ) -> p.OpenResult:
+        sid = session.session_id
         stored = session.meta
         self._check_limits(
             params.model or stored.model,
@@ -197,7 +290,14 @@ class App(Runtime):
             self.follow.stop(sid)
         return self._open_result(session)
 
-    async def _create(self, sid: str, params: p.OpenParams, source: Path | None) -> p.OpenResult:
+    def _create(
+        self, sid: str, params: p.OpenParams, source: Path | None, consumed: list[bytes]
+    ) -> Session:
+        """Create the session (import ``source`` if given). Blocking; the caller owns ``sid``.
+
+        The bytes read from ``source`` are left in ``consumed`` (a followed transcript goes on
+        from there).
+        """
         if params.follow and source is None:
             raise p.CompactdError(
                 p.ErrorCode.INVALID_PARAMS, "follow needs the transcriptPath to follow"
@@ -206,14 +306,14 @@ class App(Runtime):
         imported_from: str | None = None
         model = params.model
         if source is not None:
-            data = await anyio.to_thread.run_sync(_read_transcript, source)
+            data = _read_transcript(source)
             imported_from = str(source.resolve())
             if params.follow:
                 # A last line without its newline is still being written: followed, it is read
                 # once whole (docs/follow.md#reading-new-lines).
                 data = data[: data.rfind(b"\n") + 1]
             if model is None:
-                model = await anyio.to_thread.run_sync(_transcript_model, data)
+                model = _transcript_model(data)
         model = model or c.DEFAULT_MODEL
         if params.model is None:  # a model given was checked before anything was read
             self._check_limits(model, params.context_window, params.max_output_tokens)
@@ -231,29 +331,20 @@ class App(Runtime):
             follow=bool(params.follow),
             follow_model=params.model is None,
         )
-
-        def create() -> Session:
-            loaded = self.store.create_transcript(sid, data)
-            # An empty file may be followed: the agent has not written its first line yet.
-            empty = params.follow and loaded.report.lines == 0
-            if source is not None and loaded.report.entries == 0 and not empty:
-                self.store.discard(sid)
-                raise p.CompactdError(
-                    p.ErrorCode.TRANSCRIPT_UNREADABLE,
-                    f"{source} is not a Claude Code transcript: {loaded.report.describe()}",
-                )
-            # The meta file comes last: until it exists the session does not either.
-            self.store.write_meta(meta)
-            # Built here too: the view of a large import takes a while to work out.
-            return self._session(sid, meta, loaded)
-
-        await point_of_no_return()
-        session = await anyio.to_thread.run_sync(create)
-        self.features.attach(session)
-        self.sessions[sid] = session
-        if meta.follow and imported_from is not None:
-            self.follow.start(session, Path(imported_from), consumed=data)
-        return self._open_result(session)
+        loaded = self.store.create_transcript(sid, data)
+        # An empty file may be followed: the agent has not written its first line yet.
+        empty = params.follow and loaded.report.lines == 0
+        if source is not None and loaded.report.entries == 0 and not empty:
+            # ``_own`` removes what was written.
+            raise p.CompactdError(
+                p.ErrorCode.TRANSCRIPT_UNREADABLE,
+                f"{source} is not a Claude Code transcript: {loaded.report.describe()}",
+            )
+        # The meta file comes last: until it exists the session does not either.
+        self.store.write_meta(meta)
+        consumed.append(data)
+        # Built here too: the view of a large import takes a while to work out.
+        return self._session(sid, meta, loaded)
 
     @asynccontextmanager
     async def _id_lock(self, session_id: str) -> AsyncIterator[None]:
@@ -280,10 +371,14 @@ class App(Runtime):
         session.rebuild()
         return session
 
-    def _open_result(self, session: Session) -> p.OpenResult:
+    def _open_result(
+        self, session: Session, held_by: ownership.Holder | None = None
+    ) -> p.OpenResult:
         status = self.status(session)
         self.check_thresholds(session, status)
         return p.OpenResult(
+            read_only=session.read_only,
+            held_by=holder_info(held_by) if held_by is not None else None,
             session_id=session.session_id,
             transcript_path=session.transcript_path,
             entry_count=len(session.records),
@@ -304,13 +399,26 @@ class App(Runtime):
         )
 
     async def close_session(self, session_id: str) -> bool:
+        """Close a session this daemon has open and let its lock go; False if it had not."""
+        _check_id(session_id)
         session = self.sessions.pop(session_id, None)
         if session is None:
             if not self.store.exists(session_id):
                 raise p.CompactdError(p.ErrorCode.SESSION_NOT_FOUND, f"no session {session_id!r}")
             return False
-        await self.features.close(session)
+        try:
+            await self.features.close(session)
+        finally:
+            lock = self._owned.pop(session_id, None)
+            if lock is not None:
+                lock.release()  # a few system calls: done here, not in a worker thread
         return True
+
+    def release_all(self) -> None:
+        """Let every session's lock go (the process is ending; its exit would do it too)."""
+        for lock in self._owned.values():
+            lock.release()
+        self._owned.clear()
 
     def list_sessions(self) -> list[p.SessionInfo]:
         infos = []
@@ -318,13 +426,19 @@ class App(Runtime):
             loaded = self.sessions.get(sid)
             if loaded is not None:
                 info = loaded.info(loaded=True)
-                infos.append(msgspec.structs.replace(info, following=self.follow.following(sid)))
+                info = msgspec.structs.replace(info, following=self.follow.following(sid))
+                if loaded.read_only:  # whoever owns it now, if anyone
+                    holder = self.store.holder(sid)
+                    if holder is not None:
+                        info = msgspec.structs.replace(info, held_by=holder_info(holder))
+                infos.append(info)
                 continue
             try:
                 meta = self.store.read_meta(sid)
             except (OSError, msgspec.DecodeError):
                 log.warning("session %s has an unreadable meta file", sid)
                 continue
+            holder = self.store.holder(sid)
             infos.append(
                 p.SessionInfo(
                     session_id=sid,
@@ -333,9 +447,45 @@ class App(Runtime):
                     model=meta.model,
                     agent_kind="subagent" if meta.agent_kind == "subagent" else "main",
                     open=False,
+                    held_by=holder_info(holder) if holder is not None else None,
                 )
             )
         return infos
+
+
+def _check_id(session_id: str) -> None:
+    if not valid_session_id(session_id):
+        raise p.CompactdError(
+            p.ErrorCode.INVALID_PARAMS,
+            f"invalid sessionId {session_id!r}: use letters, digits, '.', '_' and '-' only",
+        )
+
+
+def holder_info(holder: ownership.Holder) -> p.HolderInfo:
+    since = (
+        datetime.fromtimestamp(holder.since, tz=UTC).isoformat(timespec="seconds")
+        if holder.since is not None
+        else None
+    )
+    return p.HolderInfo(pid=holder.pid, host=holder.host, since=since)
+
+
+def session_locked(session_id: str, holder: ownership.Holder) -> p.CompactdError:
+    """``sessionLocked``, naming the holder and what to do (docs/durability.md#ownership)."""
+    info = holder_info(holder)
+    who = f"process {info.pid}" if info.pid is not None else "another process"
+    if info.host and info.host != socket.gethostname():
+        who += f" on {info.host}"
+    since = f" since {info.since}" if info.since else ""
+    return p.CompactdError(
+        p.ErrorCode.SESSION_LOCKED,
+        f"session {session_id!r} is open in {who}{since}; close it there, or open it here "
+        "with readOnly: true to read it",
+        sessionId=session_id,
+        holderPid=info.pid,
+        holderHost=info.host,
+        since=info.since,
+    )
 
 
 def parse_entries(entries: list[dict[str, Any]]) -> list[Record]:

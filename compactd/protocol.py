@@ -77,6 +77,14 @@ class ErrorCode:
     SERVER_NOT_INITIALIZED = "serverNotInitialized"
     SHUTTING_DOWN = "shuttingDown"
     FIXED_PREFIX_TOO_LARGE = "fixedPrefixTooLarge"
+    # Another process (another daemon on the same data dir) owns the session
+    # (docs/durability.md#ownership); data: sessionId, holderPid, holderHost, since.
+    SESSION_LOCKED = "sessionLocked"
+    # The session was opened with ``readOnly: true`` and the request would write.
+    SESSION_READ_ONLY = "sessionReadOnly"
+    # The session follows a transcript another program writes (docs/follow.md#writes): only
+    # reads answer, since a line written into compactd's copy would never reach that program.
+    SESSION_FOLLOWED = "sessionFollowed"
 
 
 # JSON-RPC ``error.code`` numbers of the codes JSON-RPC 2.0 (and LSP, for
@@ -353,6 +361,17 @@ class OpenParams(_Params, kw_only=True):
     # Follow the transcript at ``transcriptPath`` as the agent appends to it (docs/follow.md).
     # Omitted on a reopen: keep following if the session was followed.
     follow: bool | None = None
+    # Open without owning: no lock taken, no byte written; only ``READ_ONLY_METHODS`` answer
+    # (docs/durability.md#ownership). The view is the transcript as it was at this open.
+    read_only: bool = False
+
+
+class HolderInfo(_Wire, kw_only=True):
+    """The process that owns a session: its pid, host and since when (ISO 8601, UTC)."""
+
+    pid: int | None = None
+    host: str | None = None
+    since: str | None = None
 
 
 class OpenResult(_Wire, kw_only=True):
@@ -364,6 +383,10 @@ class OpenResult(_Wire, kw_only=True):
     model: str | None = None
     skipped_lines: int = 0
     imported_from: str | None = None
+    # True when the session was opened read-only (this daemon does not own it).
+    read_only: bool = False
+    # For a read-only open: the process that owns the session, if one does.
+    held_by: HolderInfo | None = None
     # Whether the daemon now follows ``importedFrom`` as it grows (docs/follow.md).
     following: bool = False
 
@@ -399,6 +422,10 @@ class SessionInfo(_Wire, kw_only=True):
     # would mean reading its whole transcript).
     entry_count: int | None = None
     tokens: int | None = None
+    # Open here read-only (``open`` is then true too).
+    read_only: bool = False
+    # Another process owns the session (found by a probe that takes no lock).
+    held_by: HolderInfo | None = None
     # Whether the daemon follows the transcript the session was imported from (docs/follow.md).
     following: bool = False
 
@@ -884,6 +911,26 @@ REQUESTS: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {
     SESSION_MEMORY_EXTRACT: (SessionParams, SessionMemoryResult),
     CLAUDE_CODE_COMPACT: (ClaudeCodeCompactParams, ClaudeCodeCompactResult),
 }
+
+# What a session opened with ``readOnly: true`` answers: methods that change neither its files
+# nor its state. Any other request on it is refused with ``sessionReadOnly``
+# (docs/durability.md#ownership).
+READ_ONLY_METHODS: frozenset[str] = frozenset(
+    {
+        SESSION_OPEN,
+        SESSION_MESSAGES,
+        SESSION_LIST,
+        SESSION_CLOSE,
+        SESSION_STATS,
+        TOKENS_STATUS,
+        TOKENS_BREAKDOWN,
+        TOKENS_HISTORY,
+        COMPACT_PREVIEW,
+        RECALL_SEARCH,
+        FILESTATE_LIST,
+        SESSION_MEMORY_GET,
+    }
+)
 
 NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {
     NOTIFY_COMPACT_STATUS: StatusNotification,

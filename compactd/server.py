@@ -272,7 +272,10 @@ class CompactdServer:
             return
         if method == lsp.SHUTDOWN:
             self._shut_down = True
-            self.connection.result(msg_id, None)
+            if self.task_group is None:
+                self.connection.result(msg_id, None)
+            else:
+                self.task_group.start_soon(self._shutdown, msg_id)
             return
         handler = HANDLERS.get(method)
         if handler is None:
@@ -435,7 +438,29 @@ class CompactdServer:
                 self.request_exit(0)
                 return
 
+    async def _shutdown(self, msg_id: Any) -> None:
+        """Answer ``shutdown`` and close every session, letting its lock go, once no request
+        runs: before the answer when none runs, so that the client knows another daemon can
+        take them at once (docs/durability.md#ownership); else the answer goes first."""
+        if not self._idle.is_set():
+            self.connection.result(msg_id, None)
+            await self._idle.wait()
+            await self._close_sessions()
+            return
+        with anyio.CancelScope(shield=True):
+            await self._close_sessions()
+        self.connection.result(msg_id, None)
+
     async def _close_all(self) -> None:
+        await self._close_sessions()
+        if self.app is None:
+            return
+        try:
+            await self.app.summarizer.aclose()  # the SDK's HTTP connections
+        except Exception:
+            log.exception("error closing the summarizer's HTTP client")
+
+    async def _close_sessions(self) -> None:
         if self.app is None:
             return
         for sid in list(self.app.sessions):
@@ -443,10 +468,7 @@ class CompactdServer:
                 await self.app.close_session(sid)
             except Exception:
                 log.exception("error closing session %s", sid)
-        try:
-            await self.app.summarizer.aclose()  # the SDK's HTTP connections
-        except Exception:
-            log.exception("error closing the summarizer's HTTP client")
+        self.app.release_all()  # whatever a failed close left held
 
 
 class RequestContext:

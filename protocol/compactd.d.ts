@@ -241,6 +241,12 @@ export interface HistoryResult {
   entryCount: number;
 }
 
+export interface HolderInfo {
+  pid?: number | null;
+  host?: string | null;
+  since?: string | null;
+}
+
 export interface HookResult {
   event: string;
   command: string;
@@ -329,6 +335,7 @@ export interface OpenParams {
   cacheSafeParams?: CacheSafeParams | null;
   apiContextManagement?: boolean | null;
   follow?: boolean | null;
+  readOnly?: boolean;
 }
 
 export interface OpenResult {
@@ -339,6 +346,8 @@ export interface OpenResult {
   model?: string | null;
   skippedLines?: number;
   importedFrom?: string | null;
+  readOnly?: boolean;
+  heldBy?: HolderInfo | null;
   following?: boolean;
 }
 
@@ -422,6 +431,8 @@ export interface SessionInfo {
   open: boolean;
   entryCount?: number | null;
   tokens?: number | null;
+  readOnly?: boolean;
+  heldBy?: HolderInfo | null;
   following?: boolean;
 }
 
@@ -584,5 +595,5 @@ export declare const METHODS: {
   readonly TOKENS_STATUS: "tokens/status";
 };
 
-export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "fixedPrefixTooLarge" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "serverNotInitialized" | "sessionBusy" | "sessionExists" | "sessionNotFound" | "shuttingDown" | "summaryFailed" | "transcriptUnreadable";
-export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "fixedPrefixTooLarge", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "serverNotInitialized", "sessionBusy", "sessionExists", "sessionNotFound", "shuttingDown", "summaryFailed", "transcriptUnreadable"
+export type ErrorCode = "cancelled" | "circuitOpen" | "compactionDisabled" | "compactionIneffective" | "contextTooLargeToCompact" | "fixedPrefixTooLarge" | "frameTooLarge" | "internalError" | "invalidParams" | "invalidRequest" | "methodNotFound" | "notEnoughMessages" | "nothingToUndo" | "parseError" | "pathOutsideRoots" | "pivotNotFound" | "serverNotInitialized" | "sessionBusy" | "sessionExists" | "sessionFollowed" | "sessionLocked" | "sessionNotFound" | "sessionReadOnly" | "shuttingDown" | "summaryFailed" | "transcriptUnreadable";
+export declare const ERROR_CODES: readonly ErrorCode[]; // "cancelled", "circuitOpen", "compactionDisabled", "compactionIneffective", "contextTooLargeToCompact", "fixedPrefixTooLarge", "frameTooLarge", "internalError", "invalidParams", "invalidRequest", "methodNotFound", "notEnoughMessages", "nothingToUndo", "parseError", "pathOutsideRoots", "pivotNotFound", "serverNotInitialized", "sessionBusy", "sessionExists", "sessionFollowed", "sessionLocked", "sessionNotFound", "sessionReadOnly", "shuttingDown", "summaryFailed", "transcriptUnreadable"

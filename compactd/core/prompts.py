@@ -277,6 +277,10 @@ def resume_message(summary: str, *, transcript_path: str) -> str:
             f"{_TRANSCRIPT_POINTER} that the summary leaves out (exact code, error messages, "
             "command output, text you wrote), read the original Claude Code transcript of the "
             f"session at: {transcript_path}",
+            # The agent resuming in Claude Code has no recall/search: the pointers the summary
+            # carries are the uuids of that file's lines (docs/claude-code.md#the-summary).
+            "Where the summary says recall:<id>, <id> is the uuid of a line of that transcript: "
+            "search the file for it to read the entry whole.",
             _PARTIAL_TAIL,
             _RESUMED_TAIL,
         ]

@@ -127,7 +127,7 @@ class BackgroundService:
 
 
 @dataclass(eq=False)
-class BackgroundPreparation(Feature):
+class BackgroundPreparation(Feature["Session"]):
     """One session's background preparation (docs/background.md)."""
 
     service: BackgroundService

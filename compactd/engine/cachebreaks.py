@@ -21,7 +21,7 @@ __all__ = ["CacheBreaks", "detector"]
 
 
 @dataclass(eq=False)
-class CacheBreaks(Feature):
+class CacheBreaks(Feature["Session"]):
     """The cache-break detector of one session."""
 
     detector: CacheBreakDetector = field(default_factory=CacheBreakDetector)

@@ -21,7 +21,7 @@ import anyio
 import msgspec
 
 from compactd import protocol as p
-from compactd.core.ledger import build_ledger, check_summary
+from compactd.core.ledger import build_ledger, check_summary, complete_summary
 from compactd.core.partial import PartialPlan
 from compactd.core.prompts import resume_message
 from compactd.engine.compaction import run_compaction
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 __all__ = ["check_online", "compact_to_claude_code", "last_turn_start", "read_source"]
 
 log = logging.getLogger(__name__)
+
+# Room given to what the whole-file ledger adds back to a resumed session's summary: the user's
+# messages from before Claude Code's own compactions. compactd's own figure, about 4K tokens.
+RESTORE_BUDGET_CHARS = 16_000
 
 _decoder = msgspec.json.Decoder()
 
@@ -144,8 +148,15 @@ async def compact_to_claude_code(
 
     content = result.summary.get("message", {}).get("content")
     summary_text = content if isinstance(content, str) else ""
-    continuation = resume_message(summary_text, transcript_path=source.path)
     ledger = await anyio.to_thread.run_sync(lambda: build_ledger(original, cwd=session.meta.cwd))
+    # compactd's compaction covers the context after Claude Code's last boundary; what the
+    # user said before it lives only in Claude Code's own (lossy) summary. The ledger over the
+    # whole file brings those messages back into the new session's summary, each in full or,
+    # past the budget, as a pointer into the original file (docs/claude-code.md#the-summary).
+    summary_text, _ = complete_summary(
+        summary_text, ledger, max(RESTORE_BUDGET_CHARS, len(summary_text) // 2)
+    )
+    continuation = resume_message(summary_text, transcript_path=source.path)
     current = ledger.current
     # The kept turn is verbatim in the new session; what the summary omits is missing.
     verbatim = continuation + "\n" + msgspec.json.encode(result.kept_entries).decode()

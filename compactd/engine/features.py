@@ -16,53 +16,66 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from compactd.engine.session import Session
     from compactd.transcript.model import Record
 
-__all__ = ["Feature", "Features"]
+__all__ = ["Feature", "Features", "HasFeatures"]
 
 log = logging.getLogger(__name__)
 
 
-class Feature:
+class HasFeatures(Protocol):
+    """What the registry needs of a session: its id and its feature states. The session type is
+    a parameter (``Feature[Session]``), so this module does not import the session's."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def features(self) -> dict[type[Any], Any]: ...
+
+
+S = TypeVar("S", bound=HasFeatures)
+
+
+class Feature(Generic[S]):
     """The state one feature keeps for one session. Every hook does nothing by default."""
 
-    def on_open(self, session: Session) -> None:
+    def on_open(self, session: S) -> None:
         """The session was opened or loaded and this state attached to it."""
 
-    def on_append(self, session: Session, records: Sequence[Record]) -> None:
+    def on_append(self, session: S, records: Sequence[Record]) -> None:
         """``records`` were durably appended (the session's derived state already has them)."""
 
-    def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
+    def on_compacted(self, session: S, records: Sequence[Record]) -> None:
         """``records`` rewrote the context (a compaction or an undo); the session is rebuilt."""
 
-    async def on_close(self, session: Session) -> None:
+    async def on_close(self, session: S) -> None:
         """The session is closed: release what the state holds (watches, tasks)."""
 
 
-F = TypeVar("F", bound=Feature)
+F = TypeVar("F", bound="Feature[Any]")
 
 
-class Features:
+class Features(Generic[S]):
     """The registry of features and the one place their hooks are called, each isolated."""
 
     def __init__(self) -> None:
-        self._factories: dict[type[Feature], Callable[[Session], Feature]] = {}
+        self._factories: dict[type[Feature[S]], Callable[[S], Feature[S]]] = {}
 
-    def register(self, kind: type[F], factory: Callable[[Session], F]) -> None:
+    def register(self, kind: type[F], factory: Callable[[S], F]) -> None:
         """Give every session a ``kind`` state made by ``factory`` (registration order is the
         order hooks are called in)."""
         self._factories[kind] = factory
 
-    def attach(self, session: Session) -> None:
+    def attach(self, session: S) -> None:
         """Make the state of every registered feature for ``session`` and call ``on_open``."""
         for kind in self._factories:
             self.state(session, kind)
 
-    def state(self, session: Session, kind: type[F]) -> F:
+    def state(self, session: S, kind: type[F]) -> F:
         """``session``'s state of feature ``kind``, made (and opened) on first use."""
         found = session.features.get(kind)
         if found is None:
@@ -72,7 +85,7 @@ class Features:
         assert isinstance(found, kind)
         return found
 
-    def appended(self, session: Session, records: Sequence[Record]) -> None:
+    def appended(self, session: S, records: Sequence[Record]) -> None:
         """Tell every feature of ``session`` about records just committed."""
         rewrote = any(
             r.entry.is_compact_boundary for r in records
@@ -81,7 +94,7 @@ class Features:
             hook = state.on_compacted if rewrote else state.on_append
             self._call(state, hook.__name__, partial(hook, session, records))
 
-    async def close(self, session: Session) -> None:
+    async def close(self, session: S) -> None:
         """Call every feature's ``on_close``; one that fails does not stop the others."""
         for state in list(session.features.values()):
             try:
@@ -93,7 +106,7 @@ class Features:
         session.features.clear()
 
     @staticmethod
-    def _call(state: Feature, hook: str, call: Callable[[], None]) -> None:
+    def _call(state: Feature[Any], hook: str, call: Callable[[], None]) -> None:
         try:
             call()
         except Exception:  # one broken feature must not fail the append (STYLE.md 7)

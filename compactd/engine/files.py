@@ -73,7 +73,7 @@ MAX_WATCHED_FILES: Final = 256
 
 
 @dataclass(eq=False)
-class SessionFiles(Feature):
+class SessionFiles(Feature["Session"]):
     """The file state of one open session (not persisted): a feature of the session."""
 
     service: FilesService

@@ -192,7 +192,7 @@ def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> l
     return out
 
 
-class Following(Feature):
+class Following(Feature["Session"]):
     """A session's part in following (docs/engine.md#features): its follower stops with it."""
 
     def __init__(self, service: FollowService) -> None:

@@ -302,6 +302,7 @@ async def load_cached_state(runtime: Runtime, session: Session) -> mc.CachedStat
 
 
 async def _save_state(runtime: Runtime, session: Session, state: mc.CachedState) -> None:
+    session.check_writable()
     data = msgspec.json.encode(state)
     await point_of_no_return()
     await anyio.to_thread.run_sync(atomic_write, _state_path(runtime, session), data)

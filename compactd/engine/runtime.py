@@ -59,7 +59,7 @@ class Runtime:
         # Memory file names looked for near the files the agent reads (CLAUDE.md, ...).
         self.memory_names = valid_memory_names(options.memory_file_names)
         # Per-session features (docs/engine.md#features): registered by the wiring.
-        self.features = Features()
+        self.features: Features[Session] = Features()
 
     def roots(self, session: Session) -> list[str]:
         """The directories a session's file access is confined to."""
@@ -127,6 +127,7 @@ class Runtime:
         async with session.lock:
             if meta == session.meta:
                 return
+            session.check_writable()
             old_cwd = session.meta.cwd
             await point_of_no_return()
             await anyio.to_thread.run_sync(self.store.write_meta, meta)
@@ -142,6 +143,7 @@ class Runtime:
         """
         if not records:
             return
+        session.check_writable()
         await point_of_no_return()
         await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
         await session.add(records)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -70,7 +70,7 @@ class Session:
     context_start: int = 0
     _context: list[Record] = field(default_factory=list)
     # Each feature's state for this session (``engine/features.py``), by feature type.
-    features: dict[type[Feature], Feature] = field(default_factory=dict)
+    features: dict[type[Feature[Any]], Feature[Any]] = field(default_factory=dict)
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
     # by the files service's append observer (``engine/files.py``).
     file_state: FileState = field(default_factory=FileState)
@@ -80,6 +80,9 @@ class Session:
     # What the client told ``attachments/rehydrate`` to re-inject besides what compactd finds
     # (announcements, plan file): remembered for the session's later compactions.
     rehydration_extras: p.RehydrationExtras | None = None
+    # Opened with ``readOnly: true``: another process may own it, so nothing here writes
+    # (docs/durability.md#ownership). ``check_writable`` is the guard every writer calls.
+    read_only: bool = False
     _views: ViewIndex | None = field(default=None, repr=False)
     # ``described_prefix`` for the cacheSafeParams object it was worked out from.
     _described: tuple[object, int] | None = field(default=None, repr=False)
@@ -96,6 +99,16 @@ class Session:
     @property
     def session_id(self) -> str:
         return self.meta.session_id
+
+    def check_writable(self) -> None:
+        """Refuse a write to a session opened read-only (``sessionReadOnly``)."""
+        if self.read_only:
+            raise p.CompactdError(
+                p.ErrorCode.SESSION_READ_ONLY,
+                f"session {self.session_id!r} is open read-only here; close it and open it "
+                "without readOnly (once the process that owns it has closed it) to change it",
+                sessionId=self.session_id,
+            )
 
     # -- a compaction at a time --------------------------------------------------------------------
 
@@ -341,6 +354,7 @@ class Session:
             entry_count=len(self.records),
             open=loaded,
             tokens=self.counter.current.tokens,
+            read_only=self.read_only,
         )
 
 

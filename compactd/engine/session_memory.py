@@ -61,7 +61,7 @@ class _Persisted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tru
 
 
 @dataclass(eq=False)
-class SessionNotes(Feature):
+class SessionNotes(Feature["Session"]):
     """The service's state for one session (a feature, attached to the session)."""
 
     service: SessionMemoryService
@@ -121,6 +121,7 @@ class SessionMemoryService:
             return None
 
     def _write(self, session: Session, notes: str, persisted: _Persisted) -> None:
+        session.check_writable()
         atomic_write(self.notes_path(session), notes.encode("utf-8"))
         atomic_write(self._state_path(session), msgspec.json.encode(persisted))
 
@@ -128,7 +129,7 @@ class SessionMemoryService:
 
     def observe(self, session: Session, state: SessionNotes, records: Sequence[Record]) -> None:
         """Count tool calls appended and start an extraction when the rule says so."""
-        if not self.enabled or session.meta.agent_kind == "subagent":
+        if not self.enabled or session.meta.agent_kind == "subagent" or session.read_only:
             return
         entries = [r.entry for r in records]
         state.tool_calls_since += sm.tool_call_count(entries)
@@ -156,6 +157,7 @@ class SessionMemoryService:
 
     async def extract(self, session: Session) -> None:
         """Update the notes from the current context; waits for a running extraction first."""
+        session.check_writable()
         state = self.state(session)
         async with state.lock:
             try:

@@ -75,6 +75,22 @@ async def invoke(
         raise p.CompactdError(
             p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
         ) from exc
+    if method not in p.READ_ONLY_METHODS:
+        # A session opened read-only answers reads only (docs/durability.md#ownership); the
+        # writers check again (``Session.check_writable``), this refuses before any work.
+        session = app.sessions.get(getattr(decoded, "session_id", None) or "")
+        if session is not None:
+            session.check_writable()
+            if method != p.SESSION_CLOSE and app.follow.following(session.session_id):
+                raise p.CompactdError(
+                    p.ErrorCode.SESSION_FOLLOWED,
+                    f"{method}: session {session.session_id!r} follows "
+                    f"{session.meta.imported_from}, which its agent writes; a change made here "
+                    "would never reach that agent. To compact a Claude Code session, use "
+                    "claudeCode/compact (`compactd compact FILE`) and resume the new session; "
+                    "or reopen this one with follow: false to work on compactd's copy",
+                    sessionId=session.session_id,
+                )
     result = await handler(app, decoded, ctx)
     return msgspec.to_builtins(result)
 

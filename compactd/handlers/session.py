@@ -48,7 +48,8 @@ async def list_sessions(app: App, params: object, ctx: Context) -> p.ListResult:
 
 
 async def close(app: App, params: p.SessionParams, ctx: Context) -> p.CloseResult:
-    await app.get_session(params.session_id)  # validates the id and that it exists
+    # Not loaded first: closing a session this daemon does not have open answers false, even
+    # when another process owns it.
     return p.CloseResult(closed=await app.close_session(params.session_id))
 
 

@@ -9,13 +9,17 @@ Layout under the data dir (the store is the one place that names these files)::
     sessions/<sessionId>/notes.state.json   what the notes were extracted from
     sessions/<sessionId>/prepared.json      a summary prepared in the background, with its
                                             snapshot and fingerprint (atomic replace)
+    sessions/<sessionId>/owner.lock         locked by the daemon that owns the session, names it
+    sessions/<sessionId>/owner.probe        locked by the owner too; what ``session/list`` tests
 
 Durability rules: an append returns only after its bytes are written and fsynced. A group of
 lines that must appear together (a compaction: boundary, summary, kept copies, attachments) is
 written with one ``write`` call and its boundary carries the group size in
 ``compactdGroupSize``; on load, a group cut short by a crash is removed, so a half-written
 compaction is never visible. A torn last line (no trailing newline) was never acknowledged and
-is truncated on load.
+is truncated on load. Only the session's owner (the process holding its lock, see
+``services/ownership.py``) repairs a transcript or writes any file of it; a read-only load makes
+the same repairs in memory and leaves every byte as it found it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import secrets
 import shutil
 from collections import Counter
 from collections.abc import Sequence
@@ -32,6 +37,7 @@ from typing import Any
 
 import msgspec
 
+from compactd.services import ownership
 from compactd.transcript.history import History, boundary_indices
 from compactd.transcript.model import (
     GROUP_SIZE_FIELD,
@@ -44,6 +50,10 @@ from compactd.transcript.model import (
     read_line,
     record_from_dict,
 )
+
+# Times ``Store.lock`` creates a session's directory again when a failed creation removed it
+# while this process was locking it; more in a row would mean a loop of failing creations.
+_LOCK_ATTEMPTS = 5
 
 # Largest transcript ``session/open`` imports or a followed transcript is read as (compactd's
 # choice). Real sessions reach tens of MB; this guards the daemon's memory against a wrong path
@@ -99,12 +109,18 @@ def _fsync_dir(path: Path) -> None:
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
     forget_file(str(path))  # records read history through a descriptor of the old file
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    # Unique per writer: two processes replacing the same file must not share a temporary
+    # file, or one's rename finds it gone (docs/durability.md#ownership).
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 
@@ -154,10 +170,31 @@ class Store:
         atomic_write(self.session_dir(meta.session_id) / "meta.json", msgspec.json.encode(meta))
 
     def discard(self, session_id: str) -> None:
-        """Remove a session directory that never got its meta file (a failed import)."""
+        """Remove the directory of a session that never got its meta file (a failed creation).
+
+        Call it holding the session's lock: a process that locks the removed lock file next
+        finds it gone and locks the new one (``ownership.acquire``).
+        """
         d = self.session_dir(session_id)
         if not (d / "meta.json").exists():
             shutil.rmtree(d, ignore_errors=True)
+
+    # -- ownership ----------------------------------------------------------------------------
+
+    def lock(self, session_id: str) -> ownership.OwnerLock:
+        """Own the session (its directory is created): ``ownership.SessionHeld`` if held."""
+        for _ in range(_LOCK_ATTEMPTS - 1):
+            self._make_dir(session_id)
+            try:
+                return ownership.acquire(self.session_dir(session_id))
+            except FileNotFoundError:
+                continue  # a failed creation removed the directory meanwhile: again
+        self._make_dir(session_id)
+        return ownership.acquire(self.session_dir(session_id))
+
+    def holder(self, session_id: str) -> ownership.Holder | None:
+        """Which process holds the session, if any (a probe: takes nothing, creates nothing)."""
+        return ownership.probe(self.session_dir(session_id))
 
     def _make_dir(self, session_id: str) -> None:
         d = self.session_dir(session_id)
@@ -215,7 +252,13 @@ class Store:
                 found[line] += 1
         return found
 
-    def load(self, session_id: str) -> LoadedTranscript:
+    def load(self, session_id: str, *, repair: bool = True) -> LoadedTranscript:
+        """Read a transcript, without its torn tail or a compaction group cut short.
+
+        With ``repair`` (the owner's load) those bytes are removed from the file too; without
+        it (a read-only load, or any process that does not hold the lock) only from memory:
+        what looks torn may be the owner's append in progress.
+        """
         path = self.transcript_path(session_id)
         if not path.exists():
             return LoadedTranscript(records=History())
@@ -226,14 +269,21 @@ class Store:
             cut = data.rfind(b"\n") + 1
             truncated = len(data) - cut
             data = data[:cut]
-            with open(path, "r+b") as fh:
-                fh.truncate(cut)
-                fh.flush()
-                os.fsync(fh.fileno())
+            if repair:
+                with open(path, "r+b") as fh:
+                    fh.truncate(cut)
+                    fh.flush()
+                    os.fsync(fh.fileno())
         report = ParseReport()
         records = _history_of(data, str(path), report)
         cut_at = _incomplete_group_start(records)
-        if cut_at is not None:
+        if cut_at is not None and not repair:
+            # The file's lines before the group, located where they are in the file.
+            where = records[cut_at].location()
+            end = where[1] if where is not None else len(data)
+            truncated += len(data) - end
+            records = _history_of(data[:end], str(path), ParseReport())
+        elif cut_at is not None:
             new_data = b"".join(records.raw_line(i) + b"\n" for i in range(cut_at))
             truncated += len(data) - len(new_data)
             atomic_write(path, new_data)

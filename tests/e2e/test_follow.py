@@ -379,3 +379,46 @@ async def test_status_follow_prints_a_line_per_change(tmp_path: Path) -> None:
             process.kill()
             await process.wait()
     assert src.path.read_bytes() == src.written
+
+
+async def test_a_followed_session_answers_reads_and_refuses_writes(
+    spawn_daemon: SpawnDaemon, tmp_path: Path
+) -> None:
+    # Claude Code writes the followed file; a compaction or an append made in compactd's copy
+    # would never reach it, and the gauge would stop telling what Claude Code sends.
+    lines = fixture_lines(R16_MANUAL)
+    src = Transcript(project_dir(tmp_path) / "live.jsonl", lines[:40])
+    data_dir = tmp_path / "data"
+    sid = "watched"
+    async with spawn_daemon() as client:
+        await client.open_session(
+            cwd=CWD, session_id=sid, transcript_path=str(src.path), follow=True
+        )
+        stored = stored_transcript(data_dir, sid)
+        before = stored.read_bytes()
+        answer = {
+            "type": "assistant",
+            "uuid": "from-the-ide",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+        }
+        refused = [
+            client.compact_full(sid),
+            client.compact_auto(sid, force=True),
+            client.append(sid, [answer]),
+            client.request(p.COMPACT_MICRO, {"sessionId": sid}),
+        ]
+        for call in refused:
+            with pytest.raises(RpcError) as err:
+                await call
+            assert err.value.data["code"] == p.ErrorCode.SESSION_FOLLOWED
+            assert "claudeCode/compact" in err.value.message
+        assert stored.read_bytes() == before
+        # Reads answer as on any session.
+        status = await client.tokens_status(sid)
+        preview = await client.request(p.COMPACT_PREVIEW, {"sessionId": sid})
+        assert status.tokens > 0 and preview["preTokens"] == status.tokens
+        # Reopened without following, it is compactd's own copy again and compacts.
+        await client.open_session(cwd=CWD, session_id=sid, follow=False)
+        done = await client.compact_full(sid)
+        assert done.post_compact_tokens < done.pre_compact_tokens
+    assert src.path.read_bytes() == src.written

@@ -354,6 +354,7 @@ class Client:
         transcript_path: str | None = None,
         cache_safe_params: p.CacheSafeParams | None = None,
         api_context_management: bool | None = None,
+        read_only: bool = False,
         follow: bool | None = None,
     ) -> p.OpenResult:
         params = p.OpenParams(
@@ -366,6 +367,7 @@ class Client:
             transcript_path=transcript_path,
             cache_safe_params=cache_safe_params,
             api_context_management=api_context_management,
+            read_only=read_only,
             follow=follow,
         )
         return await self.call(p.SESSION_OPEN, params, p.OpenResult)

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit protocol-check protocol bench node-test test-editors screenshots clean
+.PHONY: demo test lint typecheck unit fuzz protocol-check protocol bench node-test test-editors screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,13 @@ protocol: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The fuzz and kill tests in their full form: the counts the default run scales down to stay
+# well inside each test's timeout (same checks, about 4x the cases). Minutes, not seconds.
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=210 FUZZ_SCHEMA_EXAMPLES=80 FUZZ_MUTATION_EXAMPLES=120 CANCEL_TRIALS=100 \
+		KILL_TRIALS=50 $(BIN)/python -m pytest -q --timeout=900 \
+		tests/e2e/test_fuzz.py tests/e2e/test_durability.py
 
 node-test: $(STAMP)
 	@if [ -d clients/vscode ]; then $(MAKE) -C clients/vscode test PYTHON=$(abspath $(BIN)/python); fi

@@ -16,6 +16,7 @@ from compactd.transcript.model import Record, parse_lines
 from tests.emulator import Emulator
 from tests.emulator.fixtures import emulator  # noqa: F401 - fixture
 from tests.helpers import emulator_options
+from tests.inproc import InProc, InProcClient, inproc
 
 if TYPE_CHECKING:
     from tests.e2e.test_compact_support import Harness
@@ -106,6 +107,45 @@ def spawn_emulated(spawn_daemon: SpawnDaemon, emulator: Emulator) -> SpawnDaemon
         return spawn_daemon(options, data_dir, env, capabilities)
 
     return spawn_one
+
+
+@pytest.fixture
+def app_daemon(tmp_path: Path) -> InProc:
+    """``spawn_daemon``'s call surface over an in-process ``App`` (tests/inproc.py), for tests
+    that need no wire: ``async with app_daemon(options={...}, data_dir=..., env=...) as
+    client``. ``capabilities`` is accepted and ignored: the harness has no progress."""
+
+    def start_one(
+        options: dict[str, Any] | None = None,
+        data_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        capabilities: dict[str, Any] | None = None,
+    ) -> AbstractAsyncContextManager[InProcClient]:
+        return inproc(data_dir or tmp_path / "data", options, env=env)
+
+    return start_one
+
+
+@pytest.fixture
+def app_emulated(app_daemon: InProc, emulator: Emulator) -> InProc:  # noqa: F811
+    """``spawn_emulated`` in process: the summarizer on the test's ``emulator``."""
+
+    def start_one(
+        data_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        capabilities: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> AbstractAsyncContextManager[InProcClient]:
+        return app_daemon(emulator_options(emulator, **extra), data_dir, env, capabilities)
+
+    return start_one
+
+
+@pytest.fixture
+async def app_client(app_daemon: InProc) -> AsyncIterator[InProcClient]:
+    """``daemon`` in process."""
+    async with app_daemon() as client:
+        yield client
 
 
 @pytest.fixture

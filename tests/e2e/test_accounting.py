@@ -9,8 +9,9 @@ import pytest
 from compactd_client import Client
 
 from compactd import protocol as p
-from tests.conftest import SpawnDaemon, fixture_transcripts
+from tests.conftest import fixture_transcripts
 from tests.helpers import CWD, assistant, user
+from tests.inproc import InProc
 
 FIXTURES = fixture_transcripts()
 
@@ -20,8 +21,8 @@ def _close(a: int, b: int, share: float = 0.01) -> bool:
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=[p.name[:40] for p in FIXTURES])
-async def test_every_figure_is_one_accounting(spawn_daemon: SpawnDaemon, path: Path) -> None:
-    async with spawn_daemon(options={"summarizer": {"offline": True}}) as client:
+async def test_every_figure_is_one_accounting(app_daemon: InProc, path: Path) -> None:
+    async with app_daemon(options={"summarizer": {"offline": True}}) as client:
         opened = await client.open_session(
             cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(path)
         )
@@ -76,9 +77,9 @@ async def _open_described(client: Client) -> str:
 
 
 async def test_a_fresh_session_counts_the_prefix_its_client_described(
-    spawn_daemon: SpawnDaemon,
+    app_daemon: InProc,
 ) -> None:
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open_described(client)
         await client.append(sid, [user("hello", uuid="u1")])
         status = await client.tokens_status(sid)
@@ -104,9 +105,9 @@ async def test_a_fresh_session_counts_the_prefix_its_client_described(
 
 
 async def test_a_usage_implying_less_than_the_described_prefix_is_not_believed(
-    spawn_daemon: SpawnDaemon,
+    app_daemon: InProc,
 ) -> None:
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open_described(client)
         await client.append(sid, [user("x" * 40_000, uuid="u1")])
         described = (await client.tokens_status(sid)).fixed_prefix_tokens

@@ -12,7 +12,6 @@ from compactd_client import RpcError
 from compactd import protocol as p
 from compactd.core.ledger import LEDGER_SECTION_TITLE
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
-from tests.conftest import spawn
 from tests.e2e.test_compact_support import (
     Harness,
     harness_fixture,
@@ -22,6 +21,7 @@ from tests.e2e.test_compact_support import (
 )
 from tests.emulator import Reply
 from tests.helpers import SessionBuilder, emulator_options
+from tests.inproc import inproc
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -60,7 +60,7 @@ async def test_ledger_restores_a_user_message_the_summary_dropped(h: Harness) ->
 
 async def test_ledger_adds_nothing_to_the_offline_summary(tmp_path: Path) -> None:
     options = {"summarizer": {"offline": True}}
-    async with spawn(tmp_path, options) as client:
+    async with inproc(tmp_path, options) as client:
         sid = await open_session(client, _with_user_message(session_entries(), SECRET_REQUEST))
         result = await client.compact_full(sid)
         assert result.summarizer == "offline"
@@ -170,9 +170,11 @@ async def test_undo_restores_the_view_survives_restart_then_nothing_to_undo(
         await h.client.compact_undo(sid)
     assert err.value.data["code"] == p.ErrorCode.NOTHING_TO_UNDO
 
-    # A second daemon on the same data dir derives the same view from the transcript.
+    # A second daemon on the same data dir derives the same view from the transcript (once
+    # the first has closed the session: one daemon owns a session at a time).
+    await h.client.close_session(sid)
     options = emulator_options(h.emu)
-    async with spawn(h.root / "data", options) as c2:
+    async with inproc(h.root / "data", options) as c2:
         again = await c2.messages(sid)
         assert again.messages == before.messages
         assert (await c2.tokens_status(sid)).tokens == before_status.tokens

@@ -14,8 +14,9 @@ from compactd_client import Client, RpcError
 
 from compactd import protocol as p
 from compactd.cli.synthetic import make_session
-from tests.conftest import FIXTURES, SpawnDaemon
+from tests.conftest import FIXTURES
 from tests.helpers import CWD, assistant, drain, text_block, tool_call, tool_result, user
+from tests.inproc import InProc
 
 T0 = 1_800_000_000.0
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
@@ -96,16 +97,16 @@ def reply(n: int) -> dict[str, Any]:
 # -- cache breaks -------------------------------------------------------------------------------
 
 
-async def test_changed_tool_list_produces_one_break_naming_the_tools(daemon: Client) -> None:
-    sid = await open_session(daemon)
-    async with daemon.subscribe(p.NOTIFY_CACHE_BREAK) as breaks:
-        assert (await turn(daemon, sid, T0, 0)).recorded
-        assert (await turn(daemon, sid, T0 + 10, 40_000)).cache_break is None
-        assert (await turn(daemon, sid, T0 + 20, 42_000)).cache_break is None
+async def test_changed_tool_list_produces_one_break_naming_the_tools(app_client: Client) -> None:
+    sid = await open_session(app_client)
+    async with app_client.subscribe(p.NOTIFY_CACHE_BREAK) as breaks:
+        assert (await turn(app_client, sid, T0, 0)).recorded
+        assert (await turn(app_client, sid, T0 + 10, 40_000)).cache_break is None
+        assert (await turn(app_client, sid, T0 + 20, 42_000)).cache_break is None
         new_tools = [TOOLS[0], {"name": "WebSearch", "input_schema": {"type": "object"}}]
-        ack = await turn(daemon, sid, T0 + 30, 1_200, tools=new_tools)
+        ack = await turn(app_client, sid, T0 + 30, 1_200, tools=new_tools)
         # A steady request after the break is compared with the new, low baseline.
-        assert (await turn(daemon, sid, T0 + 40, 44_000, tools=new_tools)).cache_break is None
+        assert (await turn(app_client, sid, T0 + 40, 44_000, tools=new_tools)).cache_break is None
         # The notification is written before the response that carries the same break.
         sent = drain(breaks)
     assert ack.cache_break is not None
@@ -122,33 +123,33 @@ async def test_changed_tool_list_produces_one_break_naming_the_tools(daemon: Cli
     assert note.causes == ["tools"]
     assert "WebSearch" in note.explanation and "Bash" in note.explanation
 
-    st = await daemon.stats(sid)
+    st = await app_client.stats(sid)
     assert st.cache_breaks == [note]
 
 
-async def test_compaction_in_between_is_not_a_break(daemon: Client) -> None:
-    sid = await open_session(daemon)
-    await daemon.append(sid, [user("write the parser", uuid="p1")])
-    async with daemon.subscribe(p.NOTIFY_CACHE_BREAK) as breaks:
-        await turn(daemon, sid, T0, 90_000)
-        await daemon.append(
+async def test_compaction_in_between_is_not_a_break(app_client: Client) -> None:
+    sid = await open_session(app_client)
+    await app_client.append(sid, [user("write the parser", uuid="p1")])
+    async with app_client.subscribe(p.NOTIFY_CACHE_BREAK) as breaks:
+        await turn(app_client, sid, T0, 90_000)
+        await app_client.append(
             sid, compaction_entries(1, trigger="auto", preTokens=95_000, postTokens=6_000)
         )
         # Even with a changed tool list, the drop right after a compaction is expected.
-        ack = await turn(daemon, sid, T0 + 10, 3_000, tools=TOOLS[:1])
+        ack = await turn(app_client, sid, T0 + 10, 3_000, tools=TOOLS[:1])
         assert ack.cache_break is None and ack.baseline_reset
         # The reset is used up: the next unexplained fall is flagged again.
-        await turn(daemon, sid, T0 + 20, 30_000, tools=TOOLS[:1])
-        ack = await turn(daemon, sid, T0 + 30, 5_000, tools=TOOLS[:1])
+        await turn(app_client, sid, T0 + 20, 30_000, tools=TOOLS[:1])
+        ack = await turn(app_client, sid, T0 + 30, 5_000, tools=TOOLS[:1])
         sent = drain(breaks)
     assert ack.cache_break is not None and ack.cache_break.causes == ["serverSide"]
     assert len(sent) == 1
 
 
-async def test_microcompact_and_cache_deletions_reset_the_baseline(daemon: Client) -> None:
-    sid = await open_session(daemon)
-    await turn(daemon, sid, T0, 80_000)
-    await daemon.append(
+async def test_microcompact_and_cache_deletions_reset_the_baseline(app_client: Client) -> None:
+    sid = await open_session(app_client)
+    await turn(app_client, sid, T0, 80_000)
+    await app_client.append(
         sid,
         [
             {
@@ -159,45 +160,47 @@ async def test_microcompact_and_cache_deletions_reset_the_baseline(daemon: Clien
             }
         ],
     )
-    ack = await turn(daemon, sid, T0 + 10, 50_000)
+    ack = await turn(app_client, sid, T0 + 10, 50_000)
     assert ack.baseline_reset and ack.cache_break is None
 
     deletion = {"type": "delete", "cache_reference": "toolu_01"}
-    ack = await turn(daemon, sid, T0 + 20, 20_000, cache_edits=[deletion])
+    ack = await turn(app_client, sid, T0 + 20, 20_000, cache_edits=[deletion])
     assert ack.baseline_reset and ack.cache_break is None
     # Re-sending the same pinned deletion explains nothing: this fall is a break.
-    ack = await turn(daemon, sid, T0 + 30, 5_000, cache_edits=[deletion])
+    ack = await turn(app_client, sid, T0 + 30, 5_000, cache_edits=[deletion])
     assert ack.cache_break is not None
-    st = await daemon.stats(sid)
+    st = await app_client.stats(sid)
     assert st.microcompactions == 1 and st.microcompact_tokens_saved == 30_000
     assert st.compactions == []
 
 
-async def test_idle_gap_and_query_sources(daemon: Client) -> None:
-    sid = await open_session(daemon)
-    await turn(daemon, sid, T0, 60_000)
+async def test_idle_gap_and_query_sources(app_client: Client) -> None:
+    sid = await open_session(app_client)
+    await turn(app_client, sid, T0, 60_000)
     # A sub-agent with its own, smaller cache does not disturb the main thread's baseline.
-    await turn(daemon, sid, T0 + 5, 8_000, query_source="agent-42")
-    await turn(daemon, sid, T0 + 10, 61_000)
+    await turn(app_client, sid, T0 + 5, 8_000, query_source="agent-42")
+    await turn(app_client, sid, T0 + 10, 61_000)
     # Seven minutes of silence: the 5-minute cache entry expired.
-    ack = await turn(daemon, sid, T0 + 10 + 7 * 60, 2_000)
+    ack = await turn(app_client, sid, T0 + 10 + 7 * 60, 2_000)
     assert ack.cache_break is not None
     assert ack.cache_break.causes == ["ttlExpiry"]
     assert ack.cache_break.reasons[0].startswith("possible TTL expiry: 7.0 minutes")
     # The sub-agent's break is reported under its own source.
-    ack = await turn(daemon, sid, T0 + 500, 1_000, query_source="agent-42", effort="low")
+    ack = await turn(app_client, sid, T0 + 500, 1_000, query_source="agent-42", effort="low")
     assert ack.cache_break is not None and ack.cache_break.query_source == "agent-42"
-    st = await daemon.stats(sid)
+    st = await app_client.stats(sid)
     assert [b.query_source for b in st.cache_breaks] == ["main", "agent-42"]
 
 
-async def test_usage_without_cache_field_is_not_recorded(daemon: Client) -> None:
-    sid = await open_session(daemon)
-    await turn(daemon, sid, T0, 50_000)
-    ack = await daemon.cache_after(sid, {"input_tokens": 10, "output_tokens": 5}, timestamp=T0 + 5)
+async def test_usage_without_cache_field_is_not_recorded(app_client: Client) -> None:
+    sid = await open_session(app_client)
+    await turn(app_client, sid, T0, 50_000)
+    ack = await app_client.cache_after(
+        sid, {"input_tokens": 10, "output_tokens": 5}, timestamp=T0 + 5
+    )
     assert not ack.recorded and ack.cache_break is None
     # The baseline is still the 50,000 of the first response.
-    ack = await turn(daemon, sid, T0 + 10, 10_000)
+    ack = await turn(app_client, sid, T0 + 10, 10_000)
     assert ack.cache_break is not None and ack.cache_break.previous_cache_read == 50_000
 
 
@@ -245,18 +248,18 @@ BAD_INPUT: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
-async def test_bad_input_is_rejected_and_changes_nothing(daemon: Client) -> None:
-    sid = await open_session(daemon)
+async def test_bad_input_is_rejected_and_changes_nothing(app_client: Client) -> None:
+    sid = await open_session(app_client)
     for i, (method, params, code) in enumerate(BAD_INPUT):
         at = T0 + 100 * i
-        await turn(daemon, sid, at, 70_000)
+        await turn(app_client, sid, at, 70_000)
         if params.get("sessionId") == "SID":
             params = {**params, "sessionId": sid}
         with pytest.raises(RpcError) as info:
-            await daemon.request(method, params)
+            await app_client.request(method, params)
         assert info.value.data["code"] == code, (method, params)
         # Nothing was recorded: the baseline is the last good response and no input changed.
-        ack = await daemon.cache_after(sid, usage(40_000), timestamp=at + 10)
+        ack = await app_client.cache_after(sid, usage(40_000), timestamp=at + 10)
         assert ack.cache_break is not None, (method, params)
         assert ack.cache_break.previous_cache_read == 70_000
         assert ack.cache_break.causes == ["serverSide"]
@@ -266,7 +269,7 @@ async def test_bad_input_is_rejected_and_changes_nothing(daemon: Client) -> None
 
 
 async def test_stats_after_two_compactions_survive_a_restart(
-    spawn_daemon: SpawnDaemon, tmp_path: Path
+    app_daemon: InProc, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
     appended = [
@@ -289,11 +292,11 @@ async def test_stats_after_two_compactions_survive_a_restart(
             compactionId="cmp-second",
         ),
     ]
-    async with spawn_daemon(data_dir=data) as client:
+    async with app_daemon(data_dir=data) as client:
         sid = await open_session(client, transcript_path=str(R2_AUTO), model="claude-opus-5-5")
         await client.append(sid, appended)
         first_view = await client.stats(sid)
-    async with spawn_daemon(data_dir=data) as client:
+    async with app_daemon(data_dir=data) as client:
         st = await client.stats(sid)
     assert st == first_view
     first, second = st.compactions
@@ -327,8 +330,8 @@ async def test_stats_after_two_compactions_survive_a_restart(
     assert not first.thrash and not second.thrash
 
 
-async def test_stats_flag_thrash_with_contributors(daemon: Client) -> None:
-    sid = await open_session(daemon)  # 200K window: auto-compact threshold 167,000
+async def test_stats_flag_thrash_with_contributors(app_client: Client) -> None:
+    sid = await open_session(app_client)  # 200K window: auto-compact threshold 167,000
     big = "x" * 240_000  # about 80,000 tokens once padded
     entries = [
         user("start", uuid="p0"),
@@ -339,8 +342,8 @@ async def test_stats_flag_thrash_with_contributors(daemon: Client) -> None:
         tool_result("t1", big, uuid="r2"),
         *compaction_entries(2, trigger="auto", preTokens=176_000, postTokens=16_000),
     ]
-    await daemon.append(sid, entries)
-    first, second = (await daemon.stats(sid)).compactions
+    await app_client.append(sid, entries)
+    first, second = (await app_client.stats(sid)).compactions
     assert first.thrash and first.refill_turns == 1
     assert first.refill_contributors is not None
     assert first.refill_contributors[0].startswith("Bash tool results: 160,000 tokens")
@@ -364,9 +367,9 @@ def test_status_cli_prints_the_compactions(tmp_path: Path) -> None:
 
 
 async def test_real_full_compactions_reset_cache_baseline_and_show_in_stats(
-    spawn_daemon: SpawnDaemon,
+    app_daemon: InProc,
 ) -> None:
-    async with spawn_daemon(options={"summarizer": {"offline": True}}) as client:
+    async with app_daemon(options={"summarizer": {"offline": True}}) as client:
         sid = await open_session(client)
         await client.append(sid, make_session(entries=60, target_tokens=20_000))
         async with client.subscribe(p.NOTIFY_CACHE_BREAK) as breaks:

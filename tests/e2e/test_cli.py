@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 from compactd_client import Client
 
 from compactd.cli.report import MECHANISMS
-from tests.conftest import FIXTURES, SpawnDaemon
+from compactd.cli.synthetic import make_session, to_jsonl
+from tests.conftest import FIXTURES, SpawnDaemon, fixture_transcripts
 from tests.helpers import transcript_lines
 
 VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
@@ -304,16 +306,14 @@ def _in_terminal(
     return process.returncode, received.decode().replace("\r\n", "\n")
 
 
-def test_status_of_every_fixture_fits_a_100_by_40_terminal() -> None:
-    fixtures = sorted(FIXTURES.glob("*.jsonl"))
-    assert len(fixtures) >= 6
-    for path in fixtures:
-        _, screen = _in_terminal("status", str(path))
-        assert _ESCAPE.search(screen), "on a terminal the report is in colour"
-        lines = _ESCAPE.sub("", screen).rstrip("\n").split("\n")
-        assert len(lines) <= 40, (path.name, len(lines))
-        widest = max(lines, key=len)
-        assert len(widest) <= 100, (path.name, widest)
+@pytest.mark.parametrize("path", fixture_transcripts(), ids=lambda p: p.name[:40])
+def test_status_of_every_fixture_fits_a_100_by_40_terminal(path: Path) -> None:
+    _, screen = _in_terminal("status", str(path))
+    assert _ESCAPE.search(screen), "on a terminal the report is in colour"
+    lines = _ESCAPE.sub("", screen).rstrip("\n").split("\n")
+    assert len(lines) <= 40, (path.name, len(lines))
+    widest = max(lines, key=len)
+    assert len(widest) <= 100, (path.name, widest)
 
 
 def test_no_color_plain_and_pipes_get_plain_text() -> None:
@@ -351,39 +351,47 @@ def _accounting_rows(text: str) -> tuple[list[tuple[str, int]], int]:
     raise AssertionError("no total row")
 
 
-async def test_status_table_adds_up_and_says_what_auto_would_do() -> None:
-    for path, extra in (
+# One case per test: each runs two CLI processes, so that a busy machine keeps every test well
+# inside its timeout.
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
         (VIEWER, []),
         (R2_AUTO, []),
         (FIXTURES / "NotTahaAli__sessclone__compaction.jsonl", []),
         (VIEWER, SMALL_WINDOW),  # above the threshold: auto would compact
         (VIEWER, ["--context-window", "20000", "--max-output-tokens", "2000"]),  # cannot
-    ):
-        (code, text, err), (_, raw, _) = await asyncio.gather(
-            _run("status", str(path), *extra), _run("status", str(path), *extra, "--json")
+    ],
+    ids=["viewer", "r2-auto", "sessclone", "viewer-small", "viewer-too-small"],
+)
+async def test_status_table_adds_up_and_says_what_auto_would_do(
+    path: Path, extra: list[str]
+) -> None:
+    (code, text, err), (_, raw, _) = await asyncio.gather(
+        _run("status", str(path), *extra), _run("status", str(path), *extra, "--json")
+    )
+    assert code == 0, err
+    report = json.loads(raw)
+    rows, total = _accounting_rows(text)
+    assert sum(tokens for _, tokens in rows) == total == report["status"]["tokens"]
+    prefix = report["status"].get("fixedPrefixTokens", 0)  # omitted when 0
+    assert rows[0] == ("system prompt and tools", prefix) or (
+        prefix == 0 and rows[0][0].startswith("system prompt and tools (no usage yet)")
+    )
+    assert f"{total:,} / " in text  # the gauge shows the same total
+    auto = report["preview"]["auto"]
+    if auto["wouldCompact"]:
+        expected = (
+            f"next: compact/auto would run {MECHANISMS[auto['mechanism']]}, "
+            f"{auto['preTokens']:,} -> about {auto['estimatedPostTokens']:,} tokens"
         )
-        assert code == 0, err
-        report = json.loads(raw)
-        rows, total = _accounting_rows(text)
-        assert sum(tokens for _, tokens in rows) == total == report["status"]["tokens"]
-        prefix = report["status"].get("fixedPrefixTokens", 0)  # omitted when 0
-        assert rows[0] == ("system prompt and tools", prefix) or (
-            prefix == 0 and rows[0][0].startswith("system prompt and tools (no usage yet)")
-        )
-        assert f"{total:,} / " in text  # the gauge shows the same total
-        auto = report["preview"]["auto"]
-        if auto["wouldCompact"]:
-            expected = (
-                f"next: compact/auto would run {MECHANISMS[auto['mechanism']]}, "
-                f"{auto['preTokens']:,} -> about {auto['estimatedPostTokens']:,} tokens"
-            )
-        elif auto["reasonCode"] == "belowThreshold":
-            to_go = report["status"]["autoCompactThreshold"] - total
-            expected = f"next: nothing to do, {to_go:,} tokens below the auto-compact threshold"
-        else:
-            assert auto["reasonCode"] == "fixedPrefixTooLarge"
-            expected = f"next: compact/auto would not compact: {auto['reason']}"
-        assert expected in text, (path.name, extra)
+    elif auto["reasonCode"] == "belowThreshold":
+        to_go = report["status"]["autoCompactThreshold"] - total
+        expected = f"next: nothing to do, {to_go:,} tokens below the auto-compact threshold"
+    else:
+        assert auto["reasonCode"] == "fixedPrefixTooLarge"
+        expected = f"next: compact/auto would not compact: {auto['reason']}"
+    assert expected in text, (path.name, extra)
 
 
 async def test_every_report_has_json(tmp_path: Path) -> None:
@@ -411,18 +419,39 @@ async def test_every_report_has_json(tmp_path: Path) -> None:
     assert json.loads(out)["compactions"]
 
 
+# ``compactd`` as a shell starts a foreground job: SIGINT at its default and not blocked. A
+# child inherits an ignored or blocked SIGINT across exec, and pytest may carry one: started
+# in the background by a non-interactive shell (``pytest &``, as a CI script may), it ignores
+# SIGINT, and so did the replay, which ran to its end through the signal.
+_AS_A_SHELL_JOB = (
+    "import signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+    "from compactd.cli.main import main\n"
+    "sys.exit(main())\n"
+)
+
+
 def test_ctrl_c_ends_quietly_with_130(tmp_path: Path) -> None:
     data = tmp_path / "data"
+    # A long replay (6,000 entries), so that however slow the machine, most of it is still
+    # ahead when the signal arrives: the test waits for what the replay prints, never on time.
+    long = tmp_path / "long.jsonl"
+    long.write_bytes(to_jsonl(make_session(entries=6_000, target_tokens=400_000)))
     process = subprocess.Popen(
-        [sys.executable, "-m", "compactd", "replay", "--data-dir", str(data)],
+        [sys.executable, "-c", _AS_A_SHELL_JOB, "replay", str(long), "--data-dir", str(data)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group, as a shell's foreground job
     )
     assert process.stdout is not None
-    # Wait for the replay to be under way, then press Ctrl-C: the terminal signals the group.
+    # Wait for the replay to be under way (its first tenth done), then press Ctrl-C: the
+    # terminal signals the group.
     assert process.stdout.readline().startswith(b"compactd ")
     assert process.stdout.readline().startswith(b"replaying ")
+    while not (line := process.stdout.readline()).startswith(b"replayed "):
+        assert line, "the replay ended before its first progress line"
+    assert b"(100%)" not in line
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130

@@ -6,7 +6,6 @@ import pytest
 from compactd_client import RpcError
 
 from compactd import protocol as p
-from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     Harness,
     harness_fixture,
@@ -16,6 +15,7 @@ from tests.e2e.test_compact_support import (
 )
 from tests.emulator import Emulator, Reply, empty_reply
 from tests.helpers import MODEL, assistant, transcript_lines, user
+from tests.inproc import InProc
 
 pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
 
@@ -82,11 +82,11 @@ async def test_microcompact_alone_can_be_enough(h: Harness) -> None:
 
 
 async def test_microcompact_that_leaves_too_little_headroom_gives_way_to_a_summary(
-    spawn_daemon: SpawnDaemon,
+    app_daemon: InProc,
 ) -> None:
     # Clearing old results would leave the session under the threshold but above 75% of it:
     # it would cross again a few turns later. A full compaction runs.
-    async with spawn_daemon(options={"summarizer": {"offline": True}}) as client:
+    async with app_daemon(options={"summarizer": {"offline": True}}) as client:
         sid = await open_session(
             client, session_entries(recent=False), contextWindow=HEADROOM_WINDOW
         )
@@ -189,8 +189,8 @@ async def test_a_fixed_prefix_above_the_threshold_is_refused_before_any_model_ca
     assert emu.message_requests == []
 
 
-async def test_disable_flags(spawn_emulated: SpawnDaemon, emulator: Emulator) -> None:
-    async with spawn_emulated(env={"DISABLE_AUTO_COMPACT": "1"}) as client:
+async def test_disable_flags(app_emulated: InProc, emulator: Emulator) -> None:
+    async with app_emulated(env={"DISABLE_AUTO_COMPACT": "1"}) as client:
         sid = await open_session(client, contextWindow=SMALL_WINDOW)
         result = await client.compact_auto(sid, force=True)
         assert not result.was_compacted
@@ -203,7 +203,7 @@ async def test_disable_flags(spawn_emulated: SpawnDaemon, emulator: Emulator) ->
             await client.compact_full(empty)
         assert info.value.code == p.ErrorCode.NOT_ENOUGH_MESSAGES
     emulator.reset()
-    async with spawn_emulated(env={"DISABLE_COMPACT": "true"}) as client:
+    async with app_emulated(env={"DISABLE_COMPACT": "true"}) as client:
         sid = await open_session(client, contextWindow=SMALL_WINDOW)
         result = await client.compact_auto(sid, force=True)
         assert not result.was_compacted

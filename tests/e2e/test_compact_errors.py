@@ -12,7 +12,6 @@ import pytest
 
 from compactd import protocol as p
 from compactd.core import split
-from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     Harness,
     compact_full_fails,
@@ -30,6 +29,7 @@ from tests.emulator import (
     overloaded,
     prompt_too_long,
 )
+from tests.inproc import InProc
 
 pytestmark = [pytest.mark.timeout(40), pytest.mark.asyncio(loop_scope="module")]
 
@@ -170,10 +170,10 @@ async def test_api_down_falls_back_to_the_offline_summary(
 
 
 async def test_without_offline_fallback_api_errors_and_timeouts_fail(
-    spawn_emulated: SpawnDaemon, emulator: Emulator
+    app_emulated: InProc, emulator: Emulator
 ) -> None:
     summarizer = {"maxRetries": 0, "offlineFallback": False, "timeoutMs": 700}
-    async with spawn_emulated(summarizer=summarizer) as client:
+    async with app_emulated(summarizer=summarizer) as client:
         sid = await open_session(client)
         emulator.set_default(overloaded())
         err = await compact_full_fails(client, sid, p.ErrorCode.SUMMARY_FAILED, "529")

@@ -9,7 +9,6 @@ from compactd_client import RpcError
 
 from compactd import protocol as p
 from compactd.core import prompts
-from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     CACHE_SAFE,
     MODEL,
@@ -26,6 +25,7 @@ from tests.e2e.test_compact_support import (
 )
 from tests.emulator import Reply
 from tests.helpers import drain, transcript_lines
+from tests.inproc import InProc
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.asyncio(loop_scope="module")]
 
@@ -172,8 +172,8 @@ async def test_custom_instructions_and_transcript_path_and_recompaction(
     assert "second summary" in view.messages[0]["content"][0]["text"]
 
 
-async def test_offline_summarizer_without_api_key(spawn_daemon: SpawnDaemon) -> None:
-    async with spawn_daemon(
+async def test_offline_summarizer_without_api_key(app_daemon: InProc) -> None:
+    async with app_daemon(
         options={"summarizer": {"offline": True}}, env={"ANTHROPIC_API_KEY": ""}
     ) as client:
         sid = await open_session(client)

@@ -29,6 +29,11 @@ def _cmd(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
+def _slow(root: Path) -> str:
+    """A hook that outlives its timeout, and leaves a mark if it is ever let finish."""
+    return f"sleep 5 && touch {shlex.quote(str(root / 'slept'))}"
+
+
 def _settings(root: Path) -> dict[str, Any]:
     py = sys.executable
     save = "import sys, pathlib; pathlib.Path(sys.argv[1]).write_text(sys.stdin.read())"
@@ -52,7 +57,7 @@ def _settings(root: Path) -> dict[str, Any]:
                             + " && echo 'Keep every file name.'",
                         },
                         {"type": "command", "command": "echo broken >&2; exit 3"},
-                        {"type": "command", "command": "sleep 5", "timeout": 0.3},
+                        {"type": "command", "command": _slow(root), "timeout": 0.3},
                         {"type": "command", "command": str(root / "no-such-hook")},
                     ],
                 },
@@ -119,9 +124,10 @@ async def test_hooks_run_feed_the_prompt_and_context_and_failures_are_reported(
     assert result.hook_results[0].ok and result.hook_results[0].exit_code == 0
     failed = by_command["echo broken >&2; exit 3"]
     assert not failed.ok and failed.exit_code == 3 and failed.stderr.strip() == "broken"
-    slow = by_command["sleep 5"]
+    slow = by_command[_slow(root)]
     assert slow.timed_out and not slow.ok and slow.exit_code is None
-    assert slow.duration_ms < 3_000
+    # Stopped at its timeout, not waited for: it never got to leave its mark.
+    assert not (root / "slept").exists()
     missing = by_command[str(root / "no-such-hook")]
     assert not missing.ok and missing.exit_code == 127
 

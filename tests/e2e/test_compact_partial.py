@@ -18,7 +18,7 @@ from compactd_client import Client, RpcError
 
 from compactd import protocol as p
 from compactd.core import prompts
-from tests.conftest import FIXTURES, SpawnDaemon
+from tests.conftest import FIXTURES
 from tests.e2e.test_compact_support import (
     MODEL,
     SYSTEM,
@@ -35,6 +35,7 @@ from tests.e2e.test_compact_support import (
 )
 from tests.emulator import Emulator
 from tests.helpers import CWD, drain, transcript_lines
+from tests.inproc import InProc
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -94,14 +95,14 @@ def _summary_text(message: dict[str, Any]) -> str:
 
 
 async def test_both_directions_on_a_fixture_transcript_survive_a_restart(
-    spawn_emulated: SpawnDaemon,
+    app_emulated: InProc,
     emulator: Emulator,
     tmp_path: Path,
 ) -> None:
     lines = transcript_lines(FIXTURE)
     middle = len(lines) // 2
     data = tmp_path / "restart-data"
-    async with spawn_emulated(data_dir=data) as client:
+    async with app_emulated(data_dir=data) as client:
         up_sid = await _open_fixture(client)
         before = await client.messages(up_sid)
         # A tool result as pivot: the cut cannot go between it and its call, so it moves back.
@@ -180,7 +181,7 @@ async def test_both_directions_on_a_fixture_transcript_survive_a_restart(
         up_status = await client.tokens_status(up_sid)
         from_status = await client.tokens_status(from_sid)
 
-    async with spawn_emulated(data_dir=data) as client:
+    async with app_emulated(data_dir=data) as client:
         assert (await client.messages(up_sid)).messages == up_view.messages
         assert (await client.messages(from_sid)).messages == from_view.messages
         assert (await client.tokens_status(up_sid)).tokens == up_status.tokens

@@ -22,6 +22,7 @@ from compactd.cli.synthetic import make_session
 from tests.conftest import daemon_log, spawn
 from tests.emulator import Emulator
 from tests.helpers import CWD, MODEL, drain, emulator_options
+from tests.inproc import inproc
 
 # The main loop's cache key inputs, as a client would pass them in ``session/open``.
 SYSTEM: list[dict[str, Any]] = [
@@ -129,18 +130,21 @@ def last_request_body(emu: Emulator) -> dict[str, Any]:
 @dataclass
 class Harness:
     """One daemon and one emulator shared by the tests of a module (each test opens its own
-    session): spawning a daemon and loading the SDK cost seconds, the tests milliseconds."""
+    session): starting a daemon and loading the SDK cost seconds, the tests milliseconds. The
+    daemon is in process (tests/inproc.py) unless the module asks for the wire."""
 
     client: Client
     emu: Emulator
     root: Path
 
 
-def harness_fixture(**extra_options: Any) -> Callable[..., Any]:
+def harness_fixture(*, wire: bool = False, **extra_options: Any) -> Callable[..., Any]:
     """A module-scoped ``harness`` fixture; use with ``pytest.mark.asyncio(loop_scope="module")``
     and take the ``h`` fixture (tests/conftest.py) in each test.
 
     ``extra_options`` are added to the initializationOptions (a callable gets the root dir).
+    With ``wire`` the daemon is a real process over stdio, for what only the wire shows
+    (keep-alive notifications on the pipe, cancellation of a request in flight).
     """
 
     @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -148,7 +152,11 @@ def harness_fixture(**extra_options: Any) -> Callable[..., Any]:
         root = tmp_path_factory.mktemp("compact")
         extra = {k: (v(root) if callable(v) else v) for k, v in extra_options.items()}
         with Emulator() as emu, daemon_log(root) as log:
-            async with spawn(root / "data", emulator_options(emu, **extra), log=log) as client:
+            options = emulator_options(emu, **extra)
+            daemon = (
+                spawn(root / "data", options, log=log) if wire else inproc(root / "data", options)
+            )
+            async with daemon as client:
                 yield Harness(client, emu, root)
 
     return harness

@@ -15,7 +15,6 @@ import pytest
 from compactd_client import Client
 
 from compactd import protocol as p
-from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_auto import MICRO_WINDOW, SMALL_WINDOW
 from tests.e2e.test_compact_support import (
     Harness,
@@ -26,6 +25,7 @@ from tests.e2e.test_compact_support import (
 )
 from tests.e2e.test_session_memory import notes_or_summary, wait_for_notes
 from tests.emulator import Emulator, Reply, empty_reply
+from tests.inproc import InProc
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -93,8 +93,8 @@ async def test_full_compaction_with_the_model(h: Harness) -> None:
     assert preview.entries_summarized > 100 and preview.entries_kept == 0
 
 
-async def test_full_compaction_offline(spawn_daemon: SpawnDaemon) -> None:
-    async with spawn_daemon(options={"summarizer": {"offline": True}}) as client:
+async def test_full_compaction_offline(app_daemon: InProc) -> None:
+    async with app_daemon(options={"summarizer": {"offline": True}}) as client:
         sid = await open_session(client, contextWindow=SMALL_WINDOW)
         preview, auto = await preview_then_auto(client, sid)
         assert preview.mechanism == "full" and auto.result is not None
@@ -109,10 +109,10 @@ async def test_full_compaction_offline(spawn_daemon: SpawnDaemon) -> None:
         assert within_20_percent(planned.estimated_post_tokens, result.post_compact_tokens)
 
 
-async def test_session_memory(spawn_emulated: SpawnDaemon, emulator: Emulator) -> None:
+async def test_session_memory(app_emulated: InProc, emulator: Emulator) -> None:
     emulator.set_default(notes_or_summary)
     options = {"sessionMemory": {"enabled": True, "minTokenGrowth": 5_000, "minToolCalls": 3}}
-    async with spawn_emulated(**options) as client:
+    async with app_emulated(**options) as client:
         # 70K window: threshold 37K; the session holds about 60K, the notes and the entries
         # they leave about 12K.
         sid = await open_session(

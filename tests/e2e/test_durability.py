@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from compactd import protocol as p
 from tests.e2e.test_crash import (
     Appender,
@@ -32,8 +30,11 @@ from tests.e2e.test_crash import (
 from tests.helpers import CWD, stored_transcript, tool_call, tool_result, user
 from tests.wire import Wire
 
-CANCELS_PER_KIND = int(os.environ.get("CANCEL_TRIALS", "100"))
-KILL_TRIALS = int(os.environ.get("KILL_TRIALS", "50"))
+# The default run keeps each test well inside the suite's timeout on a busy 2-core machine (a
+# kill trial spawns a daemon: a second of imports); ``make fuzz`` runs the full form
+# (CANCEL_TRIALS=100, KILL_TRIALS=50) with the same checks.
+CANCELS_PER_KIND = int(os.environ.get("CANCEL_TRIALS", "20"))
+KILL_TRIALS = int(os.environ.get("KILL_TRIALS", "10"))
 
 
 def _turn(i: int, tag: str) -> list[dict[str, Any]]:
@@ -50,7 +51,6 @@ def _uuids(data: bytes) -> list[str]:
     return [json.loads(line).get("uuid") for line in data.splitlines()]
 
 
-@pytest.mark.timeout(600)
 def test_cancels_at_random_moments_answer_what_happened(tmp_path: Path) -> None:
     data = tmp_path / "data"
     w = Wire(data, tmp_path / "daemon.log")
@@ -132,7 +132,6 @@ def test_cancels_at_random_moments_answer_what_happened(tmp_path: Path) -> None:
     assert sum(t["answered"] for t in tally.values()) > 0
 
 
-@pytest.mark.timeout(400)
 async def test_seeded_kills_lose_nothing_acknowledged(tmp_path: Path) -> None:
     data = tmp_path / "data"
     sid = "kills"

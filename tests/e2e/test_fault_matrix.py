@@ -27,7 +27,6 @@ import pytest_asyncio
 from compactd_client import Client
 
 from compactd import protocol as p
-from tests.conftest import daemon_log, spawn
 from tests.e2e.test_compact_support import compact_full_fails, open_session, phases, snapshot
 from tests.emulator import (
     Emulator,
@@ -44,6 +43,7 @@ from tests.emulator import (
     truncated_stream,
 )
 from tests.helpers import drain, emulator_options
+from tests.inproc import inproc
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -202,7 +202,6 @@ async def daemons(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Dae
     dead_url = f"http://127.0.0.1:{_closed_port()}"
     with Emulator() as emu:
         async with AsyncExitStack() as stack:
-            log = stack.enter_context(daemon_log(root))
             clients: dict[tuple[bool, bool], Client] = {}
             for strict in (True, False):
                 for down in (False, True):
@@ -218,7 +217,7 @@ async def daemons(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Dae
                     )
                     name = f"data-{'strict' if strict else 'fallback'}-{'down' if down else 'up'}"
                     clients[(strict, down)] = await stack.enter_async_context(
-                        spawn(root / name, opts, log=log)
+                        inproc(root / name, opts)
                     )
             yield Daemons(emu, hooks_path, clients)
 

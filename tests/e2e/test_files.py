@@ -12,8 +12,8 @@ from compactd_client import Client, RpcError
 
 from compactd import protocol as p
 from compactd.core.rehydrate import estimate_text_tokens
-from tests.conftest import SpawnDaemon
 from tests.helpers import collect, numbered_call, numbered_read, numbered_result
+from tests.inproc import InProc
 
 # -- helpers ------------------------------------------------------------------------------------
 
@@ -38,8 +38,15 @@ async def _open(client: Client, ws: Path) -> str:
     return opened.session_id
 
 
+async def _notes(queue: asyncio.Queue[tuple[str, Any]]) -> list[Any]:
+    """The next notification (however long a busy machine takes to deliver it) and any that
+    follow it closely: a debounced change must come alone."""
+    first = (await asyncio.wait_for(queue.get(), 20.0))[1]
+    return [first, *await collect(queue, 0.8, quiet=True)]
+
+
 async def _wait_watched(client: Client, sid: str, paths: set[str]) -> None:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 20
     while True:
         state = await client.file_state(sid)
         watched = {f.path for f in state.files if f.watched}
@@ -61,7 +68,7 @@ def ws(tmp_path: Path) -> Path:
 
 
 async def test_rehydrate_restores_the_five_most_recent_files_from_disk(
-    spawn_daemon: SpawnDaemon, ws: Path
+    app_daemon: InProc, ws: Path
 ) -> None:
     for i in range(6):
         (ws / f"f{i}.py").write_text(f"# file {i}\nvalue = {i}\n")
@@ -78,7 +85,7 @@ async def test_rehydrate_restores_the_five_most_recent_files_from_disk(
         entries += numbered_read(i, ws / name, base + i)
     entries += numbered_read(50, "f0.py", base + 9, "File unchanged since last read. See above.")
     entries += numbered_read(51, ws / "CLAUDE.md", base + 10)  # a memory file: never re-attached
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open(client, ws)
         await client.append(sid, entries)
         await client.record_file(sid, str(ws / "rec.txt"), timestamp=base + 20)
@@ -107,7 +114,7 @@ async def test_rehydrate_restores_the_five_most_recent_files_from_disk(
 
 
 async def test_rehydrate_restores_todos_plan_skills_agents_and_announcements(
-    spawn_daemon: SpawnDaemon, ws: Path
+    app_daemon: InProc, ws: Path
 ) -> None:
     (ws / ".claude" / "skills" / "deploy").mkdir(parents=True)
     (ws / ".claude" / "skills" / "deploy" / "SKILL.md").write_text("Deploy with make ship.\n")
@@ -138,7 +145,7 @@ async def test_rehydrate_restores_todos_plan_skills_agents_and_announcements(
             },
         },
     ]
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open(client, ws)
         await client.append(sid, entries)
         extras = {
@@ -181,7 +188,7 @@ async def test_rehydrate_restores_todos_plan_skills_agents_and_announcements(
 
 
 async def test_nested_memory_is_attached_once_and_changes_are_reported(
-    spawn_daemon: SpawnDaemon, ws: Path
+    app_daemon: InProc, ws: Path
 ) -> None:
     mod = ws / "pkg" / "mod"
     mod.mkdir(parents=True)
@@ -192,7 +199,7 @@ async def test_nested_memory_is_attached_once_and_changes_are_reported(
     (mod / "x.py").write_text("x = 1\n")
     (mod / "y.py").write_text("y = 1\n")
     now = time.time()
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open(client, ws)
         await client.append(sid, numbered_read(1, mod / "x.py", now))
         pending = (await client.pending_attachments(sid)).attachments
@@ -219,10 +226,8 @@ async def test_nested_memory_is_attached_once_and_changes_are_reported(
 
         await _wait_watched(client, sid, {str(pkg_memory), str(mod / "x.py")})
         async with client.subscribe(p.NOTIFY_MEMORY_CHANGED) as queue:
-            started = time.monotonic()
             pkg_memory.write_text("pkg rules, edited\n")
-            name, note = await asyncio.wait_for(queue.get(), 2.0)
-            assert time.monotonic() - started < 2.0
+            name, note = await asyncio.wait_for(queue.get(), 20.0)
             assert note == {"sessionId": sid, "path": str(pkg_memory), "change": "modified"}
             [att] = (await client.pending_attachments(sid)).attachments
             assert att["attachment"]["type"] == "nested_memory"
@@ -233,14 +238,14 @@ async def test_nested_memory_is_attached_once_and_changes_are_reported(
             for i in range(50):
                 pkg_memory.write_text(f"burst {i}\n")
                 await asyncio.sleep(0.01)
-            notes = await collect(queue, 1.5)
+            notes = await _notes(queue)
             assert notes == [{"sessionId": sid, "path": str(pkg_memory), "change": "modified"}]
             [att] = (await client.pending_attachments(sid)).attachments
             assert att["attachment"]["content"]["content"] == "burst 49\n"
 
             # A read file changed behind the agent's back gets a changed-file notice.
             (mod / "x.py").write_text("x = 2\n")
-            notes = await collect(queue, 1.2)
+            notes = await _notes(queue)
             assert notes == [{"sessionId": sid, "path": str(mod / "x.py"), "change": "modified"}]
             [att] = (await client.pending_attachments(sid)).attachments
             assert att["attachment"]["type"] == "edited_text_file"
@@ -252,17 +257,17 @@ async def test_nested_memory_is_attached_once_and_changes_are_reported(
 
             # A memory file that appears next to a read file is attached too.
             (mod / "CLAUDE.md").write_text("mod rules\n")
-            notes = await collect(queue, 1.2)
+            notes = await _notes(queue)
             assert notes == [{"sessionId": sid, "path": str(mod / "CLAUDE.md"), "change": "added"}]
             [att] = (await client.pending_attachments(sid)).attachments
             assert att["attachment"]["displayPath"] == "pkg/mod/CLAUDE.md"
             assert att["attachment"]["content"]["content"] == "mod rules\n"
 
 
-async def test_watching_stops_when_the_session_closes(spawn_daemon: SpawnDaemon, ws: Path) -> None:
+async def test_watching_stops_when_the_session_closes(app_daemon: InProc, ws: Path) -> None:
     (ws / "CLAUDE.md").write_text("rules\n")
     (ws / "a.py").write_text("a = 1\n")
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open(client, ws)
         await client.append(sid, numbered_read(1, ws / "a.py", time.time()))
         await _wait_watched(client, sid, {str(ws / "CLAUDE.md")})
@@ -276,7 +281,7 @@ async def test_watching_stops_when_the_session_closes(spawn_daemon: SpawnDaemon,
 
 
 async def test_paths_outside_the_roots_are_refused(
-    spawn_daemon: SpawnDaemon, ws: Path, tmp_path: Path
+    app_daemon: InProc, ws: Path, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -286,7 +291,7 @@ async def test_paths_outside_the_roots_are_refused(
     extra = tmp_path / "extra"
     extra.mkdir()
     (extra / "ok.txt").write_text("fine\n")
-    async with spawn_daemon(options={"workspaceRoots": [str(extra)]}) as client:
+    async with app_daemon(options={"workspaceRoots": [str(extra)]}) as client:
         sid = await _open(client, ws)
         for bad in (
             "../../etc/passwd",
@@ -326,14 +331,12 @@ async def test_paths_outside_the_roots_are_refused(
         assert names == [str(extra / "ok.txt")]
 
 
-async def test_file_state_survives_a_restart(
-    spawn_daemon: SpawnDaemon, ws: Path, tmp_path: Path
-) -> None:
+async def test_file_state_survives_a_restart(app_daemon: InProc, ws: Path, tmp_path: Path) -> None:
     (ws / "a.py").write_text("a = 1\n")
     (ws / "b.py").write_text("b = 1\n")
     data = tmp_path / "data"
     base = time.time() - 100
-    async with spawn_daemon(data_dir=data) as client:
+    async with app_daemon(data_dir=data) as client:
         sid = await _open(client, ws)
         await client.append(
             sid,
@@ -358,7 +361,7 @@ async def test_file_state_survives_a_restart(
         (str(ws / "a.py"), "Read"),
     ]
     assert (before[2].offset, before[2].limit) == (2, 10)
-    async with spawn_daemon(data_dir=data) as client:
+    async with app_daemon(data_dir=data) as client:
         after = (await client.file_state(sid)).files
     strip = [(f.path, f.timestamp, f.offset, f.limit, f.content_hash, f.source) for f in after]
     assert strip == [
@@ -366,8 +369,8 @@ async def test_file_state_survives_a_restart(
     ]
 
 
-async def test_rehydrate_on_an_unknown_session_is_an_error(daemon: Client) -> None:
+async def test_rehydrate_on_an_unknown_session_is_an_error(app_client: Client) -> None:
     for method in (p.ATTACHMENTS_REHYDRATE, p.ATTACHMENTS_PENDING, p.FILESTATE_LIST):
         with pytest.raises(RpcError) as err:
-            await daemon.request(method, {"sessionId": "nope"})
+            await app_client.request(method, {"sessionId": "nope"})
         assert err.value.code == p.ErrorCode.SESSION_NOT_FOUND

@@ -1,5 +1,7 @@
-"""End-to-end tests of the daemon's foundation over real stdio: lifecycle, sessions, restart,
-fixture import, and every class of bad input (the daemon answers, changes nothing, keeps going).
+"""End-to-end tests of the daemon's foundation: lifecycle, sessions, restart, fixture import,
+and every class of bad input (the daemon answers, changes nothing, keeps going). The lifecycle
+and bad frames go over real stdio; sessions, imports and bad params run in process
+(tests/inproc.py: the same requests through ``handlers.invoke``, no wire).
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from compactd_client import Client, RpcError
 
 from compactd import protocol as p
 from compactd.transcript.model import parse_lines
-from tests.conftest import SpawnDaemon, daemon_args, fixture_transcripts
+from tests.conftest import daemon_args, fixture_transcripts
 from tests.helpers import CWD, assistant, text_block, user
+from tests.inproc import InProc
 
 
 def _user(uid: str, content: str, parent: str | None = None) -> dict[str, Any]:
@@ -95,7 +98,7 @@ async def test_daemon_exits_when_its_parent_dies(tmp_path: Path) -> None:
     assert middle.stdout is not None
     pid = int((await middle.stdout.readline()).strip())
     await middle.wait()
-    for _ in range(100):
+    for _ in range(300):  # a generous deadline: a busy machine starts a daemon slowly
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -103,7 +106,7 @@ async def test_daemon_exits_when_its_parent_dies(tmp_path: Path) -> None:
         await asyncio.sleep(0.1)
     else:
         os.kill(pid, signal.SIGKILL)
-        pytest.fail("the daemon outlived its parent by more than 10 s")
+        pytest.fail("the daemon outlived its parent by more than 30 s")
 
 
 async def test_requests_before_initialize_are_refused(tmp_path: Path) -> None:
@@ -121,14 +124,14 @@ async def test_requests_before_initialize_are_refused(tmp_path: Path) -> None:
 # -- sessions -----------------------------------------------------------------------------------
 
 
-async def test_open_append_messages_list_close(daemon: Client) -> None:
-    opened = await daemon.open_session(cwd=CWD, model="claude-sonnet-4-5")
+async def test_open_append_messages_list_close(app_client: Client) -> None:
+    opened = await app_client.open_session(cwd=CWD, model="claude-sonnet-4-5")
     sid = opened.session_id
     assert opened.entry_count == 0
     assert opened.status.tokens == 0
     assert opened.status.auto_compact_threshold == 167_000
 
-    res = await daemon.append(
+    res = await app_client.append(
         sid,
         [
             _user("u1", "hello there"),
@@ -142,38 +145,42 @@ async def test_open_append_messages_list_close(daemon: Client) -> None:
     assert res.status.estimated_tokens > 0
     assert res.status.tokens == res.status.exact_tokens + res.status.estimated_tokens
 
-    msgs = await daemon.messages(sid)
+    msgs = await app_client.messages(sid)
     assert [m["role"] for m in msgs.messages] == ["user", "assistant", "user"]
     assert msgs.messages[0]["content"] == [{"type": "text", "text": "hello there"}]
 
-    status = await daemon.tokens_status(sid)
+    status = await app_client.tokens_status(sid)
     assert status == res.status
 
-    listed = await daemon.list_sessions()
+    listed = await app_client.list_sessions()
     assert [(s.session_id, s.entry_count, s.open) for s in listed.sessions] == [(sid, 3, True)]
 
     # the transcript on disk holds the lines exactly as given, unknown fields included
     lines = Path(opened.transcript_path).read_bytes().splitlines()
     assert json.loads(lines[0])["someFutureField"] == {"kept": [1, 2, 3]}
 
-    assert (await daemon.close_session(sid)).closed is True
-    listed = await daemon.list_sessions()
+    assert (await app_client.close_session(sid)).closed is True
+    listed = await app_client.list_sessions()
     assert [(s.session_id, s.open) for s in listed.sessions] == [(sid, False)]
     # a closed session is loaded again on demand, with its history
-    assert (await daemon.tokens_status(sid)).tokens == status.tokens
+    assert (await app_client.tokens_status(sid)).tokens == status.tokens
 
 
-async def test_open_with_explicit_id_and_reopen(daemon: Client) -> None:
-    opened = await daemon.open_session(session_id="my-session.1", cwd=CWD, model="claude-opus-4-6")
+async def test_open_with_explicit_id_and_reopen(app_client: Client) -> None:
+    opened = await app_client.open_session(
+        session_id="my-session.1", cwd=CWD, model="claude-opus-4-6"
+    )
     assert opened.session_id == "my-session.1"
     assert opened.status.context_window == 1_000_000
-    await daemon.append("my-session.1", [_user("u1", "x")])
-    again = await daemon.open_session(session_id="my-session.1", cwd=CWD, model="claude-opus-4-6")
+    await app_client.append("my-session.1", [_user("u1", "x")])
+    again = await app_client.open_session(
+        session_id="my-session.1", cwd=CWD, model="claude-opus-4-6"
+    )
     assert again.entry_count == 1
 
 
-async def test_client_overrides_window(daemon: Client) -> None:
-    opened = await daemon.open_session(
+async def test_client_overrides_window(app_client: Client) -> None:
+    opened = await app_client.open_session(
         cwd=CWD, model="some-local-model", context_window=100_000, max_output_tokens=8_000
     )
     st = opened.status
@@ -182,9 +189,9 @@ async def test_client_overrides_window(daemon: Client) -> None:
     assert st.blocking_limit == 89_000
 
 
-async def test_restart_restores_sessions(spawn_daemon: SpawnDaemon, tmp_path: Path) -> None:
+async def test_restart_restores_sessions(app_daemon: InProc, tmp_path: Path) -> None:
     data = tmp_path / "shared-data"
-    async with spawn_daemon(data_dir=data) as first:
+    async with app_daemon(data_dir=data) as first:
         opened = await first.open_session(cwd=CWD, model="claude-sonnet-4-5")
         await first.append(
             opened.session_id,
@@ -192,7 +199,7 @@ async def test_restart_restores_sessions(spawn_daemon: SpawnDaemon, tmp_path: Pa
         )
         before = await first.messages(opened.session_id)
         status_before = await first.tokens_status(opened.session_id)
-    async with spawn_daemon(data_dir=data) as second:
+    async with app_daemon(data_dir=data) as second:
         listed = await second.list_sessions()
         assert [s.session_id for s in listed.sessions] == [opened.session_id]
         assert (await second.messages(opened.session_id)).messages == before.messages
@@ -202,41 +209,47 @@ async def test_restart_restores_sessions(spawn_daemon: SpawnDaemon, tmp_path: Pa
 
 
 @pytest.mark.parametrize("path", fixture_transcripts(), ids=lambda p: p.name[:40])
-async def test_import_every_fixture_transcript(daemon: Client, path: Path) -> None:
+async def test_import_every_fixture_transcript(app_client: Client, path: Path) -> None:
     records = list(parse_lines(path.read_bytes().splitlines()))
-    opened = await daemon.open_session(
+    opened = await app_client.open_session(
         cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(path)
     )
     assert opened.entry_count == len(records)
     assert opened.skipped_lines == 0
     assert opened.imported_from == str(path.resolve())
-    msgs = await daemon.messages(opened.session_id)
+    msgs = await app_client.messages(opened.session_id)
     roles = [m["role"] for m in msgs.messages]
     assert roles and roles[0] == "user"
     assert all(a != b for a, b in zip(roles, roles[1:], strict=False)), "roles must alternate"
     # the source is read, never modified; the copy holds the same lines
     copy = Path(opened.transcript_path).read_bytes().splitlines()
     assert copy == [r.raw for r in records]
-    bd = await daemon.tokens_breakdown(opened.session_id)
+    bd = await app_client.tokens_breakdown(opened.session_id)
     assert bd.total_tokens > 0
 
 
-async def test_import_with_corrupt_lines_skips_and_counts(daemon: Client, tmp_path: Path) -> None:
+async def test_import_with_corrupt_lines_skips_and_counts(
+    app_client: Client, tmp_path: Path
+) -> None:
     src = tmp_path / "broken.jsonl"
     good = json.dumps(_user("u1", "fine"))
     src.write_text(f'{good}\n{{"type": "user", "trunc\nnot json at all\n[1,2]\n')
-    opened = await daemon.open_session(cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(src))
+    opened = await app_client.open_session(
+        cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(src)
+    )
     assert (opened.entry_count, opened.skipped_lines) == (1, 3)
 
 
 async def test_import_of_missing_transcript_is_a_clear_error(
-    daemon: Client, tmp_path: Path
+    app_client: Client, tmp_path: Path
 ) -> None:
     with pytest.raises(RpcError) as err:
-        await daemon.open_session(cwd=CWD, model="m", transcript_path=str(tmp_path / "nope.jsonl"))
+        await app_client.open_session(
+            cwd=CWD, model="m", transcript_path=str(tmp_path / "nope.jsonl")
+        )
     assert err.value.code == p.ErrorCode.TRANSCRIPT_UNREADABLE
     assert "nope.jsonl" in err.value.message
-    assert (await daemon.list_sessions()).sessions == []
+    assert (await app_client.list_sessions()).sessions == []
 
 
 # -- bad input through the typed client ---------------------------------------------------------
@@ -260,27 +273,27 @@ async def test_import_of_missing_transcript_is_a_clear_error(
     ],
 )
 async def test_invalid_params_get_clear_errors(
-    daemon: Client, method: str, params: dict[str, Any], code: str
+    app_client: Client, method: str, params: dict[str, Any], code: str
 ) -> None:
     with pytest.raises(RpcError) as err:
-        await daemon.request(method, params)
+        await app_client.request(method, params)
     assert err.value.code == code
     assert err.value.message
-    assert (await daemon.list_sessions()).sessions == []
+    assert (await app_client.list_sessions()).sessions == []
 
 
-async def test_bad_entries_reject_the_whole_append(daemon: Client) -> None:
-    sid = (await daemon.open_session(cwd=CWD, model="m")).session_id
+async def test_bad_entries_reject_the_whole_append(app_client: Client) -> None:
+    sid = (await app_client.open_session(cwd=CWD, model="m")).session_id
     for entries in (
         [_user("u1", "ok"), "not an object"],
         [_user("u1", "ok"), {"no": "type"}],
         [_user("u1", "ok"), {"type": "user", "uuid": 12}],
     ):
         with pytest.raises(RpcError) as err:
-            await daemon.append(sid, entries)  # type: ignore[arg-type]
+            await app_client.append(sid, entries)  # type: ignore[arg-type]
         assert err.value.code == "invalidParams"
-    assert (await daemon.tokens_status(sid)).tokens == 0
-    assert (await daemon.list_sessions()).sessions[0].entry_count == 0
+    assert (await app_client.tokens_status(sid)).tokens == 0
+    assert (await app_client.list_sessions()).sessions[0].entry_count == 0
 
 
 async def test_unknown_method(daemon: Client) -> None:
@@ -446,27 +459,27 @@ def test_generated_protocol_files_are_current() -> None:
     assert set(schema["methods"]) == set(p.REQUESTS)
 
 
-async def test_window_too_small_for_the_reserves_is_refused(daemon: Client) -> None:
+async def test_window_too_small_for_the_reserves_is_refused(app_client: Client) -> None:
     with pytest.raises(RpcError) as err:
-        await daemon.open_session(cwd=CWD, model="m", context_window=30_000)
+        await app_client.open_session(cwd=CWD, model="m", context_window=30_000)
     assert err.value.code == "invalidParams"
     assert "maxOutputTokens" in err.value.message
-    ok = await daemon.open_session(
+    ok = await app_client.open_session(
         cwd=CWD, model="m", context_window=30_000, max_output_tokens=4_000
     )
     assert ok.status.auto_compact_threshold == 13_000
 
 
-async def test_append_is_idempotent_by_uuid(daemon: Client) -> None:
-    sid = (await daemon.open_session(cwd=CWD, model="m")).session_id
-    first = await daemon.append(sid, [_user("u1", "hello"), _user("u2", "again", "u1")])
+async def test_append_is_idempotent_by_uuid(app_client: Client) -> None:
+    sid = (await app_client.open_session(cwd=CWD, model="m")).session_id
+    first = await app_client.append(sid, [_user("u1", "hello"), _user("u2", "again", "u1")])
     assert (first.appended, first.skipped_duplicates) == (2, 0)
-    retry = await daemon.append(
+    retry = await app_client.append(
         sid, [_user("u1", "hello"), _user("u2", "again", "u1"), _user("u3", "new", "u2")]
     )
     assert (retry.appended, retry.skipped_duplicates) == (1, 2)
-    same_batch = await daemon.append(sid, [_user("u4", "x", "u3"), _user("u4", "x", "u3")])
+    same_batch = await app_client.append(sid, [_user("u4", "x", "u3"), _user("u4", "x", "u3")])
     assert (same_batch.appended, same_batch.skipped_duplicates) == (1, 1)
-    info = (await daemon.list_sessions()).sessions[0]
+    info = (await app_client.list_sessions()).sessions[0]
     assert info.entry_count == 4
     assert len(Path(info.transcript_path).read_bytes().splitlines()) == 4

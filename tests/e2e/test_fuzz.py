@@ -23,10 +23,11 @@ from hypothesis_jsonschema import from_schema
 from compactd import protocol as p
 from tests.wire import Wire, digest
 
+# The counts of the default run keep every test of the suite well inside its timeout on a busy
+# 2-core machine; ``make fuzz`` runs the full form (FUZZ_EXAMPLES=210: 10,500 invalid requests,
+# FUZZ_SCHEMA_EXAMPLES=80, FUZZ_MUTATION_EXAMPLES=120) with the same checks.
 BATCH = 50
-EXAMPLES = int(
-    os.environ.get("FUZZ_EXAMPLES", "210")
-)  # 210 x 50 = 10,500 invalid requests, plus the valid-but-odd ones below
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))  # 60 x 50 = 3,000 invalid requests
 
 
 @pytest.fixture(scope="module")
@@ -297,20 +298,39 @@ def test_garbage_bytes_then_still_serving(wire: tuple[Wire, Path]) -> None:
 # -- schema-driven params: every method, params shaped as protocol/schema.json says ---------------
 
 _SCHEMA = json.loads((Path(__file__).parents[2] / "protocol" / "schema.json").read_text())
-SCHEMA_EXAMPLES = int(os.environ.get("FUZZ_SCHEMA_EXAMPLES", "80"))
+SCHEMA_EXAMPLES = int(os.environ.get("FUZZ_SCHEMA_EXAMPLES", "30"))
 SCHEMA_BATCH = 25
 
 
+def _inlined(schema: Any, seen: tuple[str, ...] = ()) -> Any:
+    """``schema`` with every ``$ref`` to ``$defs`` replaced by its definition. Given to
+    hypothesis-jsonschema without the 50 ``$defs``, a schema is checked and merged in a
+    fraction of the time (it validates the whole document at every step)."""
+    if isinstance(schema, list):
+        return [_inlined(v, seen) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        name = ref.removeprefix("#/$defs/")
+        assert name not in seen, f"recursive definition {name}: inline it differently"
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        return {**_inlined(_SCHEMA["$defs"][name], (*seen, name)), **_inlined(rest, seen)}
+    return {k: _inlined(v, seen) for k, v in schema.items()}
+
+
 def _params_for(method: str) -> st.SearchStrategy[Any]:
-    ref = _SCHEMA["methods"][method]["params"]
-    generated = from_schema({"$defs": _SCHEMA["$defs"], **ref})
+    generated = from_schema(_inlined(_SCHEMA["methods"][method]["params"]))
     # Half of them aimed at the live session, so that they reach its state.
     aimed = generated.map(lambda v: {**v, "sessionId": "victim"} if isinstance(v, dict) else v)
     return st.one_of(generated, aimed)
 
 
-_schema_request = st.sampled_from(sorted(_SCHEMA["methods"])).flatmap(
-    lambda m: st.tuples(st.just(m), _params_for(m))
+# One strategy per method, built once, when the module is imported. Building one from the
+# schema costs far more than drawing from it; a flatmap rebuilt them on every draw, 93% of this
+# test's time.
+_schema_request = st.one_of(
+    [st.tuples(st.just(m), _params_for(m)) for m in sorted(_SCHEMA["methods"])]
 )
 
 
@@ -350,7 +370,7 @@ def test_schema_shaped_params_are_answered_once_and_errors_change_nothing(
 
 # -- byte-level mutations of valid frames ---------------------------------------------------------
 
-MUTATION_EXAMPLES = int(os.environ.get("FUZZ_MUTATION_EXAMPLES", "120"))
+MUTATION_EXAMPLES = int(os.environ.get("FUZZ_MUTATION_EXAMPLES", "40"))
 MUTATION_BATCH = 50
 
 _BAD_BYTES = [b"\xff\xfe", b"\xc0\xaf", b"\xed\xa0\x80", b"\\u12", b"\\", b"\x00", b'"', b"\r\n"]

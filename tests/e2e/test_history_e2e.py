@@ -11,8 +11,8 @@ import pytest
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
-from tests.conftest import SpawnDaemon
 from tests.helpers import CWD
+from tests.inproc import InProc
 
 OFFLINE = {"summarizer": {"offline": True}}
 
@@ -64,9 +64,9 @@ async def _check_history(client: Client, sid: str, turns: int) -> None:
     assert stats.compactions[0].trigger == "manual"
 
 
-async def test_released_history_serves_appends_recall_and_stats(spawn_daemon: SpawnDaemon) -> None:
+async def test_released_history_serves_appends_recall_and_stats(app_daemon: InProc) -> None:
     turns = 60
-    async with spawn_daemon(options=OFFLINE) as client:
+    async with app_daemon(options=OFFLINE) as client:
         sid = await _session_with_history(client, turns)
         await _check_history(client, sid, turns)
         # Undo brings the summarized lines back into the context from the file.
@@ -77,26 +77,26 @@ async def test_released_history_serves_appends_recall_and_stats(spawn_daemon: Sp
         assert restored[6]["content"][0]["text"] == "question 3: how does part 3 work?"
 
 
-async def test_released_history_after_a_restart(spawn_daemon: SpawnDaemon, tmp_path: Path) -> None:
+async def test_released_history_after_a_restart(app_daemon: InProc, tmp_path: Path) -> None:
     turns = 60
     data = tmp_path / "restart"
-    async with spawn_daemon(options=OFFLINE, data_dir=data) as client:
+    async with app_daemon(options=OFFLINE, data_dir=data) as client:
         sid = await _session_with_history(client, turns)
         count = (await client.list_sessions()).sessions[0].entry_count
         view = (await client.messages(sid)).messages
-    async with spawn_daemon(options=OFFLINE, data_dir=data) as client:
+    async with app_daemon(options=OFFLINE, data_dir=data) as client:
         assert (await client.messages(sid)).messages == view
         await _check_history(client, sid, turns)
         assert (await client.list_sessions()).sessions[0].entry_count == count
 
 
 async def test_an_import_with_no_entries_fails_and_leaves_nothing(
-    spawn_daemon: SpawnDaemon, tmp_path: Path
+    app_daemon: InProc, tmp_path: Path
 ) -> None:
     src = tmp_path / "notes.jsonl"
     src.write_text("just some notes\n[1, 2, 3]\n")
     data = tmp_path / "import-data"
-    async with spawn_daemon(options=OFFLINE, data_dir=data) as client:
+    async with app_daemon(options=OFFLINE, data_dir=data) as client:
         with pytest.raises(RpcError) as err:
             await client.open_session(
                 cwd=CWD, model="claude-sonnet-4-5", transcript_path=str(src), session_id="imp"

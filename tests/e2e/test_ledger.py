@@ -15,7 +15,6 @@ from compactd_client import Client
 from compactd import protocol as p
 from compactd.core.ledger import LEDGER_SECTION_TITLE, VIEW_BUDGET_SHARE
 from compactd.core.recall import pointer, pointer_uuids
-from tests.conftest import daemon_log, spawn
 from tests.e2e.test_compact_support import Harness, harness_fixture, open_session
 from tests.emulator import Reply
 from tests.fidelity import (
@@ -32,6 +31,7 @@ from tests.fidelity import (
     write_files,
 )
 from tests.helpers import CWD, SessionBuilder
+from tests.inproc import inproc
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio(loop_scope="module")]
 
@@ -44,9 +44,8 @@ TERSE = "<summary>1. Primary Request and Intent: the user asked for some changes
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def offline(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
     root = tmp_path_factory.mktemp("offline")
-    with daemon_log(root) as log:
-        async with spawn(root / "data", {"summarizer": {"offline": True}}, log=log) as client:
-            yield client
+    async with inproc(root / "data", {"summarizer": {"offline": True}}) as client:
+        yield client
 
 
 async def _compacted_view(

@@ -15,8 +15,9 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from compactd.core.tokens import pad
-from tests.conftest import SpawnDaemon, daemon_args
+from tests.conftest import daemon_args
 from tests.helpers import CWD, MODEL, SessionBuilder, stored_transcript
+from tests.inproc import InProc
 
 
 def _coding_session(rounds: int = 12, ago_minutes: float = 0.5) -> tuple[SessionBuilder, list[str]]:
@@ -55,10 +56,10 @@ async def _open(client: Client, entries: list[dict[str, Any]], **fields: Any) ->
 
 
 async def test_count_microcompact_clears_reports_and_survives_restart(
-    spawn_daemon: SpawnDaemon, tmp_path: Path
+    app_daemon: InProc, tmp_path: Path
 ) -> None:
     b, ids = _coding_session()
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open(client, b.entries)
         before_status = await client.tokens_status(sid)
         before = _tool_results((await client.messages(sid)).messages)
@@ -122,21 +123,21 @@ async def test_count_microcompact_clears_reports_and_survives_restart(
         assert len(transcript.read_bytes().splitlines()) == len(lines)
         assert (await client.tokens_status(sid)).tokens == status.tokens
 
-    async with spawn_daemon() as restarted:
+    async with app_daemon() as restarted:
         again_msgs = await restarted.messages(sid)
         assert again_msgs.messages == after_msgs.messages
         assert (await restarted.tokens_status(sid)).tokens == status.tokens
 
 
-async def test_count_options_from_initialization(spawn_daemon: SpawnDaemon) -> None:
+async def test_count_options_from_initialization(app_daemon: InProc) -> None:
     b, ids = _coding_session(rounds=3)
     options = {"microcompact": {"keepRecent": 1, "protectedTokens": 0, "minSavings": 0}}
-    async with spawn_daemon(options=options) as client:
+    async with app_daemon(options=options) as client:
         sid = await _open(client, b.entries)
         result = await client.compact_micro(sid, "count")
         assert result.cleared_tool_ids == ids[:-1]
         options = {"microcompact": {"clearableTools": ["TodoWrite"], "minSavings": 0}}
-    async with spawn_daemon(options=options) as client:
+    async with app_daemon(options=options) as client:
         result = await client.compact_micro(sid, "count")
         # Only TodoWrite is clearable now, and a single result is within the last three.
         assert result.cleared_tool_ids == []
@@ -145,9 +146,9 @@ async def test_count_options_from_initialization(spawn_daemon: SpawnDaemon) -> N
 # -- time-based ---------------------------------------------------------------------------------
 
 
-async def test_default_strategy_is_time_after_an_idle_hour(spawn_daemon: SpawnDaemon) -> None:
+async def test_default_strategy_is_time_after_an_idle_hour(app_daemon: InProc) -> None:
     b, ids = _coding_session(rounds=5, ago_minutes=61)
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open(client, b.entries)
         result = await client.compact_micro(sid)
         assert result.strategy == "time"
@@ -165,12 +166,12 @@ async def test_default_strategy_is_time_after_an_idle_hour(spawn_daemon: SpawnDa
 # -- cached (cache_edits) -----------------------------------------------------------------------
 
 
-async def test_cached_edits_are_pinned_and_survive_restart(spawn_daemon: SpawnDaemon) -> None:
+async def test_cached_edits_are_pinned_and_survive_restart(app_daemon: InProc) -> None:
     b = SessionBuilder()
     b.user("Read the modules.")
     ids = [b.read(f"/work/src/m{i}.py", 2_000) for i in range(13)]
     options = {"microcompact": {"cacheEdits": True, "protectedTokens": 0, "minSavings": 0}}
-    async with spawn_daemon(options=options) as client:
+    async with app_daemon(options=options) as client:
         sid = await _open(client, b.entries[:-2])  # twelve results
         before = await client.messages(sid)
         pre = (await client.tokens_status(sid)).tokens
@@ -197,7 +198,7 @@ async def test_cached_edits_are_pinned_and_survive_restart(spawn_daemon: SpawnDa
         assert step.cleared_tool_ids == [] and step.reason and "4 active" in step.reason
         assert step.cache_edits == edits
 
-    async with spawn_daemon(options=options) as client:
+    async with app_daemon(options=options) as client:
         assert (await client.messages(sid)).cache_edits == edits
         # Clearing messages locally breaks the cache: the pinned edits go with it.
         cleared = await client.compact_micro(sid, "count")
@@ -208,10 +209,10 @@ async def test_cached_edits_are_pinned_and_survive_restart(spawn_daemon: SpawnDa
 # -- API-native context management --------------------------------------------------------------
 
 
-async def test_api_context_management_session(spawn_daemon: SpawnDaemon) -> None:
+async def test_api_context_management_session(app_daemon: InProc) -> None:
     b, ids = _coding_session(rounds=4)
     b.call("AskUserQuestion", {"question": "ok?"}, "yes")
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         sid = await _open(
             client,
             b.entries,
@@ -245,18 +246,16 @@ async def test_api_context_management_session(spawn_daemon: SpawnDaemon) -> None
 # -- switches and bad input ---------------------------------------------------------------------
 
 
-async def test_disable_microcompact_and_bad_input(
-    spawn_daemon: SpawnDaemon, tmp_path: Path
-) -> None:
+async def test_disable_microcompact_and_bad_input(app_daemon: InProc, tmp_path: Path) -> None:
     b, _ = _coding_session()
-    async with spawn_daemon(options={"env": {"DISABLE_MICROCOMPACT": "1"}}) as client:
+    async with app_daemon(options={"env": {"DISABLE_MICROCOMPACT": "1"}}) as client:
         sid = await _open(client, b.entries)
         with pytest.raises(RpcError) as err:
             await client.compact_micro(sid)
         assert err.value.code == p.ErrorCode.COMPACTION_DISABLED
         assert "DISABLE_MICROCOMPACT" in err.value.message
 
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         for params, code in [
             ({"sessionId": "nope"}, p.ErrorCode.SESSION_NOT_FOUND),
             ({"sessionId": "../etc"}, p.ErrorCode.INVALID_PARAMS),

@@ -208,7 +208,7 @@ async def test_files_family_and_memory_changes(spawn_daemon: SpawnDaemon, tmp_pa
         kinds = [a["attachment"]["type"] for a in rehydrated.attachments]
         assert "plan_file_reference" in kinds and "mcp_instructions_delta" in kinds
         memory = str(ws / "CLAUDE.md")
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 20
         while memory not in {f.path for f in (await client.file_state(sid)).files if f.watched}:
             assert time.monotonic() < deadline, "CLAUDE.md is never watched"
             await asyncio.sleep(0.05)

@@ -14,7 +14,6 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from compactd.core import session_memory as sm
 from compactd.core import tokens
-from tests.conftest import SpawnDaemon
 from tests.e2e.test_compact_support import (
     Harness,
     harness_fixture,
@@ -24,6 +23,7 @@ from tests.e2e.test_compact_support import (
 from tests.emulator import Reply
 from tests.emulator.script import user_texts
 from tests.emulator.server import RecordedRequest
+from tests.inproc import InProc
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
@@ -187,9 +187,9 @@ async def test_extract_on_demand_and_bad_input(h: Harness) -> None:
     assert info.value.code == p.ErrorCode.INVALID_PARAMS
 
 
-async def test_offline_notes_are_built_from_the_transcript(spawn_daemon: SpawnDaemon) -> None:
+async def test_offline_notes_are_built_from_the_transcript(app_daemon: InProc) -> None:
     options = {"sessionMemory": {"enabled": True}, "summarizer": {"offline": True}}
-    async with spawn_daemon(options=options) as client:
+    async with app_daemon(options=options) as client:
         sid = await open_session(client, session_entries(entries=160, tokens=16_000))
         for _ in range(200):
             got = await client.session_memory(sid)
@@ -203,7 +203,7 @@ async def test_offline_notes_are_built_from_the_transcript(spawn_daemon: SpawnDa
         assert sm.has_content(got.content)
         assert got.tokens > 0
     # The notes and when they were written survive a restart.
-    async with spawn_daemon(options=options) as client:
+    async with app_daemon(options=options) as client:
         again = await client.session_memory(sid)
         assert again.content == got.content
         assert again.last_extracted_at == got.last_extracted_at

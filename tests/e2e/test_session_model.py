@@ -10,8 +10,9 @@ import pytest
 from compactd_client import RpcError
 
 from compactd.core.constants import DEFAULT_MODEL
-from tests.conftest import FIXTURES, SpawnDaemon
+from tests.conftest import FIXTURES
 from tests.helpers import CWD
+from tests.inproc import InProc
 
 # Recorded by Claude Code 2.1.330 with claude-opus-5-5 (1M window, 128K output).
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
@@ -19,9 +20,9 @@ VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e0
 
 
 async def test_an_import_without_a_model_keeps_the_transcripts_window(
-    spawn_daemon: SpawnDaemon,
+    app_daemon: InProc,
 ) -> None:
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         opened = await client.open_session(cwd=CWD, transcript_path=str(R2_AUTO))
         assert opened.model == "claude-opus-5-5"
         # Claude Code's own threshold for that model: 1M - 20K - 13K.
@@ -47,12 +48,12 @@ async def test_an_import_without_a_model_keeps_the_transcripts_window(
 
 
 async def test_a_transcript_naming_no_known_model_gets_the_default(
-    spawn_daemon: SpawnDaemon, tmp_path: Path
+    app_daemon: InProc, tmp_path: Path
 ) -> None:
     lines = R2_AUTO.read_text().replace('"claude-opus-5-5"', '"<synthetic>"')
     path = tmp_path / "unknown.jsonl"
     path.write_text(lines)
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         opened = await client.open_session(cwd=CWD, transcript_path=str(path))
         assert opened.model == DEFAULT_MODEL
         assert opened.status.auto_compact_threshold == 167_000
@@ -62,9 +63,9 @@ async def test_a_transcript_naming_no_known_model_gets_the_default(
 
 
 async def test_a_window_too_small_for_the_transcripts_model_is_refused_and_creates_nothing(
-    spawn_daemon: SpawnDaemon,
+    app_daemon: InProc,
 ) -> None:
-    async with spawn_daemon() as client:
+    async with app_daemon() as client:
         with pytest.raises(RpcError) as info:
             # claude-opus-5-5 reserves 20,000 of output and 13,000 of buffer: 1,000 is no room.
             await client.open_session(cwd=CWD, transcript_path=str(R2_AUTO), context_window=1_000)

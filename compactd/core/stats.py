@@ -139,7 +139,21 @@ def _post_estimate(views: ViewIndex, b: int, stop: int) -> int:
             break
         end += 1
     view = views.context(end)
-    return tokens.estimate_entries(r.entry for r in view if _countable(r.entry))
+    estimate = tokens.estimate_entries(r.entry for r in view if _countable(r.entry))
+    # The estimate counts messages only. The first response after the boundary measured its
+    # request exactly, system prompt and tools included: the nearest true figure there is, a
+    # first prompt larger than the estimate (docs/thresholds.md#history).
+    for i in range(end, stop):
+        if records[i].kind != "assistant":
+            continue
+        entry = records[i].entry
+        if entry.is_sidechain or not tokens.has_usable_usage(entry):
+            continue
+        usage = entry.message.usage if entry.message is not None else None
+        if usage is not None:
+            return max(estimate, usage.total() - (usage.output_tokens or 0))
+        break
+    return estimate
 
 
 def _contributors(entries: Sequence[Entry]) -> list[str]:

@@ -5,17 +5,23 @@ The vsix that `npm run package` builds is installed into a fresh code-server; th
 project folder with default compactd settings except the summarizer's address (the loopback API
 emulator) and a venv on PATH, and a home with a Claude Code transcript of that folder. Each test is
 one step of the user's way, in order: the daemon starts on its own and the gauge shows the
-workspace's Claude Code session; the picker lists it as followed; the breakdown opens from its command; a slow compaction is
-cancelled and leaves the gauge as it was; a compaction runs with its progress and frees the window;
-the gauge moves as Claude Code appends to the transcript (the extension follows the workspace's
-running Claude Code session from the start, by default); the context panel opens from the gauge with the parts of the next
-request and the history (screenshots in clients/vscode/media/, light and dark); "Compact and
-resume in Claude Code" opens a terminal running the resume command. A step fails when the text a
-user should see does not appear. Screenshots go to tests/editors/out/vscode/.
+workspace's Claude Code session; the picker lists it as followed; the breakdown opens from its
+command; "Compact conversation" on the followed session offers "Compact and resume in Claude Code"
+instead (compactd's copy of a followed session takes no writes); the person imports an earlier
+transcript through the picker, and on that session a slow compaction is cancelled and leaves the
+gauge as it was and a compaction runs with its progress and frees the window; back on the followed
+session, the gauge moves as Claude Code appends to the transcript, a compaction by Claude Code
+included; the context panel opens from the gauge with the parts of the next request and the
+history (screenshots in clients/vscode/media/, light and dark); "Compact and resume in Claude
+Code" opens a terminal running the resume command. A step fails when the text a user should see
+does not appear. The lines the test appends report the usage the real session would (the count
+`compactd status` gives of the file with them), so the figures on the screenshots agree with each
+other. Screenshots go to tests/editors/out/vscode/.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -37,6 +43,14 @@ from tests.emulator import Emulator, Reply
 CODE_SERVER_VERSION = "4.100.3"
 FIXTURE = "d-kimuson__claude-code-viewer__5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
+# An earlier session of the same project, which the person imports as compactd's own copy (not
+# followed) to compact it in place.
+EARLIER_FIXTURE = "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+EARLIER = "fe5e1c67-53e7-4862-81ae-d0e013e3270b"
+# A real Claude Code 2.1.330 session with a /compact: its boundary and summary lines are what
+# Claude Code appends when it compacts.
+CLAUDE_COMPACT_FIXTURE = "claude-code-2.1.330__r16_manual.jsonl"
+MEDIA = ROOT / "clients" / "vscode" / "media"
 VSIX = ROOT / "clients" / "vscode" / "compactd-vscode.vsix"
 # Flags that let chromium run headless as root in a container, with nothing phoning home.
 CHROMIUM_FLAGS = [
@@ -100,6 +114,7 @@ class Editor:
     out: Path
     workspace: Path
     transcript: Path
+    earlier: Path
 
     def shot(self, name: str, clip: dict[str, float] | None = None) -> Path:
         path = self.out / f"{name}.png"
@@ -167,6 +182,10 @@ def editor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Editor]:
     transcripts = home / ".claude" / "projects" / slug
     transcripts.mkdir(parents=True)
     shutil.copy(transcript, transcripts / f"{SESSION}.jsonl")
+    # An earlier session's transcript, kept outside Claude Code's folders (say, from a colleague).
+    earlier = home / "Downloads" / f"{EARLIER}.jsonl"
+    earlier.parent.mkdir()
+    shutil.copy(fixture(EARLIER_FIXTURE), earlier)
 
     emulator = Emulator()
     emulator.start()
@@ -257,6 +276,7 @@ def editor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Editor]:
                     out=out,
                     workspace=workspace,
                     transcript=transcripts / f"{SESSION}.jsonl",
+                    earlier=earlier,
                 )
             finally:
                 browser.close()
@@ -310,7 +330,10 @@ def test_the_session_picker_and_the_gauge(editor: Editor) -> None:
     tooltip = editor.page.locator(".monaco-hover", has_text=f"compactd: {SESSION}")
     expect(tooltip).to_be_visible()
     expect(tooltip).to_contain_text("tokens used")
-    editor.shot("04-gauge", clip={"x": 760, "y": 560, "width": 520, "height": 240})
+    shutil.copy(
+        editor.shot("04-gauge", clip={"x": 760, "y": 560, "width": 520, "height": 240}),
+        MEDIA / "gauge.png",
+    )
 
 
 def test_breakdown_from_its_command(editor: Editor) -> None:
@@ -320,7 +343,10 @@ def test_breakdown_from_its_command(editor: Editor) -> None:
     expect(picker.locator(".monaco-list-row").first).to_contain_text("tokens ·")
     expect(picker).to_contain_text("tool requests")
     expect(picker).to_contain_text("tool use: ")
-    editor.shot("05-breakdown", clip={"x": 290, "y": 0, "width": 700, "height": 420})
+    shutil.copy(
+        editor.shot("05-breakdown", clip={"x": 290, "y": 0, "width": 700, "height": 420}),
+        MEDIA / "breakdown.png",
+    )
     # The last row (below the visible ones) writes the breakdown as a table to the output channel.
     picker.locator("input").fill("table")
     editor.pick("Show as a table")
@@ -328,6 +354,52 @@ def test_breakdown_from_its_command(editor: Editor) -> None:
     expect(output).to_contain_text(re.compile(r"total\s+[\d,]+\s+100\.0%"))
     editor.page.keyboard.press("Control+J")
     editor.page.keyboard.press("Escape")
+
+
+def test_compacting_the_followed_session_offers_compact_and_resume(editor: Editor) -> None:
+    # compactd's copy of a followed session takes no writes: a compaction there would never reach
+    # Claude Code. The command says so and offers what does reach it.
+    before = editor.gauge_text()
+    editor.emulator.reset()
+    editor.run_command("compactd: Compact conversation")
+    offer = editor.toast(f"Session {SESSION} follows Claude Code's transcript")
+    expect(offer).to_be_visible()
+    expect(offer).to_contain_text("would never reach Claude Code")
+    expect(offer.get_by_role("button", name="Compact and resume in Claude Code")).to_be_visible()
+    _settled(offer)
+    editor.shot("06-followed-compact-offer")
+    # Nothing ran: no summarizer request, no progress, the gauge as it was.
+    assert not editor.emulator.requests
+    expect(editor.toast("compactd: compacting")).to_have_count(0)
+    assert editor.gauge_text() == before
+    offer.hover()
+    offer.locator(".codicon-notifications-clear").click()  # the person closes it
+    expect(offer).to_have_count(0)
+
+
+def _settled(element: Locator) -> None:
+    """Wait for ``element``'s animations (a toast fading in) to finish, for a clear screenshot."""
+    element.evaluate(
+        "e => Promise.all(e.getAnimations({subtree: true}).map(a => a.finished.catch(() => null)))"
+    )
+
+
+def test_import_an_earlier_transcript_from_the_picker(editor: Editor) -> None:
+    # The way to compaction in place: a transcript imported as compactd's own copy.
+    editor.run_command("compactd: Select session…")
+    editor.pick("Import a transcript file…")
+    # code-server's file dialog is a quick input with the path in it.
+    box = editor.page.locator(".quick-input-widget input")
+    # It opens on the project folder; typing before it has would be overwritten.
+    expect(box).to_have_value(re.compile(re.escape(f"{editor.workspace}/") + "$"))
+    box.fill(str(editor.earlier))
+    expect(
+        editor.page.locator(".quick-input-list .monaco-list-row", has_text=EARLIER)
+    ).to_be_visible()
+    expect(box).to_have_value(str(editor.earlier))
+    editor.page.locator(".quick-input-widget .monaco-button", has_text="OK").click()
+    expect(editor.gauge()).to_have_attribute("aria-label", re.compile(f"compactd: {EARLIER}"))
+    expect(editor.gauge()).to_have_text(re.compile(r"\d+% left · [\d.]+K/167K"))
 
 
 def test_cancel_a_slow_compaction(editor: Editor) -> None:
@@ -352,136 +424,201 @@ def test_compact_with_progress(editor: Editor) -> None:
     time.sleep(2.5)
     expect(progress).not_to_contain_text("Still summarizing")
     expect(progress).not_to_contain_text(" ms)")
-    editor.shot("06-compaction-in-progress", clip={"x": 780, "y": 560, "width": 500, "height": 240})
+    shutil.copy(
+        editor.shot(
+            "07-compaction-in-progress", clip={"x": 780, "y": 560, "width": 500, "height": 240}
+        ),
+        MEDIA / "compaction-in-progress.png",
+    )
     done = editor.toast(re.compile(r"Compacted [\d,]+ → [\d,]+ tokens \(\d+% freed\) in [\d.]+ s"))
     expect(done).to_be_visible()
-    editor.shot("07-compacted")
+    editor.shot("08-compacted")
     after = editor.gauge_text()
     left = lambda text: int(re.search(r"(\d+)% left", text).group(1))  # noqa: E731
     assert left(after) > left(before), (before, after)
     editor.page.keyboard.press("Escape")
 
 
-def _append(transcript: Path, entries: list[dict[str, object]]) -> None:
-    """Append ``entries`` as Claude Code does: the first one's parent is the file's last line."""
-    uuids = [json.loads(x).get("uuid") for x in transcript.read_text().splitlines() if x.strip()]
-    entries[0]["parentUuid"] = next((u for u in reversed(uuids) if u), None)
+def _status(transcript: Path) -> dict[str, object]:
+    """What `compactd status` says of ``transcript``: the figures a fresh import gives."""
+    done = subprocess.run(
+        [str(venv_bin() / "compactd"), "status", "--json", str(transcript)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'clients' / 'python'}"},
+    )
+    status: dict[str, object] = json.loads(done.stdout)["status"]
+    return status
+
+
+@functools.cache
+def _session_prefix() -> int:
+    """The system prompt and tools of the followed session: what its real responses imply."""
+    return int(_status(fixture(FIXTURE))["fixedPrefixTokens"])  # type: ignore[call-overload]
+
+
+def _append(transcript: Path, entries: list[dict[str, object]]) -> int:
+    """Append ``entries`` as Claude Code does: the first one's parent is the file's last line, and
+    the last one, a response, reports the usage the real request would have had (what compactd
+    counts of the file with these lines, its own usage left out). Returns that count."""
+    text = transcript.read_text()
+    uuids = [json.loads(x).get("uuid") for x in text.splitlines() if x.strip()]
+    if entries[0].get("parentUuid") is None and entries[0].get("subtype") != "compact_boundary":
+        entries[0]["parentUuid"] = next((u for u in reversed(uuids) if u), None)
+    pending = transcript.with_name("pending.jsonl.tmp")
+    pending.write_text(text + "".join(json.dumps(e) + "\n" for e in entries))
+    try:
+        status = _status(pending)
+    finally:
+        pending.unlink()
+    # After a compaction a fresh import has no figure for the system prompt and tools (no response
+    # reported usage since); Claude Code's request carries them all the same.
+    messages = int(status["tokens"]) - int(status.get("fixedPrefixTokens", 0))  # type: ignore[call-overload]
+    count = messages + _session_prefix()
+    message = entries[-1]["message"]
+    assert isinstance(message, dict)
+    message["usage"] = {
+        "input_tokens": 10,
+        "cache_read_input_tokens": count - 20,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": 10,
+    }
     with transcript.open("a") as f:
         f.write("".join(json.dumps(e) + "\n" for e in entries))
+    return count
 
 
-def _answer(n: int, tokens: int) -> list[dict[str, object]]:
-    """A prompt and its answer as Claude Code appends them, the answer reporting ``tokens``."""
-    prompt = {
-        "parentUuid": None,
-        "isSidechain": False,
-        "type": "user",
-        "uuid": f"00000000-0000-4000-8000-{n:012d}",
-        "timestamp": "2026-11-26T12:00:00.000Z",
-        "sessionId": SESSION,
-        "message": {"role": "user", "content": f"question {n}"},
-    }
-    answer = _assistant_line(n, tokens)
-    answer["parentUuid"] = prompt["uuid"]
-    return [prompt, answer]
-
-
-def _assistant_line(n: int, tokens: int) -> dict[str, object]:
-    """An assistant response as Claude Code appends it, reporting ``tokens`` of usage."""
+def _line(n: int, k: int, kind: str, content: object, **extra: object) -> dict[str, object]:
+    """One line of turn ``n`` as Claude Code writes it, chained to the line before it."""
     return {
-        "parentUuid": None,
+        "parentUuid": f"00000000-0000-4000-9100-{n * 10 + k - 1:012d}" if k else None,
         "isSidechain": False,
-        "type": "assistant",
-        "uuid": f"00000000-0000-4000-9000-{n:012d}",
-        "timestamp": "2026-11-26T12:00:00.000Z",
+        "type": kind,
+        "uuid": f"00000000-0000-4000-9100-{n * 10 + k:012d}",
+        "timestamp": f"2026-11-26T12:{n:02d}:{k:02d}.000Z",
         "sessionId": SESSION,
-        "message": {
-            "id": f"msg_live_{n}",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-sonnet-4-5",
-            "content": [{"type": "text", "text": f"live answer {n}"}],
-            "stop_reason": "end_turn",
-            "usage": {
-                "input_tokens": 10,
-                "cache_read_input_tokens": tokens - 20,
-                "cache_creation_input_tokens": 0,
-                "output_tokens": 10,
-            },
-        },
+        "message": {"role": kind, "content": content, **extra},
     }
 
 
-def _turn_with_tools(n: int, tokens: int) -> list[dict[str, object]]:
-    """A turn as Claude Code appends it: a prompt, a file read and a command with their results,
-    and the answer reporting ``tokens`` of usage."""
-
-    def line(k: int, kind: str, content: object, **extra: object) -> dict[str, object]:
-        return {
-            "parentUuid": f"00000000-0000-4000-9100-{n * 10 + k - 1:012d}" if k else None,
-            "isSidechain": False,
-            "type": kind,
-            "uuid": f"00000000-0000-4000-9100-{n * 10 + k:012d}",
-            "timestamp": "2026-11-26T12:05:00.000Z",
-            "sessionId": SESSION,
-            "message": {"role": kind, "content": content, **extra},
-        }
-
-    listing = "".join(
-        f"{i:5d}  def handler_{i}(request): return render(request)\n" for i in range(900)
-    )
-    build = "".join(f"[{i:4d}/400] compiling src/module_{i}.ts ... ok\n" for i in range(400))
-    usage = {"input_tokens": 10, "cache_read_input_tokens": tokens - 20, "output_tokens": 10}
-    lines = [
-        line(0, "user", "Read src/handlers.py and run the build"),
-        line(
+def _answer(n: int, question: str, answer: str) -> list[dict[str, object]]:
+    """A prompt and its answer, as Claude Code appends them (the usage is filled by _append)."""
+    return [
+        _line(n, 0, "user", question),
+        _line(
+            n,
             1,
             "assistant",
-            [
-                {
-                    "type": "tool_use",
-                    "id": f"t{n}a",
-                    "name": "Read",
-                    "input": {"file_path": "src/handlers.py"},
-                }
-            ],
-            id=f"msg_t{n}a",
+            [{"type": "text", "text": answer}],
+            id=f"msg_live_{n}",
+            type="message",
+            model="claude-sonnet-4-5",
+            stop_reason="end_turn",
         ),
-        line(2, "user", [{"type": "tool_result", "tool_use_id": f"t{n}a", "content": listing}]),
-        line(
-            3,
-            "assistant",
-            [
-                {
-                    "type": "tool_use",
-                    "id": f"t{n}b",
-                    "name": "Bash",
-                    "input": {"command": "npm run build"},
-                }
-            ],
-            id=f"msg_t{n}b",
-        ),
-        line(4, "user", [{"type": "tool_result", "tool_use_id": f"t{n}b", "content": build}]),
-        line(
+    ]
+
+
+def _turn_with_tools(n: int, read_lines: int, build_lines: int) -> list[dict[str, object]]:
+    """A turn as Claude Code appends it: a prompt, a file read and a command with their results,
+    and the answer."""
+    listing = "".join(
+        f"{i:5d}  def handler_{i}(request): return render(request)\n" for i in range(read_lines)
+    )
+    build = "".join(
+        f"[{i:4d}/{build_lines}] compiling src/module_{i}.ts ... ok\n" for i in range(build_lines)
+    )
+    read = {
+        "type": "tool_use",
+        "id": f"t{n}a",
+        "name": "Read",
+        "input": {"file_path": "src/handlers.py"},
+    }
+    bash = {
+        "type": "tool_use",
+        "id": f"t{n}b",
+        "name": "Bash",
+        "input": {"command": "npm run build"},
+    }
+    return [
+        _line(n, 0, "user", "Read src/handlers.py and run the build"),
+        _line(n, 1, "assistant", [read], id=f"msg_t{n}a", model="claude-sonnet-4-5"),
+        _line(n, 2, "user", [{"type": "tool_result", "tool_use_id": f"t{n}a", "content": listing}]),
+        _line(n, 3, "assistant", [bash], id=f"msg_t{n}b", model="claude-sonnet-4-5"),
+        _line(n, 4, "user", [{"type": "tool_result", "tool_use_id": f"t{n}b", "content": build}]),
+        _line(
+            n,
             5,
             "assistant",
             [{"type": "text", "text": "The build passes."}],
             id=f"msg_t{n}c",
             model="claude-sonnet-4-5",
-            usage=usage,
         ),
     ]
-    return lines
+
+
+def _claude_code_compaction(n: int, pre_tokens: int) -> list[dict[str, object]]:
+    """Claude Code's own /compact as it appends it: the boundary, then the summary (shapes from
+    the real 2.1.330 session in tests/data/transcripts/CLAUDE_COMPACT_FIXTURE)."""
+    source = (fixture(CLAUDE_COMPACT_FIXTURE)).read_text().splitlines()
+    boundary = next(json.loads(x) for x in source if '"compact_boundary"' in x)
+    summary = next(json.loads(x) for x in source if '"isCompactSummary"' in x)
+    boundary.update(
+        parentUuid=None,
+        logicalParentUuid=f"00000000-0000-4000-9100-{(n - 1) * 10 + 5:012d}",
+        uuid=f"00000000-0000-4000-9200-{n:012d}",
+        sessionId=SESSION,
+        timestamp=f"2026-11-26T12:{n:02d}:00.000Z",
+        compactMetadata={"trigger": "manual", "preTokens": pre_tokens},
+    )
+    summary.update(
+        parentUuid=boundary["uuid"],
+        uuid=f"00000000-0000-4000-9200-{n + 1:012d}",
+        sessionId=SESSION,
+        timestamp=f"2026-11-26T12:{n:02d}:01.000Z",
+    )
+    return [boundary, summary]
 
 
 def test_follow_the_running_claude_code_session(editor: Editor) -> None:
-    # Claude Code reads a file and runs a command, then answers a question: the gauge moves
-    # without any command.
-    _append(editor.transcript, _turn_with_tools(4, 70_000))
-    expect(editor.gauge()).to_have_text(re.compile(r"\d+% left · 70K/167K"))
-    _append(editor.transcript, _answer(1, 120_000))
-    expect(editor.gauge()).to_have_text(re.compile(r"\d+% left · 120K/167K"))
+    # Back to the workspace's running session, which the picker lists as followed.
+    editor.run_command("compactd: Select session…")
+    row = editor.page.locator(".quick-input-list .monaco-list-row", has_text=SESSION).first
+    expect(row).to_contain_text("following")
+    row.click()
+    expect(editor.gauge()).to_have_attribute("aria-label", re.compile(f"compactd: {SESSION}"))
+    # Claude Code reads a file and runs a command, then answers: the gauge moves without any
+    # command, to the count of the grown file.
+    count = _append(editor.transcript, _turn_with_tools(4, 2600, 1200))
+    expect(editor.gauge()).to_have_text(re.compile(rf"\d+% left · {_short(count)}/167K"))
+    # Claude Code compacts (its own /compact), then goes on: the gauge drops, then moves again.
+    _append_plain(editor.transcript, _claude_code_compaction(5, count))
+    count = _append(editor.transcript, _turn_with_tools(6, 900, 400))
+    expect(editor.gauge()).to_have_text(re.compile(rf"\d+% left · {_short(count)}/167K"))
+    count = _append(
+        editor.transcript, _answer(7, "Which handlers render templates?", "All 900 of them.")
+    )
+    expect(editor.gauge()).to_have_text(re.compile(rf"\d+% left · {_short(count)}/167K"))
     editor.page.keyboard.press("Escape")
+
+
+def _append_plain(transcript: Path, entries: list[dict[str, object]]) -> None:
+    """Append lines that report no usage (a compaction's), as Claude Code writes them."""
+    with transcript.open("a") as f:
+        f.write("".join(json.dumps(e) + "\n" for e in entries))
+
+
+def _short(tokens: int) -> str:
+    """The gauge's short form of a count (format.ts shortTokens), as a regex: "49.6K", "167K"."""
+    value = tokens / 1000
+    # JavaScript's toFixed and Python's format may round a half differently: accept either.
+    if value >= 100:
+        forms = {f"{value:.0f}", f"{int(value)}", f"{int(value) + 1}"}
+    else:
+        tenths = int(value * 10)
+        forms = {f"{t / 10:.1f}".removesuffix(".0") for t in (tenths, tenths + 1)}
+    return "(?:" + "|".join(re.escape(f) + "K" for f in sorted(forms)) + ")"
 
 
 def _panel(editor: Editor) -> Locator:
@@ -491,32 +628,40 @@ def _panel(editor: Editor) -> Locator:
 
 
 def test_context_panel_from_the_gauge(editor: Editor) -> None:
+    # What a fresh import of the file gives: the panel's figures must be the same.
+    status = _status(editor.transcript)
+    tokens, prefix = int(status["tokens"]), int(status["fixedPrefixTokens"])  # type: ignore[call-overload]
+    # The prefix is the session's real one, the same after Claude Code's compaction as before.
+    assert abs(prefix - _session_prefix()) <= 50, (prefix, _session_prefix())
     editor.gauge().click()
     body = _panel(editor)
     expect(body).to_contain_text("What the next request carries")
+    # The heading, the bar and the legend agree: the count, and the real system prompt and tools.
+    expect(body.locator("h1")).to_contain_text(f"{tokens:,} of 167,000 tokens")
+    expect(body).to_contain_text(re.compile(rf"system prompt and tools\s*{prefix:,}\b"))
     expect(body.locator('svg.bar rect[data-part="prefix"]')).to_have_count(1)
     expect(body.locator('svg.bar rect[data-part="messages"]')).to_have_count(1)
     expect(body.locator('svg.bar rect[data-part="tool:Read"]')).to_have_count(1)
     expect(body.locator('svg.bar rect[data-part="tool:Bash"]')).to_have_count(1)
     expect(body).to_contain_text("Tokens over time")
     expect(body.locator("svg.history path.line")).to_have_count(1)
-    # The compaction of the earlier step is a drop; the followed responses are points.
+    # Claude Code's compaction of the earlier step is a drop; the followed responses are points.
     expect(body.locator('svg.history circle[data-kind="compactionAfter"]').first).to_be_attached()
     expect(body.locator('svg.history circle[data-kind="response"]').first).to_be_attached()
     expect(body).to_contain_text("What compact/auto would do next")
-    expect(body).to_contain_text("120,000")
     editor.page.mouse.move(0, 0)
-    media = ROOT / "clients" / "vscode" / "media"
-    shutil.copy(editor.shot("08-context-panel-light"), media / "context-panel.png")
+    shutil.copy(editor.shot("09-context-panel-light"), MEDIA / "context-panel.png")
     _theme(editor, "Dark Modern")
     expect(editor.page.locator(".monaco-workbench.vs-dark")).to_be_attached()
     expect(body.locator('svg.bar rect[data-part="tool:Read"]')).to_have_count(1)
     editor.page.mouse.move(0, 0)
-    shutil.copy(editor.shot("09-context-panel-dark"), media / "context-panel-dark.png")
+    # The theme change re-activates extensions for a moment: the status bar says so until done.
+    expect(editor.page.locator(".part.statusbar")).not_to_contain_text("Activating Extensions")
+    shutil.copy(editor.shot("10-context-panel-dark"), MEDIA / "context-panel-dark.png")
     _theme(editor, "Light Modern")
     # It refreshes as the session grows.
-    _append(editor.transcript, _answer(2, 75_000))
-    expect(body).to_contain_text("75,000")
+    count = _append(editor.transcript, _answer(8, "And the tests?", "They pass."))
+    expect(body.locator("h1")).to_contain_text(f"{count:,} of 167,000 tokens")
 
 
 def _theme(editor: Editor, name: str) -> None:
@@ -541,7 +686,7 @@ def test_compact_and_resume_opens_a_terminal(editor: Editor) -> None:
     expect(editor.page.locator(".part.panel .xterm-rows")).to_contain_text(
         f"claude --resume {new_id}"
     )
-    editor.shot("10-compact-and-resume")
+    editor.shot("11-compact-and-resume")
     # The gauge goes on with the new session, which Claude Code resumes.
     editor.gauge().hover()
     expect(editor.page.locator(".monaco-hover", has_text=f"compactd: {new_id}")).to_be_visible()

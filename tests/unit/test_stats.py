@@ -121,18 +121,21 @@ def test_claude_code_manual_partial_fixture() -> None:
 
 
 def test_missing_post_tokens_are_estimated_from_the_compacted_view() -> None:
-    recs = records(
-        user("a" * 4_000),
-        boundary(trigger="manual", preTokens=9_000),
-        summary("s" * 400),
-        user("next"),
-        assistant(usage=3_000),
-    )
-    (c,) = stats.compaction_stats(recs, THRESHOLD)
-    assert c.post_tokens_estimated
-    # Only the summary is in the view before the next prompt: 100 tokens padded by 4/3.
-    assert c.post_tokens == 134
-    assert c.dropped_tokens == 9_000 - 134
+    def stat(*tail: Record) -> stats.CompactionStat:
+        recs = records(
+            user("a" * 4_000), boundary(trigger="manual", preTokens=9_000), summary("s" * 400), *tail
+        )
+        (c,) = stats.compaction_stats(recs, THRESHOLD)
+        assert c.post_tokens_estimated
+        return c
+
+    # No response after it yet: only the summary is in the view, 100 tokens padded by 4/3.
+    alone = stat(user("next"))
+    assert alone.post_tokens == 134 and alone.dropped_tokens == 9_000 - 134
+    # The first response after it measured its request exactly, system prompt and tools
+    # included (which the estimate of the messages leaves out): that is the figure.
+    answered = stat(user("next"), assistant(usage=3_000))
+    assert answered.post_tokens == 3_000 and answered.dropped_tokens == 6_000
 
 
 def test_older_claude_code_fixture() -> None:

@@ -4,18 +4,29 @@
  * follows the compaction's phases (`compact/status`, worded by `format.ts`); Cancel sends
  * `$/cancelRequest` and the daemon leaves the conversation as it was. The outcome, freed tokens or
  * the cancellation, is a toast of its own.
+ *
+ * A session the daemon follows refuses writes (docs/follow.md#writes): compactd's copy only
+ * mirrors the transcript Claude Code writes, so a compaction there would never reach Claude Code.
+ * On such a session the command says so and offers "Compact and resume in Claude Code" instead; on
+ * a session shown read-only (another window's daemon owns it) it says where to compact it.
  */
 
 import * as vscode from "vscode";
 
 import { CompactdError, type StatusNotification } from "./core";
 import type { Daemon } from "./daemon";
-import { compactionOutcome, progressUpdate } from "./format";
+import { compactionOutcome, followedRefusal, progressUpdate, writeRefusal } from "./format";
 import type { ProgressView } from "./progress";
 import type { Sessions } from "./sessions";
 import type { Ui } from "./ui";
 
+/** The button that runs "Compact and resume in Claude Code" from the refusal on a followed session. */
+export const RESUME_INSTEAD = "Compact and resume in Claude Code";
+
 export class Compaction {
+  /** "Compact and resume in Claude Code", offered on a followed session (set by the glue). */
+  resumeInstead: () => Promise<void> = async () => undefined;
+
   constructor(
     private readonly ui: Ui,
     private readonly daemon: Daemon,
@@ -24,6 +35,10 @@ export class Compaction {
   ) {}
 
   async compactWithInstructions(): Promise<void> {
+    const sessionId = await this.sessions.activeOrAsk();
+    if (!sessionId || (await this.refused(sessionId))) {
+      return;
+    }
     const instructions = await vscode.window.showInputBox({
       title: "Compact with instructions",
       prompt: "What should the summary focus on or keep?",
@@ -38,7 +53,7 @@ export class Compaction {
 
   async compact(instructions: string | undefined): Promise<void> {
     const sessionId = await this.sessions.activeOrAsk();
-    if (!sessionId) {
+    if (!sessionId || (await this.refused(sessionId))) {
       return;
     }
     const client = await this.daemon.ensureClient();
@@ -67,6 +82,9 @@ export class Compaction {
         } catch (err) {
           if (err instanceof CompactdError && err.cancelled) {
             void vscode.window.showInformationMessage("Compaction cancelled; the conversation is unchanged.");
+          } else if (err instanceof CompactdError && err.code === "sessionFollowed") {
+            // The daemon follows it after all (the display was behind): the same offer.
+            void this.offerResume(sessionId);
           } else {
             this.ui.reportError("Compaction", err);
           }
@@ -76,5 +94,28 @@ export class Compaction {
         }
       },
     );
+  }
+
+  /** True when the session on display cannot be compacted here; the person was told why. */
+  private async refused(sessionId: string): Promise<boolean> {
+    if (this.sessions.following) {
+      await this.offerResume(sessionId);
+      return true;
+    }
+    if (this.sessions.readOnly) {
+      const text = writeRefusal("sessionReadOnly", { sessionId }) ?? "";
+      this.ui.output.appendLine(text);
+      void vscode.window.showWarningMessage(text);
+      return true;
+    }
+    return false;
+  }
+
+  private async offerResume(sessionId: string): Promise<void> {
+    const text = followedRefusal(sessionId);
+    this.ui.output.appendLine(text);
+    if ((await vscode.window.showWarningMessage(text, RESUME_INSTEAD)) === RESUME_INSTEAD) {
+      await this.ui.withErrors("Compact and resume", () => this.resumeInstead());
+    }
   }
 }

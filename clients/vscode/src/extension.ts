@@ -66,6 +66,7 @@ function create(context: vscode.ExtensionContext): Features {
   const panel = new ContextPanel(ui, daemon, sessions);
   const follow = new Follow(ui, daemon, sessions);
   const resume = new Resume(ui, daemon, sessions, follow);
+  compaction.resumeInstead = () => resume.run();
   ui.settled = () => gauge.render();
   return { ui, daemon, gauge, sessions, compaction, breakdown, panel, follow, resume };
 }

@@ -6,7 +6,9 @@
  * then looks every `SCAN_MS` for a newer transcript of the workspace (a new `claude`, `/clear`, a
  * compaction resumed with `compactd.compactAndResume`) and switches to it, as long as the session
  * on display is the one it followed: a session the person picked themselves stays on display.
- * Turning the setting off stops both the watching and the daemon's following.
+ * Turning the setting off stops both the watching and the daemon's following. When another VS
+ * Code window's daemon already follows the transcript, this window follows it under an id of its
+ * own (`Sessions.openFollowed`), so both gauges move.
  */
 
 import * as fs from "node:fs/promises";
@@ -29,6 +31,8 @@ const SETTING = "followClaudeCode";
 
 export class Follow implements vscode.Disposable {
   private followed: string | undefined;
+  /** The compactd session id `followed` is followed under (its own, or a suffixed one). */
+  private followedId: string | undefined;
   private timer: NodeJS.Timeout | undefined;
   private scanning = false;
   private readonly subscriptions: vscode.Disposable[] = [];
@@ -54,7 +58,7 @@ export class Follow implements vscode.Disposable {
 
   /** The Claude Code transcript followed on display, if any. */
   get transcript(): string | undefined {
-    return this.followed !== undefined && this.sessions.active === sessionIdFor(this.followed) ? this.followed : undefined;
+    return this.followed !== undefined && this.sessions.active === this.followedId ? this.followed : undefined;
   }
 
   /** At startup: follow the workspace's newest transcript. False when off or there is none. */
@@ -73,14 +77,16 @@ export class Follow implements vscode.Disposable {
   /** Follow `file` and put it on display; the daemon stops reading the one followed before. */
   async switchTo(file: string, why: string): Promise<void> {
     const previous = this.followed;
-    await this.sessions.open(sessionIdFor(file), file, true);
+    const previousId = this.followedId;
+    const id = await this.sessions.openFollowed(file);
     this.followed = file;
-    this.ui.output.appendLine(`following ${file} (${why})`);
+    this.followedId = id;
+    this.ui.output.appendLine(`following ${file} (${why})${id === sessionIdFor(file) ? "" : ` as ${id}`}`);
     const client = this.daemon.current();
-    if (previous !== undefined && previous !== file && client) {
+    if (previous !== undefined && previousId !== undefined && previous !== file && client) {
       // Claude Code has moved on from it; reading it on would only cost.
       await client
-        .openSession({ sessionId: sessionIdFor(previous), cwd: workspaceDir(), follow: false })
+        .openSession({ sessionId: previousId, cwd: workspaceDir(), follow: false })
         .catch((err: unknown) => this.ui.output.appendLine(`could not stop following ${previous}: ${err instanceof Error ? err.message : String(err)}`));
     }
   }
@@ -108,7 +114,7 @@ export class Follow implements vscode.Disposable {
       const newest = await this.newest();
       if (!newest || newest.file === this.followed) return;
       const onDisplay = this.sessions.active;
-      if (onDisplay !== undefined && (this.followed === undefined || onDisplay !== sessionIdFor(this.followed))) {
+      if (onDisplay !== undefined && (this.followed === undefined || onDisplay !== this.followedId)) {
         return; // the person is looking at a session of their choosing
       }
       if (this.followed !== undefined) {
@@ -131,10 +137,12 @@ export class Follow implements vscode.Disposable {
     }
     this.unwatch();
     const file = this.transcript;
+    const id = this.followedId;
     this.followed = undefined;
-    if (file) {
+    this.followedId = undefined;
+    if (file && id) {
       // The session stays on display, as it is now: the daemon stops reading the file.
-      await this.sessions.open(sessionIdFor(file), undefined, false);
+      await this.sessions.open(id, undefined, false);
       this.ui.output.appendLine(`stopped following ${file}`);
     }
   }

@@ -283,3 +283,53 @@ export function sessionRows(sessions: readonly SessionInfo[], transcripts: reado
   }
   return rows;
 }
+
+/**
+ * Why a compaction cannot run on a session the daemon follows (docs/follow.md#writes), and what
+ * to do instead: compactd's copy only mirrors the file Claude Code writes, so a compaction there
+ * would never reach Claude Code.
+ */
+export function followedRefusal(sessionId: string): string {
+  return (
+    `Session ${sessionId} follows Claude Code's transcript: compacting compactd's copy would never ` +
+    `reach Claude Code. "Compact and resume in Claude Code" writes the compaction as a new Claude ` +
+    `Code session and resumes it in a terminal.`
+  );
+}
+
+/** Who holds a session (a `sessionLocked` error's data or a read-only open's `heldBy`), in words. */
+export function holderText(holder: { pid?: unknown; host?: unknown; since?: unknown } | null | undefined): string {
+  const pid = typeof holder?.pid === "number" ? ` (pid ${holder.pid}${typeof holder.host === "string" && holder.host ? ` on ${holder.host}` : ""})` : "";
+  return `another compactd${pid}, probably another VS Code window`;
+}
+
+/** The quiet notice for a session shown read-only because another daemon owns it. */
+export function readOnlyNotice(sessionId: string, holder: { pid?: unknown; host?: unknown } | null | undefined): string {
+  return `Session ${sessionId} is open in ${holderText(holder)}; it is shown read-only here. Close that window (or pick another session there) and select it again here to work on it.`;
+}
+
+/**
+ * What a person can do about a write the daemon refused, by its `data.code`; undefined for any
+ * other error. `data` is the error's data (a `sessionLocked` names the holder).
+ */
+export function writeRefusal(code: string, data: Record<string, unknown>): string | undefined {
+  const sessionId = typeof data["sessionId"] === "string" ? data["sessionId"] : "this session";
+  switch (code) {
+    case "sessionFollowed":
+      return followedRefusal(sessionId);
+    case "sessionReadOnly":
+      return `Session ${sessionId} is shown read-only in this window because another compactd owns it. Work on it in that window, or close it there and select it again here.`;
+    case "sessionLocked":
+      return `Session ${sessionId} is open in ${holderText({ pid: data["holderPid"], host: data["holderHost"] })}. Work on it there, or close it there and select it again here.`;
+  }
+  return undefined;
+}
+
+/**
+ * The compactd session ids under which this window may follow the Claude Code session `base`, in
+ * the order tried: its own id, then `base-2`, `base-3`, ... (another window's daemon owns the
+ * ones before). Always the same order, so a window that reloads finds its own copy again.
+ */
+export function followIds(base: string, count: number): string[] {
+  return [base, ...Array.from({ length: count - 1 }, (_, i) => `${base}-${i + 2}`)];
+}

@@ -4,13 +4,20 @@
  * transcript file), remembering it per workspace for the next window, and re-opening it when a
  * restarted daemon connects. The gauge shows it; the compaction and breakdown commands act on it.
  * A Claude Code transcript chosen here is followed as it grows (`follow.ts` says when).
+ *
+ * One daemon owns a session at a time (docs/durability.md#ownership): a second VS Code window on
+ * the workspace runs a daemon of its own, which is told `sessionLocked`. A Claude Code session
+ * that window follows is then followed here under the next free id of `followIds` (its own copy,
+ * so the gauge keeps moving); any other session held elsewhere is shown read-only, with a quiet
+ * notice saying where it is open.
  */
 
 import * as os from "node:os";
 import * as vscode from "vscode";
 
+import { CompactdError, type OpenResult } from "./core";
 import type { Daemon } from "./daemon";
-import { sessionRows } from "./format";
+import { followIds, readOnlyNotice, sessionRows } from "./format";
 import type { Gauge } from "./gauge";
 import { sessionIdFor, workspaceTranscripts } from "./transcripts";
 import { settings, workspaceDir, type Ui } from "./ui";
@@ -18,10 +25,17 @@ import { settings, workspaceDir, type Ui } from "./ui";
 /** workspaceState: the session on display in this workspace, restored on the next window. */
 const ACTIVE_SESSION_KEY = "compactd.activeSession";
 
+/**
+ * How many compactd ids a followed Claude Code session may take in turn (`followIds`): one per
+ * VS Code window open on the workspace at once; more windows than this is no longer a use.
+ */
+export const FOLLOW_IDS = 8;
+
 export class Sessions {
   private sessionId: string | undefined;
   private source: string | undefined;
   private followed = false;
+  private readOnlyView = false;
   private readonly changed: Array<() => void> = [];
   /** Whether a Claude Code transcript picked in the quick pick is followed (the setting, by default). */
   followPicked: () => boolean = () => false;
@@ -57,6 +71,11 @@ export class Sessions {
     return this.followed;
   }
 
+  /** Whether the session on display is shown read-only (another daemon owns it). */
+  get readOnly(): boolean {
+    return this.readOnlyView;
+  }
+
   /** Run `listener` after each open (the session on display may have changed). */
   onDidChange(listener: () => void): void {
     this.changed.push(listener);
@@ -68,23 +87,71 @@ export class Sessions {
    * remembers for the session.
    */
   async open(sessionId: string, transcriptPath?: string, follow?: boolean): Promise<void> {
+    let opened: OpenResult;
+    try {
+      opened = await this.request(sessionId, transcriptPath, follow, false);
+    } catch (err) {
+      if (!(err instanceof CompactdError && err.code === "sessionLocked")) throw err;
+      if (follow === true && transcriptPath) {
+        await this.openFollowed(transcriptPath);
+        return;
+      }
+      // Another window's daemon owns it: show it as it is, without owning it.
+      opened = await this.request(sessionId, undefined, undefined, true);
+      const notice = readOnlyNotice(sessionId, opened.heldBy ?? { pid: err.data["holderPid"], host: err.data["holderHost"] });
+      this.ui.output.appendLine(notice);
+      void vscode.window.showInformationMessage(notice);
+    }
+    await this.display(opened);
+  }
+
+  /**
+   * Follow the Claude Code transcript `file` and put it on display, under the first id of
+   * `followIds` no other daemon owns. Returns the id it is followed under.
+   */
+  async openFollowed(file: string): Promise<string> {
+    const ids = followIds(sessionIdFor(file), FOLLOW_IDS);
+    for (const [i, id] of ids.entries()) {
+      try {
+        await this.display(await this.request(id, file, true, false));
+        return id;
+      } catch (err) {
+        // Held by another window (or, rarely, an id taken by another import): try the next.
+        const next = err instanceof CompactdError && (err.code === "sessionLocked" || err.code === "sessionExists") && i + 1 < ids.length;
+        if (!next) throw err;
+        this.ui.output.appendLine(
+          err.code === "sessionLocked"
+            ? `${id} is followed by another compactd (pid ${String(err.data["holderPid"])}); this window follows the same transcript as ${ids[i + 1]!}`
+            : `${id} is another session of the data dir; trying ${ids[i + 1]!}`,
+        );
+      }
+    }
+    throw new Error("unreachable: the last id's error is thrown in the loop");
+  }
+
+  private async request(sessionId: string, transcriptPath: string | undefined, follow: boolean | undefined, readOnly: boolean): Promise<OpenResult> {
     const client = await this.daemon.ensureClient();
     const config = settings();
     const contextWindow = config.get<number | null>("contextWindow") || undefined;
     // No model set: the daemon takes the one the transcript names, else the session's own.
     const model = config.get<string>("model")?.trim() || undefined;
-    const opened = await client.openSession({
+    return client.openSession({
       sessionId,
       cwd: workspaceDir(),
       ...(model ? { model } : {}),
       ...(contextWindow ? { contextWindow } : {}),
       ...(transcriptPath ? { transcriptPath } : {}),
       ...(follow !== undefined ? { follow } : {}),
+      ...(readOnly ? { readOnly } : {}),
     });
+  }
+
+  private async display(opened: OpenResult): Promise<void> {
     await this.gauge.show(opened.sessionId, opened.status);
     this.sessionId = opened.sessionId;
     this.source = opened.importedFrom ?? undefined;
     this.followed = opened.following === true;
+    this.readOnlyView = opened.readOnly === true;
     await this.context.workspaceState.update(ACTIVE_SESSION_KEY, opened.sessionId);
     this.gauge.render();
     for (const listener of this.changed) listener();

@@ -8,6 +8,8 @@
 import * as os from "node:os";
 import * as vscode from "vscode";
 
+import { CompactdError } from "./core";
+import { writeRefusal } from "./format";
 import { Notices } from "./notices";
 
 /** A failure the person was already told about; callers must not report it again. */
@@ -43,6 +45,13 @@ export class Ui implements vscode.Disposable {
       return;
     }
     const message = err instanceof Error ? err.message : String(err);
+    // A write the daemon refused on a followed or another window's session: say what to do.
+    const refusal = err instanceof CompactdError ? writeRefusal(err.code, err.data) : undefined;
+    if (refusal !== undefined) {
+      this.output.appendLine(`${what}: ${message}`);
+      void vscode.window.showWarningMessage(refusal);
+      return;
+    }
     this.output.appendLine(`${what} failed: ${message}`);
     void vscode.window.showErrorMessage(`${what} failed: ${message}`, "Show log").then((choice) => {
       if (choice) {

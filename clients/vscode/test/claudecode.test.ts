@@ -27,6 +27,8 @@ fake.install();
 const ext = require("../src/extension") as typeof import("../src/extension");
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { resumeError, TERMINAL_NAME } = require("../src/resume") as typeof import("../src/resume");
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const { RESUME_INSTEAD } = require("../src/compaction") as typeof import("../src/compaction");
 
 const FIXTURE = path.join(REPO_ROOT, "tests/data/transcripts/claude-code-2.1.330__r16_manual.jsonl");
 const RECORDED_CWD = "/home/dev/project";
@@ -264,9 +266,36 @@ describe("the extension beside a running Claude Code session", () => {
     await waitFor(() => (panel.webview.html.includes("110,000 tokens") ? true : undefined), 10_000, "the panel to show the new response");
   });
 
-  it("compacts into a new Claude Code session and resumes it in a terminal", async () => {
+  it("refuses to compact compactd's copy of a followed session, offering Compact and resume instead", async () => {
+    const before = fake.statusItem.text;
+    const progressBefore = fake.progress.length;
+    const compactions = (await api.client()!.history(FIXTURE_SESSION)).compactions.length;
+    const running = run("compactd.compact");
+    const warning = await waitFor(
+      () => fake.shown.find((s) => s.kind === "warning" && s.open && s.message.includes("follows Claude Code's transcript")),
+      10_000,
+      "the warning on a followed session",
+    );
+    assert.deepEqual(warning.items, [RESUME_INSTEAD]);
+    assert.match(warning.message, new RegExp(`Session ${FIXTURE_SESSION} follows`));
+    warning.press(undefined); // the person closes it
+    await running;
+    // Nothing ran: no compaction progress, no terminal, the session as it was.
+    assert.equal(fake.progress.length, progressBefore);
+    assert.equal(fake.terminals.length, 0);
+    assert.equal(fake.statusItem.text, before);
+    assert.equal((await api.client()!.history(FIXTURE_SESSION)).compactions.length, compactions);
+    assert.deepEqual(fake.shown.filter((s) => s.kind === "error"), [], fake.output);
+  });
+
+  it("compacts into a new Claude Code session and resumes it in a terminal, from the warning's button", async () => {
     const original = fs.readFileSync(transcript);
-    await run("compactd.compactAndResume");
+    fake.answer = (shown) => (shown.items.includes(RESUME_INSTEAD) ? RESUME_INSTEAD : undefined);
+    try {
+      await run("compactd.compact");
+    } finally {
+      fake.answer = undefined;
+    }
     assert.deepEqual(fake.shown.filter((s) => s.kind === "error"), [], fake.output);
     const terminal = fake.terminals[fake.terminals.length - 1];
     assert.ok(terminal, "no terminal was opened");

@@ -172,6 +172,9 @@ DecisionReason = Literal[
     "noSessionMemory",
     "fixedPrefixTooLarge",
     "microcompactTooSmall",
+    # A summary is being prepared in the background and the count is below the blocking
+    # limit: the agent goes on (docs/background.md#applying).
+    "summaryPreparing",
 ]
 Phase = Literal[
     "started",
@@ -183,6 +186,9 @@ Phase = Literal[
     "completed",
     "failed",
     "cancelled",
+    # A background preparation (``background: true``, docs/background.md#visible).
+    "preparing",
+    "prepared",
 ]
 
 
@@ -253,8 +259,7 @@ class BackgroundCompactionOptions(
     """Zero-wait compaction (issue 28): a summary prepared in the background from a snapshot
     before the auto-compact threshold, applied at once when the threshold comes.
 
-    Accepted and validated; the preparation itself is not built yet, so today every field is
-    inert and compaction behaves as with ``enabled: false``. ``enabled`` (default true);
+    docs/background.md. ``enabled`` (default true; false: compaction behaves as without it);
     ``startAt``: the fraction of the auto-compact threshold at which a preparation starts
     (default 0.8); ``idleMinutes``: idle time after which a session above half its threshold
     prepares (default 55, before a one-hour prompt cache expires); ``applyWhenIdle``: also apply
@@ -287,6 +292,16 @@ class InitializationOptions(
 
 
 PrefixSource = Literal["usage", "carried", "none"]
+PreparationPhase = Literal["preparing", "ready"]
+
+
+class PreparationState(_Wire, kw_only=True):
+    """A background preparation of a session (docs/background.md#visible): ``preparing`` while
+    the model writes, ``ready`` when its summary waits to be applied; ``entriesCovered``: the
+    entries of the context it summarizes (up to its snapshot)."""
+
+    state: PreparationPhase
+    entries_covered: int
 
 
 class TokenStatus(_Wire, kw_only=True):
@@ -325,6 +340,9 @@ class TokenStatus(_Wire, kw_only=True):
     message_tokens: int = 0
     attachment_tokens: int = 0
     cleared_tokens: int = 0
+    # A summary prepared in the background, when one is running or ready
+    # (docs/background.md#visible).
+    preparation: PreparationState | None = None
 
 
 class OpenParams(_Params, kw_only=True):
@@ -562,6 +580,9 @@ class CompactResult(_Wire, kw_only=True):
     warnings: list[str] | None = None
     # compact/partial only: where the cut was made.
     partial: PartialInfo | None = None
+    # The summary was prepared in the background before it was needed (docs/background.md):
+    # no model call was made for it now.
+    prepared: bool = False
 
 
 class AutoResult(_Wire, kw_only=True):
@@ -574,6 +595,8 @@ class AutoResult(_Wire, kw_only=True):
     # The branch of the decision taken; compact/preview reports the same code.
     reason_code: DecisionReason | None = None
     status: TokenStatus | None = None
+    # With ``summaryPreparing``: tokens left before the blocking limit.
+    tokens_left: int | None = None
 
 
 class PreviewResult(_Wire, kw_only=True):
@@ -602,6 +625,8 @@ class StatusNotification(_Wire, kw_only=True):
     trigger: Trigger
     elapsed_ms: int
     message: str | None = None
+    # A preparation in the background, not a compaction the agent waits for.
+    background: bool = False
 
 
 # -- recall -------------------------------------------------------------------------------------
@@ -755,6 +780,10 @@ class CompactionStat(_Wire, kw_only=True):
     boundary_uuid: str | None = None
     # A later compact/undo cancelled this compaction (undo entries themselves are not listed).
     undone: bool = False
+    # What the agent waited for it (``durationMs`` is the model's time); a summary prepared in
+    # the background (docs/background.md) makes it much shorter.
+    wait_ms: int | None = None
+    prepared: bool = False
 
 
 class StatsResult(_Wire, kw_only=True):
@@ -762,6 +791,10 @@ class StatsResult(_Wire, kw_only=True):
     microcompact_tokens_saved: int
     microcompactions: int
     cache_breaks: list[CacheBreak]
+    # Background preparations (docs/background.md#visible) of the session since the daemon
+    # loaded it: tokens spent on summaries never applied, and preparations that failed.
+    preparation_tokens_unused: int = 0
+    preparation_failures: int = 0
 
 
 # -- session memory -----------------------------------------------------------------------------

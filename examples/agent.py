@@ -156,11 +156,18 @@ async def main() -> None:
     parser.add_argument("prompts", nargs="+", metavar="PROMPT", help="one user turn each")
     parser.add_argument("--context-window", type=int, help="a smaller window compacts sooner")
     parser.add_argument("--data-dir", help="where compactd keeps the session")
+    parser.add_argument(
+        "--synchronous", action="store_true", help="no summary prepared in the background"
+    )
     args = parser.parse_args()
     serve = [sys.executable, "-m", "compactd", "serve"]
     if args.data_dir:
         serve += ["--data-dir", args.data_dir]
-    async with Client.spawn(serve) as daemon, anthropic.AsyncAnthropic() as api:
+    options = {"backgroundCompaction": {"enabled": not args.synchronous}}
+    async with (
+        Client.spawn(serve, initialization_options=options) as daemon,
+        anthropic.AsyncAnthropic() as api,
+    ):
         agent = Agent(daemon, api, cwd=os.getcwd(), context_window=args.context_window)
         await agent.open()
         for prompt in args.prompts:

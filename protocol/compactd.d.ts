@@ -30,8 +30,9 @@ export interface AutoResult {
   result?: CompactResult | null;
   micro?: MicroResult | null;
   reason?: string | null;
-  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "fixedPrefixTooLarge" | "microcompactEnough" | "microcompactTooSmall" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | null;
+  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "fixedPrefixTooLarge" | "microcompactEnough" | "microcompactTooSmall" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | "summaryPreparing" | null;
   status?: TokenStatus | null;
+  tokensLeft?: number | null;
 }
 
 export interface BackgroundCompactionOptions {
@@ -150,6 +151,7 @@ export interface CompactResult {
   restoredFromLedger?: Array<string> | null;
   warnings?: Array<string> | null;
   partial?: PartialInfo | null;
+  prepared?: boolean;
 }
 
 export interface CompactionStat {
@@ -170,6 +172,8 @@ export interface CompactionStat {
   refillTurns?: number | null;
   boundaryUuid?: string | null;
   undone?: boolean;
+  waitMs?: number | null;
+  prepared?: boolean;
 }
 
 export interface DuplicateRead {
@@ -363,6 +367,11 @@ export interface PartialParams {
   customInstructions?: string | null;
 }
 
+export interface PreparationState {
+  state: "preparing" | "ready";
+  entriesCovered: number;
+}
+
 export interface PreviewParams {
   sessionId: string;
   mechanism?: "auto" | "full" | "micro" | "partial" | null;
@@ -379,7 +388,7 @@ export interface PreviewResult {
   entriesSummarized: number;
   entriesKept: number;
   reason?: string | null;
-  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "fixedPrefixTooLarge" | "microcompactEnough" | "microcompactTooSmall" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | null;
+  reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "fixedPrefixTooLarge" | "microcompactEnough" | "microcompactTooSmall" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | "summaryPreparing" | null;
 }
 
 export interface RecallHit {
@@ -451,15 +460,18 @@ export interface StatsResult {
   microcompactTokensSaved: number;
   microcompactions: number;
   cacheBreaks: Array<CacheBreak>;
+  preparationTokensUnused?: number;
+  preparationFailures?: number;
 }
 
 export interface StatusNotification {
   sessionId: string;
   compactionId: string;
-  phase: "cancelled" | "completed" | "failed" | "keepAlive" | "preCompactHooks" | "rehydrating" | "sessionStartHooks" | "started" | "summarizing";
+  phase: "cancelled" | "completed" | "failed" | "keepAlive" | "preCompactHooks" | "prepared" | "preparing" | "rehydrating" | "sessionStartHooks" | "started" | "summarizing";
   trigger: "auto" | "manual";
   elapsedMs: number;
   message?: string | null;
+  background?: boolean;
 }
 
 export interface SummarizerOptions {
@@ -505,6 +517,7 @@ export interface TokenStatus {
   messageTokens?: number;
   attachmentTokens?: number;
   clearedTokens?: number;
+  preparation?: PreparationState | null;
 }
 
 export interface UndoResult {

@@ -247,9 +247,18 @@ async def collect(
 
 
 def emulator_options(emu: Emulator, **extra: Any) -> dict[str, Any]:
-    """initializationOptions with the summarizer on ``emu``; ``summarizer`` adds to its options."""
+    """initializationOptions with the summarizer on ``emu``; ``summarizer`` adds to its options.
+
+    Summaries are not prepared in the background unless ``backgroundCompaction`` says so: the
+    tests of compaction itself count and script the model's requests one by one, and a
+    preparation would send its own (tests/e2e/test_background.py turns it on)."""
     summarizer = {"baseUrl": emu.base_url, "apiKey": "test", **extra.pop("summarizer", {})}
-    return {"summarizer": summarizer, "keepAliveIntervalMs": 200, **extra}
+    return {
+        "summarizer": summarizer,
+        "keepAliveIntervalMs": 200,
+        "backgroundCompaction": {"enabled": False},
+        **extra,
+    }
 
 
 # A real directory to use as a session's cwd: the daemon refuses a cwd that does not exist.

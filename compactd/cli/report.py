@@ -57,6 +57,22 @@ def status_lines(term: Terminal, status: p.TokenStatus) -> None:
         f"{status.effective_window:,} effective{auto}",
         style="dim",
     )
+    line = preparation_line(status)
+    if line is not None:
+        term.say(line, style="dim")
+
+
+def preparation_line(status: p.TokenStatus) -> str | None:
+    """What is prepared in the background (docs/background.md#visible), or None."""
+    prep = status.preparation
+    if prep is None:
+        return None
+    if prep.state == "ready":
+        return (
+            f"a summary is ready (prepared in the background, covering {prep.entries_covered:,} "
+            "entries): the next compaction applies it at once"
+        )
+    return "a summary is being prepared in the background"
 
 
 def parts_line(status: p.TokenStatus) -> str:

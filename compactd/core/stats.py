@@ -283,6 +283,9 @@ def compaction_stats(
                 post_tokens_estimated=post_estimated,
                 refill_turns=refill.turns if refill is not None else None,
                 boundary_uuid=entry.uuid,
+                # Without a prepared summary the agent waited for the whole compaction.
+                wait_ms=meta.wait_ms if meta.wait_ms is not None else meta.duration_ms,
+                prepared=bool(meta.prepared),
             )
         )
     for stat in out:

@@ -7,19 +7,24 @@ the decision and the compaction plan of the mechanism it chose (docs/engine.md#p
 plan computed (selection, ledger, summary, rehydration) instead of working it out again: the
 fallback chain microcompact, session memory, full compaction (docs/compaction.md#fallback-chain),
 with the headroom rule of docs/thresholds.md#accounting. Session memory is planned before the
-full compaction: when its notes fit, the full compaction is never planned.
+full compaction: when its notes fit, the full compaction is never planned. A full compaction
+applies the summary prepared in the background when one is ready and leaves the headroom, and
+while one is still being written the agent goes on until the blocking limit
+(docs/background.md#applying).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core import auto_policy
-from compactd.engine.compaction import prefix_parts, run_compaction
+from compactd.engine.background import BackgroundPreparation
+from compactd.engine.compaction import PreparedSummary, prefix_parts, run_compaction
 from compactd.engine.micro import microcompact, plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
 from compactd.engine.progress import WorkDone
@@ -95,6 +100,7 @@ async def run_auto(
     """Carry out ``decide_auto``'s decision. A compaction that did not happen is no error: the
     answer says ``wasCompacted: false`` and why, and an automatic failure counts toward the
     circuit breaker (docs/compaction.md#circuit-breaker)."""
+    asked_at = time.monotonic()  # the agent's wait starts now
     planned = await decide_auto(runtime, notes, session, force)
     decision = planned.decision
 
@@ -122,6 +128,56 @@ async def run_auto(
     if decision.mechanism == "none":
         return no(decision.message)
 
+    async def compact(
+        spec: CompactionSpec, plan: CompactionPlan | None, prepared: PreparedSummary | None
+    ) -> p.CompactResult | str:
+        """The compaction's result, or why it did not happen."""
+        title = "Compacting conversation (auto)"
+        progress = await begin_progress(title)
+        try:
+            return await run_compaction(
+                runtime, session, spec, progress=progress, plan=plan, prepared=prepared
+            )
+        except p.CompactdError as err:
+            if err.code == p.ErrorCode.SESSION_BUSY:
+                return err.message
+            if err.code != p.ErrorCode.CANCELLED:
+                session.health.consecutive_failures += 1
+            return f"{err.code}: {err.message}"
+        finally:
+            if progress is not None:
+                progress.end("done")
+
+    background = session.features.get(BackgroundPreparation)
+    if decision.mechanism == "full" and isinstance(background, BackgroundPreparation):
+        running = background.running()
+        if running is not None and not force:
+            status = runtime.status(session)
+            left = status.blocking_limit - status.tokens
+            if left > 0:
+                return p.AutoResult(
+                    was_compacted=False,
+                    reason=(
+                        "a summary is being prepared in the background; it is applied when "
+                        f"ready ({left:,} tokens left before the blocking limit)"
+                    ),
+                    reason_code="summaryPreparing",
+                    status=status,
+                    tokens_left=left,
+                )
+            await running.done.wait()  # at the blocking limit: only what is left of it
+        job = background.ready(session)
+        if job is not None and background.fits(session, job):
+            assert job.plan is not None
+            background.take(session, job)
+            outcome = await compact(job.plan.spec, job.plan, background.prepared(job, asked_at))
+            if isinstance(outcome, str):
+                background.unused(job)
+                return no(outcome)
+            if not outcome.prepared:
+                background.unused(job)
+            return done("full", None, outcome)
+
     micro: p.MicroResult | None = None
     if decision.micro is not None:
         try:
@@ -142,17 +198,8 @@ async def run_auto(
             return done("sessionMemory", micro, remembered)
         plan = None  # the fallback: a full compaction, planned when it runs
 
-    progress = await begin_progress("Compacting conversation (auto)")
     spec = CompactionSpec(trigger="auto", kind=prompt_kind(session.meta))
-    try:
-        result = await run_compaction(runtime, session, spec, progress=progress, plan=plan)
-    except p.CompactdError as err:
-        if err.code == p.ErrorCode.SESSION_BUSY:
-            return no(err.message, micro)
-        if err.code != p.ErrorCode.CANCELLED:
-            session.health.consecutive_failures += 1
-        return no(f"{err.code}: {err.message}", micro)
-    finally:
-        if progress is not None:
-            progress.end("done")
+    result = await compact(spec, plan, None)
+    if isinstance(result, str):
+        return no(result, micro)
     return done("full", micro, result)

@@ -24,8 +24,9 @@ from compactd import protocol as p
 from compactd.core.ledger import build_ledger, check_summary, complete_summary
 from compactd.core.partial import PartialPlan
 from compactd.core.prompts import resume_message
-from compactd.engine.compaction import CompactionSpec, Selection, run_compaction
+from compactd.engine.compaction import run_compaction
 from compactd.engine.partial import plan_cut, selection_of
+from compactd.engine.plan import CompactionSpec, Selection
 from compactd.engine.progress import WorkDone
 from compactd.services import fs
 from compactd.transcript import claude_code as cc

@@ -56,7 +56,7 @@ from compactd.engine.plan import (
 )
 from compactd.engine.rehydration import Rehydration, gather
 from compactd.services import hooks
-from compactd.services.summarizer import SummarizerError, SummaryRequest
+from compactd.services.summarizer import SummarizerError, SummaryOutcome, SummaryRequest
 from compactd.transcript import entries
 from compactd.transcript.model import (
     GROUP_SIZE_FIELD,
@@ -73,17 +73,31 @@ if TYPE_CHECKING:
 __all__ = [
     "CompactionPlan",
     "CompactionSpec",
+    "PreparedSummary",
     "Selection",
     "Selector",
     "plan_compaction",
     "run_compaction",
     "run_full",
     "select_whole_context",
+    "summary_request",
 ]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSummary:
+    """A summary the model wrote in the background (``engine/background.py``) for the plan it
+    is carried out with: the compaction makes no model call (docs/background.md#applying)."""
+
+    outcome: SummaryOutcome
+    # The model's time when it was written (the boundary's ``durationMs``).
+    duration_ms: int
+    # When the agent started waiting (monotonic): the boundary's ``waitMs`` counts from there.
+    asked_at: float
 
 
 @dataclass(slots=True)
@@ -122,6 +136,8 @@ class _Run:
         self.progress = progress
         self.compaction_id = str(uuid.uuid4())
         self.started = time.monotonic()
+        # A summary prepared in the background, while it may still be used.
+        self.prepared: PreparedSummary | None = None
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self.started) * 1000)
@@ -171,9 +187,14 @@ async def run_compaction(
     *,
     progress: WorkDone | None = None,
     plan: CompactionPlan | None = None,
+    prepared: PreparedSummary | None = None,
 ) -> p.CompactResult:
     """Compact ``session`` as ``spec`` says, carrying out ``plan`` when one was made (it is
     then ``plan.spec``). Raises ``CompactdError`` when it cannot.
+
+    ``prepared``: the summary of ``plan`` written in the background; it is used when the plan
+    still matches the session (rebased) and no PreCompact hook adds instructions, else the
+    model is asked as without it (``CompactResult.prepared`` says which).
 
     Codes: ``compactionDisabled``, ``sessionBusy`` (another compaction runs),
     ``notEnoughMessages``, ``summaryFailed``, ``contextTooLargeToCompact``,
@@ -186,20 +207,21 @@ async def run_compaction(
     refuse(runtime, session)
     with session.compaction():
         run = _Run(runtime, session, spec, progress)
+        run.prepared = prepared
         try:
             run.status("started")
-            prepared: _Prepared | None = None
+            before: _Prepared | None = None
             with anyio.CancelScope() as scope:
                 if progress is not None:
                     progress.on_cancel(scope.cancel)
-                prepared = await _prepare(run, plan)
-            if prepared is None:
+                before = await _prepare(run, plan)
+            if before is None:
                 raise p.CompactdError(
                     p.ErrorCode.CANCELLED, "the compaction was cancelled; the session is unchanged"
                 )
             # Once the transcript write has started, stopping half-way would leave the file
             # and the in-memory session disagreeing: a cancel that arrives now is too late.
-            ready = prepared
+            ready = before
             result: p.CompactResult | None = None
             with anyio.CancelScope(shield=True):
                 result = await _commit(run, ready)
@@ -224,16 +246,24 @@ async def run_full(
     session: Session,
     custom_instructions: str | None,
     begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+    *,
+    plan: CompactionPlan | None = None,
+    prepared: PreparedSummary | None = None,
 ) -> p.CompactResult:
-    """``compact/full``: the user's explicit full compaction, planned and carried out now."""
+    """``compact/full``: the user's explicit full compaction, planned and carried out now (or
+    ``plan`` with its summary ``prepared`` in the background, docs/background.md#applying)."""
     if session.busy:  # before a progress bar is shown for nothing
         raise session.busy_error()
     progress = await begin_progress("Compacting conversation")
     spec = CompactionSpec(
         trigger="manual", kind=prompt_kind(session.meta), custom_instructions=custom_instructions
     )
+    if plan is not None:
+        plan = dataclasses.replace(plan, spec=spec)
     try:
-        return await run_compaction(runtime, session, spec, progress=progress)
+        return await run_compaction(
+            runtime, session, spec, progress=progress, plan=plan, prepared=prepared
+        )
     finally:
         if progress is not None:
             progress.end("done")
@@ -242,21 +272,57 @@ async def run_full(
 # -- before the commit ---------------------------------------------------------------------------
 
 
-def _has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
+def has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
     roles = {m.get("role") for m in messages}
     return "user" in roles and "assistant" in roles
 
 
+def summary_request(
+    plan: CompactionPlan,
+    instructions: Sequence[str],
+    messages: list[dict[str, Any]] | None = None,
+) -> SummaryRequest:
+    """The cache-sharing summary request of ``plan``: the conversation exactly as the main loop
+    sends it (session/messages), so it reads the main loop's cached prefix, then the summary
+    instruction. A preparation in the background sends the same (docs/background.md).
+    ``messages``: the conversation when already built (it takes a while on a long context)."""
+    shown, cleared, snap = plan.shown, plan.cleared, plan.snapshot
+    return SummaryRequest(
+        messages=messages
+        if messages is not None
+        else to_api_messages(shown, cleared_tool_ids=cleared),
+        instruction=compact_prompt(
+            plan.spec.kind, list(instructions), target_words=plan.view.target_words
+        ),
+        model=snap.meta.model,
+        cache_safe=snap.meta.cache_safe_params,
+        plain=lambda: to_api_messages(
+            shown, cleared_tool_ids=cleared, strip_media=True, drop_skill_listing=True
+        ),
+    )
+
+
+def not_enough_messages() -> p.CompactdError:
+    return p.CompactdError(
+        p.ErrorCode.NOT_ENOUGH_MESSAGES,
+        "not enough messages to compact: the context needs at least one user message and "
+        "one assistant response since the last compaction",
+    )
+
+
 async def _current_plan(run: _Run, plan: CompactionPlan | None) -> tuple[CompactionPlan, int]:
     """``plan`` rebased on the session as it is now, or a new plan on a fresh snapshot; with
-    the session's token count now (the compaction's "before")."""
+    the session's token count now (the compaction's "before"). A prepared summary is kept
+    only with its own plan rebased."""
     runtime, session = run.runtime, run.session
     async with session.lock:
         status = runtime.status(session)
-        rebased = plan.rebased(session, status) if plan is not None else None
+        keep_micro = run.prepared is not None
+        rebased = plan.rebased(session, status, keep_micro=keep_micro) if plan is not None else None
         snap = session.snapshot(status) if rebased is None else None
     if rebased is not None:
         return rebased, status.tokens
+    run.prepared = None  # it summarized what the session no longer is
     assert snap is not None
     if plan is not None:
         log.info("session %s: changed since the decision; planning again", snap.session_id)
@@ -275,12 +341,8 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
     messages = await anyio.to_thread.run_sync(
         lambda: to_api_messages(shown, cleared_tool_ids=cleared)
     )
-    if not _has_exchange(messages):
-        raise p.CompactdError(
-            p.ErrorCode.NOT_ENOUGH_MESSAGES,
-            "not enough messages to compact: the context needs at least one user message and "
-            "one assistant response since the last compaction",
-        )
+    if not has_exchange(messages):
+        raise not_enough_messages()
     cwd = snap.meta.cwd
     base = {
         "session_id": session.session_id,
@@ -301,6 +363,8 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
         *(hooks.additional_context(r.stdout) for r in hook_results if r.ok)
     )
     instructions = [x for x in (spec.custom_instructions, from_hooks) if x and x.strip()]
+    if instructions:
+        run.prepared = None  # written without them
 
     run.status("summarizing")
     view = plan.view
@@ -316,17 +380,17 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
             summary = await _render(spec, ledger, view, instructions)
         if mode in OFFLINE_MODES and instructions:
             warnings.append(OFFLINE_INSTRUCTIONS_WARNING)
+    elif run.prepared is not None:
+        run.status("summarizing", "the summary was prepared in the background")
+        outcome = run.prepared.outcome
+        ledger, pre_raw = await facts.result()
+        mode = outcome.mode
+        usage = outcome.usage
+        text = outcome.text
+        summary = await anyio.to_thread.run_sync(lambda: written(text, mode, ledger, view))
     else:
         summarizer = runtime.summarizer
-        request = SummaryRequest(
-            messages=messages,
-            instruction=compact_prompt(spec.kind, instructions, target_words=view.target_words),
-            model=snap.meta.model,
-            cache_safe=snap.meta.cache_safe_params,
-            plain=lambda: to_api_messages(
-                shown, cleared_tool_ids=cleared, strip_media=True, drop_skill_listing=True
-            ),
-        )
+        request = summary_request(plan, instructions, messages)
         interval = (runtime.options.keep_alive_interval_ms or c.KEEP_ALIVE_INTERVAL_MS) / 1000
         failure: SummarizerError | None = None
         outcome = None
@@ -590,11 +654,14 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             log.warning("session %s: %s", session.session_id, warnings[-1])
 
         duration_ms = run.elapsed_ms()
+        made = run.prepared
         metadata: dict[str, Any] = {
             "trigger": spec.trigger,
             "preTokens": prep.pre_tokens,
             "postTokens": prefix + after,
-            "durationMs": duration_ms,
+            # A prepared summary: the model's time then, the agent's wait now
+            # (docs/background.md#visible).
+            "durationMs": made.duration_ms if made is not None else duration_ms,
             "messagesSummarized": sum(
                 1 for r in prep.summarized if r.entry.type in ("user", "assistant")
             ),
@@ -607,6 +674,9 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
             # (docs/thresholds.md#accounting).
             "fixedPrefixTokens": prefix,
         }
+        if made is not None:
+            metadata["waitMs"] = int((time.monotonic() - made.asked_at) * 1000)
+            metadata["prepared"] = True
         if preserved:
             metadata["preservedSegment"] = {
                 "headUuid": preserved[0].entry.uuid,
@@ -655,9 +725,11 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         hook_results=[*prep.hook_results, *post_results],
         pre_compact_tokens=prep.pre_tokens,
         post_compact_tokens=status.tokens,
-        duration_ms=run.elapsed_ms(),
+        # The model's time, as the boundary says (a prepared summary's when it was written).
+        duration_ms=made.duration_ms if made is not None else run.elapsed_ms(),
         usage=prep.usage,
         summarizer=prep.summarizer,
         restored_from_ledger=prep.restored or None,
         warnings=warnings or None,
+        prepared=made is not None,
     )

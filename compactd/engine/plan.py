@@ -239,14 +239,18 @@ class CompactionPlan:
         assert self.rehydration is not None
         return self.rehydration.fit(self.view.attachment_tokens(continuation_text))
 
-    def rebased(self, session: Session, status: p.TokenStatus) -> CompactionPlan | None:
+    def rebased(
+        self, session: Session, status: p.TokenStatus, *, keep_micro: bool = False
+    ) -> CompactionPlan | None:
         """This plan on the session as it is now (the caller holds its lock), or None when the
         session no longer matches the snapshot and the compaction must be planned again.
 
         Entries appended after the snapshot are fine: carrying out keeps them verbatim after
         the summary. The microcompact the plan assumed (compact/auto commits it between the
         decision and the compaction) is taken into the snapshot: its boundaries come right
-        after E and clear what the plan counted as cleared.
+        after E and clear what the plan counted as cleared. ``keep_micro``: the summary is
+        written already (docs/background.md#validity), so a microcompact after E changes
+        nothing it summarized; its boundary is kept after the summary like any entry.
         """
         snap = self.snapshot
         if session.records is not snap.records or len(session.records) < snap.length:
@@ -264,7 +268,8 @@ class CompactionPlan:
             cleared.update(meta.compacted_tool_ids or [] if meta is not None else [])
         if self.micro_ids and (not absorbed or frozenset(cleared) != self.cleared):
             return None  # the microcompact it assumed did not commit as planned
-        if any(_rewrites(r) for r in after[lead:]):
+        rewrites = _compacts if keep_micro else _rewrites
+        if any(rewrites(r) for r in after[lead:]):
             return None
         if not absorbed:
             return self
@@ -292,6 +297,11 @@ class CompactionPlan:
             kept=list(selection.kept),
             pre_raw=None if self.pre_raw is None else self.pre_raw + extra,
         )
+
+
+def _compacts(r: Record) -> bool:
+    """A compaction or an undo."""
+    return r.entry.is_compact_boundary
 
 
 def _rewrites(r: Record) -> bool:

@@ -17,7 +17,8 @@ from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.core.constants import ENV_DISABLE_COMPACT, ENV_DISABLE_MICROCOMPACT
 from compactd.engine.auto import decide_auto, run_auto
-from compactd.engine.compaction import prefix_parts, run_full
+from compactd.engine.background import run_full
+from compactd.engine.compaction import prefix_parts
 from compactd.engine.micro import microcompact, plan_micro
 from compactd.engine.partial import plan_cut, run_partial, selection_of
 from compactd.engine.plan import CompactionSpec, Selector, outlook_of, select_whole_context

@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from compactd import protocol as p
 from compactd.core import stats
 from compactd.engine import cachebreaks
+from compactd.engine.background import BackgroundPreparation
 from compactd.handlers.base import Context, Handler
 from compactd.handlers.cache import to_wire
 
@@ -25,9 +28,18 @@ async def session_stats(app: App, params: p.SessionParams, ctx: Context) -> p.St
     session = await app.get_session(params.session_id)
     threshold = app.status(session).auto_compact_threshold
     breaks = [to_wire(session.session_id, f) for f in cachebreaks.detector(app, session).breaks]
-    return await session.read_history(
+    result = await session.read_history(
         lambda: stats.session_stats(session.records, threshold, breaks, session.views)
     )
+    background = session.features.get(BackgroundPreparation)
+    if isinstance(background, BackgroundPreparation):
+        # In memory: what the daemon spent since it loaded the session (docs/background.md).
+        result = msgspec.structs.replace(
+            result,
+            preparation_tokens_unused=background.unused_tokens,
+            preparation_failures=background.failures,
+        )
+    return result
 
 
 HANDLERS: dict[str, Handler] = {p.SESSION_STATS: session_stats}

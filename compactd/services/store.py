@@ -7,6 +7,8 @@ Layout under the data dir (the store is the one place that names these files)::
     sessions/<sessionId>/microcompact.json  cached-microcompact state (atomic replace)
     sessions/<sessionId>/notes.md           session-memory notes (atomic replace)
     sessions/<sessionId>/notes.state.json   what the notes were extracted from
+    sessions/<sessionId>/prepared.json      a summary prepared in the background, with its
+                                            snapshot and fingerprint (atomic replace)
     sessions/<sessionId>/owner.lock         locked by the daemon that owns the session, names it
     sessions/<sessionId>/owner.probe        locked by the owner too; what ``session/list`` tests
 
@@ -146,6 +148,10 @@ class Store:
 
     def notes_state_path(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "notes.state.json"
+
+    def prepared_path(self, session_id: str) -> Path:
+        """A summary prepared in the background (docs/background.md#durable)."""
+        return self.session_dir(session_id) / "prepared.json"
 
     def exists(self, session_id: str) -> bool:
         return (self.session_dir(session_id) / "meta.json").is_file()

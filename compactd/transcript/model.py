@@ -169,6 +169,10 @@ class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_onl
     # The fixed prefix (system prompt, tools) when the boundary was written, carried to the
     # compacted context until a response reports usage (docs/thresholds.md#accounting).
     fixed_prefix_tokens: int | None = None
+    # A summary prepared in the background (docs/background.md): the agent's wait, beside
+    # ``durationMs`` (the model's time then).
+    wait_ms: int | None = None
+    prepared: bool | None = None
 
 
 class MicrocompactMetadata(

@@ -10,9 +10,10 @@ answer a summarization request. Each session runs twice, each time in a daemon o
 background compaction (``initializationOptions.backgroundCompaction.enabled: true``, the
 default) and without it (``enabled: false``, the synchronous compaction Claude Code does),
 the two side by side. Before its clock runs, each daemon compacts a throwaway session once, so
-that loading the summarizer's SDK (seconds on a busy machine) is not counted as waiting. Until
-the background preparation of issue 28 exists, both columns show the synchronous behaviour, and
-the output says so.
+that loading the summarizer's SDK (seconds on a busy machine) is not counted as waiting. With
+background compaction the summary is prepared before the threshold (docs/background.md) and
+``compact/auto`` applies it at once; a daemon without it would show the synchronous behaviour
+in both columns, and the output says so.
 
 Sessions: the two fixture transcripts of ``tests/data/transcripts`` with real tool work (their
 sub-agents' conversations replayed after the main one, as turns of the same agent) and a long

@@ -64,7 +64,17 @@ def test_the_agent_compacts_and_carries_on(emulator: Emulator, tmp_path: Path) -
     emulator.set_default(model)
     env = {**os.environ, "ANTHROPIC_BASE_URL": emulator.base_url, "ANTHROPIC_API_KEY": "test"}
     data = tmp_path / "data"
-    command = [sys.executable, str(AGENT), "--context-window", str(WINDOW), "--data-dir", str(data)]
+    # Synchronous: with a summary prepared in the background the agent, this fast, may finish
+    # before it is ready (tests/e2e/test_background.py covers that).
+    command = [
+        sys.executable,
+        str(AGENT),
+        "--synchronous",
+        "--context-window",
+        str(WINDOW),
+        "--data-dir",
+        str(data),
+    ]
     done = subprocess.run(
         [*command, *prompts], cwd=project, env=env, capture_output=True, text=True, timeout=60
     )

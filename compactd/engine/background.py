@@ -1,0 +1,555 @@
+"""Zero-wait compaction: a summary prepared in the background before the agent needs it.
+
+``BackgroundPreparation`` is a per-session feature (docs/engine.md#features) holding one
+session's preparation: when the count reaches the start level (``core.background``), or the
+session has been idle long enough, it takes a snapshot of the session up to entry E, plans a
+full compaction of it and sends the same cache-sharing summary request a full compaction sends,
+in the daemon's task group, one per session, cancelled when the session closes. The agent goes
+on appending meanwhile. ``compact/auto`` (``engine/auto.py``) then applies the ready summary at
+once: the plan carried out with entries after E kept verbatim after the summary, no model call
+(``PreparedSummary``). The preparation is dropped when what it summarized changes (an undo, a
+compaction by other means, a rewind, a change of model or window); a ready summary is kept in
+the session directory with E's uuid and the request's fingerprint, so a restarted daemon reuses
+it when it still matches (docs/background.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import msgspec
+
+from compactd import protocol as p
+from compactd.core import auto_policy
+from compactd.core import background as bg
+from compactd.engine import compaction
+from compactd.engine.compaction import (
+    PreparedSummary,
+    has_exchange,
+    not_enough_messages,
+    run_compaction,
+    summary_request,
+)
+from compactd.engine.features import Feature
+from compactd.engine.follow import Following
+from compactd.engine.plan import (
+    CompactionPlan,
+    CompactionSpec,
+    continuation,
+    plan_compaction,
+    prompt_kind,
+)
+from compactd.engine.rehydration import gather
+from compactd.services.store import atomic_write
+from compactd.services.summarizer import SummaryOutcome, SummaryRequest
+
+if TYPE_CHECKING:
+    from compactd.engine.progress import WorkDone
+    from compactd.engine.runtime import Runtime
+    from compactd.engine.session import Session, Snapshot
+    from compactd.transcript.model import Record
+
+__all__ = ["BackgroundPreparation", "BackgroundService", "Job", "run_full"]
+
+log = logging.getLogger(__name__)
+
+# Samples of (time, count) the growth rate is measured over.
+GROWTH_SAMPLES = 8
+
+
+class _Kept(msgspec.Struct, rename="camel", kw_only=True):
+    """A ready summary as kept in the session directory (docs/background.md#durable)."""
+
+    snapshot_uuid: str
+    fingerprint: str
+    text: str
+    mode: str
+    model: str
+    usage: dict[str, Any] | None = None
+    duration_ms: int = 0
+
+
+@dataclass(eq=False)
+class Job:
+    """One preparation: running (``preparing``), then ``ready`` with its summary or ``failed``."""
+
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    phase: Literal["preparing", "ready", "failed"] = "preparing"
+    started: float = field(default_factory=time.monotonic)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    idle: bool = False
+    plan: CompactionPlan | None = None
+    outcome: SummaryOutcome | None = None
+    duration_ms: int = 0
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def tokens(self) -> int:
+        """Tokens the preparation's request was billed for (input of every kind and output)."""
+        usage = (self.outcome.usage if self.outcome is not None else None) or {}
+        keys = (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        )
+        return sum(int(usage.get(k) or 0) for k in keys)
+
+
+class BackgroundService:
+    """``initializationOptions.backgroundCompaction`` and what every session's preparation
+    shares: the runtime and the summarizer's last measured duration."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        opts = runtime.options.background_compaction or p.BackgroundCompactionOptions()
+        self.enabled = opts.enabled is not False
+        self.start_at = opts.start_at or bg.DEFAULT_START_AT
+        self.idle_s = (opts.idle_minutes or bg.DEFAULT_IDLE_MINUTES) * 60
+        self.apply_when_idle = bool(opts.apply_when_idle)
+        # Seconds the summarizer's API took for the last preparation: the growth rule.
+        self.last_duration_s: float | None = None
+        if self.enabled:
+            runtime.features.register(BackgroundPreparation, self._state_of)
+
+    def _state_of(self, session: Session) -> BackgroundPreparation:
+        return BackgroundPreparation(service=self)
+
+
+@dataclass(eq=False)
+class BackgroundPreparation(Feature["Session"]):
+    """One session's background preparation (docs/background.md)."""
+
+    service: BackgroundService
+    job: Job | None = None
+    # E's uuid and every uuid appended after it: an append whose parent is outside is a rewind.
+    chain: set[str] = field(default_factory=set)
+    samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=GROWTH_SAMPLES))
+    last_activity: float = field(default_factory=time.monotonic)
+    activity: anyio.Event = field(default_factory=anyio.Event)
+    idle_scope: anyio.CancelScope | None = None
+    # Tokens spent on preparations never applied; preparations that failed.
+    unused_tokens: int = 0
+    failures: int = 0
+    closed: bool = False
+
+    # -- hooks -----------------------------------------------------------------------------------
+
+    def on_open(self, session: Session) -> None:
+        kept = self._read_kept(session)
+        if kept is not None:
+            self._start(session, kept=kept)
+        else:
+            self.maybe_start(session)
+        self._start_idle_watch(session)
+
+    def on_append(self, session: Session, records: Sequence[Record]) -> None:
+        self._touch(session)
+        job = self.job
+        if job is not None and job.plan is not None and not self._continues(records):
+            self.drop(session, "an append does not continue the summarized conversation")
+        self.maybe_start(session)
+
+    def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
+        self.samples.clear()
+        self.drop(session, "the context was rewritten")
+
+    async def on_close(self, session: Session) -> None:
+        self.closed = True
+        if self.idle_scope is not None:
+            self.idle_scope.cancel()
+        job = self.job
+        if job is not None:
+            job.scope.cancel()
+            if job.phase == "preparing":
+                with anyio.move_on_after(5):
+                    await job.done.wait()
+
+    # -- the state -------------------------------------------------------------------------------
+
+    def ready(self, session: Session) -> Job | None:
+        """The ready preparation, when it still matches the session's settings."""
+        job = self.job
+        if job is None or job.phase != "ready" or job.plan is None:
+            return None
+        if job.plan.snapshot.meta != session.meta:
+            self.drop(session, "the session's model or window changed")
+            return None
+        return job
+
+    def running(self) -> Job | None:
+        job = self.job
+        return job if job is not None and job.phase == "preparing" else None
+
+    def take(self, session: Session, job: Job) -> None:
+        """``job`` is being applied: it is the session's preparation no more."""
+        if self.job is job:
+            self.job = None
+            self.chain.clear()
+            session.preparation = None
+            self._forget_kept(session)
+
+    def unused(self, job: Job) -> None:
+        """``job``'s summary was taken but not used (the compaction planned again)."""
+        self.unused_tokens += job.tokens()
+
+    def drop(self, session: Session, why: str) -> None:
+        job = self.job
+        if job is None:
+            return
+        log.info("session %s: preparation dropped: %s", session.session_id, why)
+        self.job = None
+        self.chain.clear()
+        session.preparation = None
+        job.scope.cancel()
+        if job.phase == "ready":
+            self.unused_tokens += job.tokens()
+            self._forget_kept(session)
+
+    def fits(self, session: Session, job: Job) -> bool:
+        """Whether applying ``job`` now leaves the headroom under the threshold with every entry
+        appended after its snapshot kept verbatim (docs/background.md#applying)."""
+        plan, outcome = job.plan, job.outcome
+        assert plan is not None and outcome is not None
+        after = list(session.records[plan.snapshot.length :])
+        text = continuation(plan.snapshot.transcript_path, plan.spec, outcome.text, after)
+        post = auto_policy.summary_post(
+            text,
+            attachments=plan.attachments(text),
+            kept=after,
+            prefix=session.counter.fixed_prefix,
+        )
+        return post <= auto_policy.headroom(self.service.runtime.status(session))
+
+    def prepared(self, job: Job, asked_at: float) -> PreparedSummary:
+        assert job.outcome is not None
+        return PreparedSummary(job.outcome, job.duration_ms, asked_at)
+
+    # -- starting --------------------------------------------------------------------------------
+
+    def maybe_start(self, session: Session, *, idle: bool = False) -> None:
+        """Start a preparation when the trigger says so and a compaction could run."""
+        if self.job is not None or self.closed or not self._may_prepare(session):
+            return
+        status = self.service.runtime.status(session)
+        threshold = status.auto_compact_threshold
+        if idle:
+            due = bg.idle_due(status.tokens, threshold)
+        else:
+            trigger = bg.Trigger(
+                tokens=status.tokens,
+                threshold=threshold,
+                start_at=self.service.start_at,
+                rate=bg.growth_rate(list(self.samples)),
+                last_duration_s=self.service.last_duration_s,
+            )
+            due = bg.should_start(trigger)
+        if due:
+            self._start(session, idle=idle)
+
+    def _may_prepare(self, session: Session) -> bool:
+        """Nothing is prepared when a compaction would be refused anyway or the summarizer is
+        the offline one (it is instant), docs/background.md#preparation."""
+        runtime = self.service.runtime
+        if runtime.summarizer.offline or runtime.task_group is None or session.busy:
+            return False
+        following = session.features.get(Following)
+        if isinstance(following, Following) and following.follower is not None:
+            return False  # Claude Code compacts a followed transcript itself (docs/follow.md)
+        status = runtime.status(session)
+        return (
+            status.compaction_enabled
+            and status.auto_compact_enabled
+            and not status.circuit_open
+            and auto_policy.prefix_refusal(status) is None
+            and len(session.context()) >= 2
+        )
+
+    def _start(self, session: Session, *, idle: bool = False, kept: _Kept | None = None) -> None:
+        runtime = self.service.runtime
+        if runtime.task_group is None:
+            return
+        job = Job(idle=idle)
+        self.job = job
+        session.preparation = p.PreparationState(state="preparing", entries_covered=0)
+        runtime.task_group.start_soon(self._run, session, job, kept)
+
+    # -- the preparation -------------------------------------------------------------------------
+
+    async def _run(self, session: Session, job: Job, kept: _Kept | None) -> None:
+        try:
+            with job.scope:
+                if kept is not None and await self._reuse(session, job, kept):
+                    return
+                if kept is not None:
+                    # The kept summary no longer matches: prepare again if the trigger says so.
+                    self._forget_kept(session)
+                    self.job = None
+                    session.preparation = None
+                    job.done.set()
+                    self.maybe_start(session)
+                    return
+                self._notify(session, job, "preparing", "preparing a summary in the background")
+                await self._prepare(session, job)
+                if self.job is not job:
+                    return
+                self._notify(session, job, "prepared", f"ready in {job.duration_ms} ms")
+                if job.idle and self.service.apply_when_idle:
+                    await self._apply_idle(session, job)
+        except Exception as exc:  # a preparation never stops the agent (STYLE.md 24)
+            if self.job is job:
+                job.phase = "failed"
+                self.failures += 1
+                session.preparation = None
+                message = exc.message if isinstance(exc, p.CompactdError) else str(exc)
+                log.warning("session %s: preparation failed: %s", session.session_id, message)
+                self._notify(session, job, "failed", message)
+            else:
+                log.debug("session %s: dropped preparation ended: %s", session.session_id, exc)
+        finally:
+            job.done.set()
+            if self.job is job and job.phase == "preparing":
+                # Cancelled without a drop (the daemon is stopping).
+                self.job = None
+                session.preparation = None
+
+    async def _prepare(self, session: Session, job: Job) -> None:
+        runtime = self.service.runtime
+        snap = await runtime.snapshot(session)
+        plan, request = await self._plan(snap)
+        if self.job is not job:
+            return
+        job.plan = plan
+        self.chain = {snap.last_uuid} if snap.last_uuid else set()
+        self.chain.update(r.uuid for r in session.records[snap.length :] if r.uuid)
+        session.preparation = p.PreparationState(
+            state="preparing", entries_covered=len(plan.summarized)
+        )
+        started = time.monotonic()
+        outcome = await runtime.summarizer.summarize(request)
+        job.duration_ms = int((time.monotonic() - started) * 1000)
+        # The API's own time: loading the SDK the first time is no measure of the next summary.
+        self.service.last_duration_s = outcome.api_seconds or job.duration_ms / 1000
+        if self.job is not job:
+            return
+        job.outcome = outcome
+        job.phase = "ready"
+        session.preparation = p.PreparationState(
+            state="ready", entries_covered=len(plan.summarized)
+        )
+        fingerprint = await anyio.to_thread.run_sync(lambda: _fingerprint(request))
+        kept = _Kept(
+            snapshot_uuid=snap.last_uuid or "",
+            fingerprint=fingerprint,
+            text=outcome.text,
+            mode=outcome.mode,
+            model=outcome.model,
+            usage=outcome.usage,
+            duration_ms=job.duration_ms,
+        )
+        path = runtime.store.prepared_path(session.session_id)
+        await anyio.to_thread.run_sync(atomic_write, path, msgspec.json.encode(kept))
+
+    async def _plan(self, snap: Snapshot) -> tuple[CompactionPlan, SummaryRequest]:
+        runtime = self.service.runtime
+        spec = CompactionSpec(trigger="auto", kind=prompt_kind(snap.meta))
+        plan = await plan_compaction(runtime, snap, spec, outlook=False)
+        if plan.rehydration is None:
+            plan = replace(plan, rehydration=await gather(runtime, snap, plan.kept))
+        request = await anyio.to_thread.run_sync(lambda: summary_request(plan, []))
+        if not has_exchange(request.messages):
+            raise not_enough_messages()
+        return plan, request
+
+    async def _reuse(self, session: Session, job: Job, kept: _Kept) -> bool:
+        """Take the summary kept by an earlier daemon when its snapshot is still in the
+        context and the request it answered is the one this daemon would send."""
+        runtime = self.service.runtime
+        snap = await runtime.snapshot(session)
+        where = next((i for i, r in enumerate(snap.context) if r.uuid == kept.snapshot_uuid), None)
+        length = snap.records.index_of(kept.snapshot_uuid)
+        if where is None or length is None:
+            return False
+        if any(r.entry.is_microcompact_boundary for r in snap.records[length + 1 : snap.length]):
+            return False
+        cut = replace(
+            snap,
+            length=length + 1,
+            last_uuid=kept.snapshot_uuid,
+            context=snap.context[: where + 1],
+        )
+        plan, request = await self._plan(cut)
+        fingerprint = await anyio.to_thread.run_sync(lambda: _fingerprint(request))
+        if fingerprint != kept.fingerprint or self.job is not job:
+            return False
+        job.plan = plan
+        job.duration_ms = kept.duration_ms
+        job.outcome = SummaryOutcome(
+            text=kept.text,
+            mode=kept.mode,  # type: ignore[arg-type]
+            model=kept.model,
+            usage=kept.usage,
+            stop_reason="end_turn",
+            attempts=0,
+            ptl_retries=0,
+            api_seconds=kept.duration_ms / 1000,
+        )
+        job.phase = "ready"
+        self.chain = {kept.snapshot_uuid}
+        self.chain.update(r.uuid for r in session.records[length + 1 :] if r.uuid)
+        session.preparation = p.PreparationState(
+            state="ready", entries_covered=len(plan.summarized)
+        )
+        self._notify(session, job, "prepared", "a summary kept from before the restart")
+        return True
+
+    async def _apply_idle(self, session: Session, job: Job) -> None:
+        """``applyWhenIdle``: the session is still idle, so the summary is applied now."""
+        if self.ready(session) is not job or not self.fits(session, job):
+            return
+        self.take(session, job)
+        spec = CompactionSpec(trigger="auto", kind=prompt_kind(session.meta))
+        assert job.plan is not None
+        result = await run_compaction(
+            self.service.runtime,
+            session,
+            spec,
+            plan=job.plan,
+            prepared=self.prepared(job, time.monotonic()),
+        )
+        if not result.prepared:
+            self.unused(job)
+
+    # -- idleness ------------------------------------------------------------------------------
+
+    def _touch(self, session: Session) -> None:
+        now = time.monotonic()
+        self.last_activity = now
+        self.samples.append((now, session.counter.current.tokens))
+        self.activity.set()
+        self.activity = anyio.Event()
+
+    def _start_idle_watch(self, session: Session) -> None:
+        runtime = self.service.runtime
+        if runtime.task_group is None or runtime.summarizer.offline:
+            return
+        runtime.task_group.start_soon(self._idle_watch, session)
+
+    async def _idle_watch(self, session: Session) -> None:
+        """Prepare once the session has been idle for ``idleMinutes`` (docs/background.md#idle)."""
+        with anyio.CancelScope() as scope:
+            self.idle_scope = scope
+            if self.closed:
+                return
+            while True:
+                wait = self.last_activity + self.service.idle_s - time.monotonic()
+                if wait > 0:
+                    await anyio.sleep(wait)
+                    continue
+                try:
+                    self.maybe_start(session, idle=True)
+                except Exception:
+                    log.exception("session %s: idle preparation", session.session_id)
+                await self.activity.wait()  # idle again only after the next append
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _continues(self, records: Sequence[Record]) -> bool:
+        """Whether appended ``records`` continue the chain the preparation summarized (not a
+        rewind to an entry before its snapshot). Sidechain entries have their own chain."""
+        for r in records:
+            entry = r.entry
+            parent = entry.parent_uuid
+            if parent is not None and not entry.is_sidechain and parent not in self.chain:
+                return False
+            if r.uuid:
+                self.chain.add(r.uuid)
+        return True
+
+    def _notify(self, session: Session, job: Job, phase: p.Phase, message: str) -> None:
+        self.service.runtime.notify(
+            p.NOTIFY_COMPACT_STATUS,
+            p.StatusNotification(
+                session_id=session.session_id,
+                compaction_id=job.id,
+                phase=phase,
+                trigger="auto",
+                elapsed_ms=job.elapsed_ms(),
+                message=message,
+                background=True,
+            ),
+        )
+
+    def _read_kept(self, session: Session) -> _Kept | None:
+        path = self.service.runtime.store.prepared_path(session.session_id)
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=_Kept)
+        except FileNotFoundError:
+            return None
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            log.warning("session %s: unreadable prepared summary dropped", session.session_id)
+            self._forget_kept(session)
+            return None
+
+    def _forget_kept(self, session: Session) -> None:
+        path = self.service.runtime.store.prepared_path(session.session_id)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("session %s: cannot remove %s: %s", session.session_id, path, exc)
+
+
+async def run_full(
+    runtime: Runtime,
+    session: Session,
+    custom_instructions: str | None,
+    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+) -> p.CompactResult:
+    """``compact/full``, with the summary prepared in the background when one is ready and no
+    custom instructions are given (it was written without them, docs/background.md#validity)."""
+    asked_at = time.monotonic()
+    state = session.features.get(BackgroundPreparation)
+    job = state.ready(session) if isinstance(state, BackgroundPreparation) else None
+    if (
+        not isinstance(state, BackgroundPreparation)
+        or job is None
+        or (custom_instructions or "").strip()
+        or session.busy
+        or not state.fits(session, job)
+    ):
+        return await compaction.run_full(runtime, session, custom_instructions, begin_progress)
+    state.take(session, job)
+    try:
+        result = await compaction.run_full(
+            runtime,
+            session,
+            custom_instructions,
+            begin_progress,
+            plan=job.plan,
+            prepared=state.prepared(job, asked_at),
+        )
+    except BaseException:
+        state.unused(job)
+        raise
+    if not result.prepared:
+        state.unused(job)
+    return result
+
+
+def _fingerprint(request: SummaryRequest) -> str:
+    """What identifies a summary request: the conversation, the instruction, the model and the
+    main loop's cache key inputs (docs/background.md#durable)."""
+    body = msgspec.json.encode(
+        [request.messages, request.instruction, request.model, request.cache_safe]
+    )
+    return hashlib.sha256(body).hexdigest()

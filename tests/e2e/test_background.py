@@ -1,0 +1,404 @@
+"""Zero-wait compaction end to end: a summary prepared in the background and applied at once.
+
+The daemon's summarizer talks to the emulator over real HTTP; the emulator's summary latency
+makes the preparation take its time, and the tests wait on the ``compact/status``
+notifications that say ``background: true`` (docs/background.md), never on sleeps. The window
+is small (40,000 tokens, 4,096 of output: an auto-compact threshold of 22,904), so a few
+turns of about 1,000 tokens move the session across the start level and the threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compactd_client import Client
+
+from compactd import protocol as p
+from tests.conftest import daemon_args, daemon_log
+from tests.e2e.test_compact_support import CACHE_SAFE, Harness, harness_fixture
+from tests.emulator import Emulator, api_error, request_kind
+from tests.helpers import (
+    CWD,
+    MODEL,
+    assistant,
+    emulator_options,
+    text_block,
+    tool_call,
+    tool_result,
+    user,
+)
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
+
+ON = {"enabled": True}
+# Count-based microcompact clears any tool result but the last, whatever it saves.
+MICRO = {"protectedTokens": 0, "minSavings": 0, "keepRecent": 1}
+harness = harness_fixture(backgroundCompaction=ON, microcompact=MICRO)
+
+WINDOW = {"contextWindow": 40_000, "maxOutputTokens": 4_096}
+# Characters of one side of a turn: about 500 tokens each.
+SIDE = 2_000
+
+
+class Convo:
+    """A linked conversation: each entry's parent is the previous one (a rewind picks another)."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.n = 0
+        self.last: str | None = None
+        self.uuids: list[str] = []
+        # The prompts of the turns that ran a command (``cat <uuid>.log``).
+        self.tool_uuids: list[str] = []
+
+    def _uuid(self) -> str:
+        self.n += 1
+        return f"{self.tag}-{self.n:05d}"
+
+    def turns(self, count: int, *, label: str = "turn", parent: str | None = "last") -> list[Any]:
+        out: list[dict[str, Any]] = []
+        for _ in range(count):
+            u, a = self._uuid(), self._uuid()
+            up = self.last if parent == "last" else parent
+            parent = "last"
+            words = f"{label} {u}: " + "lorem ipsum dolor sit amet " * (SIDE // 27)
+            out.append(user(words, uuid=u, parentUuid=up, sessionId="s"))
+            out.append(
+                assistant(
+                    [text_block(f"answer to {u}: " + "consectetur adipiscing " * (SIDE // 23))],
+                    uuid=a,
+                    parentUuid=u,
+                    msg_id=f"msg-{a}",
+                    model=MODEL,
+                )
+            )
+            self.last = a
+            self.uuids += [u, a]
+        return out
+
+    def tool_turns(self, count: int) -> list[Any]:
+        """Turns that run a command whose output (about 1,000 tokens) microcompact may clear."""
+        out: list[dict[str, Any]] = []
+        for _ in range(count):
+            u, c, r, a = self._uuid(), self._uuid(), self._uuid(), self._uuid()
+            out.append(user(f"run it {u}", uuid=u, parentUuid=self.last))
+            out.append(
+                tool_call(f"t{c}", "Bash", {"command": f"cat {u}.log"}, uuid=c, parentUuid=u)
+            )
+            output = f"log {u}\n" + "line of output\n" * 280
+            out.append(tool_result(f"t{c}", output, uuid=r, parentUuid=c))
+            out.append(assistant([text_block(f"done {u}")], uuid=a, parentUuid=r, model=MODEL))
+            self.last = a
+            self.uuids += [u, c, r, a]
+            self.tool_uuids.append(u)
+        return out
+
+
+async def open_convo(
+    client: Client, convo: Convo, turns: int, window: dict[str, int] = WINDOW
+) -> str:
+    opened = await client.request(
+        p.SESSION_OPEN, {"cwd": CWD, "model": MODEL, "cacheSafeParams": CACHE_SAFE, **window}
+    )
+    sid = str(opened["sessionId"])
+    await client.append(sid, convo.turns(turns))
+    return sid
+
+
+async def grow_until(
+    client: Client, sid: str, convo: Convo, level: int, label: str = "turn"
+) -> p.AppendResult:
+    """Append turns one at a time until the count reaches ``level``."""
+    while True:
+        result = await client.append(sid, convo.turns(1, label=label))
+        if result.status.tokens >= level:
+            return result
+
+
+async def next_phase(
+    queue: asyncio.Queue[tuple[str, Any]], phase: str, within: float = 20.0
+) -> dict[str, Any]:
+    """The next background ``compact/status`` of ``phase`` (others are skipped)."""
+    deadline = time.monotonic() + within
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no background {phase!r} notification"
+        _, note = await asyncio.wait_for(queue.get(), left)
+        if note.get("background") and note["phase"] in (phase, "failed"):
+            assert note["phase"] == phase, note
+            return dict(note)
+
+
+def summary_requests(emu: Emulator) -> int:
+    return sum(1 for r in emu.message_requests if request_kind(r.body) == "summary")
+
+
+async def test_prepared_summary_is_applied_with_no_model_call(h: Harness) -> None:
+    client, emu = h.client, h.emu
+    convo = Convo("a")
+    sid = await open_convo(client, convo, 10)
+    status = await client.tokens_status(sid)
+    start = int(status.auto_compact_threshold * 0.8)
+    assert status.tokens < start and status.preparation is None
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        crossed = await grow_until(client, sid, convo, start)
+        # The preparation starts with the append that crossed the start level, never delaying it.
+        assert crossed.status.preparation is not None
+        assert crossed.status.preparation.state == "preparing"
+        covered_upto = convo.last
+        prepared = await next_phase(queue, "prepared")
+    assert prepared["sessionId"] == sid and prepared["trigger"] == "auto"
+    status = await client.tokens_status(sid)
+    assert status.preparation is not None and status.preparation.state == "ready"
+    assert status.preparation.entries_covered == convo.uuids.index(covered_upto or "") + 1
+    assert summary_requests(emu) == 1
+
+    # Entries appended after the snapshot, then the threshold.
+    after = await grow_until(client, sid, convo, status.auto_compact_threshold, label="late")
+    late = [u for u in convo.uuids if u > (covered_upto or "")]
+    before_view = (await client.messages(sid)).messages
+    requests_before = len(emu.message_requests)
+    auto = await client.compact_auto(sid)
+    assert auto.was_compacted and auto.mechanism == "full", auto
+    assert auto.result is not None and auto.result.prepared
+    assert len(emu.message_requests) == requests_before  # no model call at that moment
+    assert auto.status is not None and auto.status.tokens < after.status.tokens
+    assert auto.status.preparation is None
+    # Every entry appended after the snapshot is kept verbatim after the summary.
+    kept = [e["uuid"] for e in auto.result.kept_entries]
+    assert kept == late
+    view = (await client.messages(sid)).messages
+    texts = [str(m["content"]) for m in view]
+    assert any("late" in t for t in texts[1:])
+    meta = auto.result.boundary["compactMetadata"]
+    assert meta["prepared"] is True and meta["waitMs"] >= 0
+
+    stats = await client.stats(sid)
+    applied = [c for c in stats.compactions if c.compaction_id == auto.result.compaction_id]
+    assert applied and applied[0].prepared and applied[0].wait_ms is not None
+
+    # compact/undo restores the view exactly.
+    await client.request(p.COMPACT_UNDO, {"sessionId": sid})
+    assert (await client.messages(sid)).messages == before_view
+
+
+async def test_summary_preparing_below_the_blocking_limit_then_waits_at_it(h: Harness) -> None:
+    client, emu = h.client, h.emu
+    emu.set_latency("summary", 3.0)
+    convo = Convo("b")
+    # A larger window: what is appended from the start level to the blocking limit, kept
+    # verbatim after the summary, must leave the headroom (else it compacts as without one).
+    sid = await open_convo(client, convo, 30, {"contextWindow": 80_000, "maxOutputTokens": 4_096})
+    status = await client.tokens_status(sid)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+        await next_phase(queue, "preparing")
+        above = await grow_until(client, sid, convo, status.auto_compact_threshold)
+        assert above.status.is_above_auto_compact_threshold
+        if above.status.preparation is not None and above.status.preparation.state == "preparing":
+            auto = await client.compact_auto(sid)
+            assert not auto.was_compacted and auto.reason_code == "summaryPreparing", auto
+            assert auto.tokens_left == above.status.blocking_limit - above.status.tokens
+        # At the blocking limit compact/auto waits for the preparation, not a new model call.
+        await grow_until(client, sid, convo, above.status.blocking_limit)
+        auto = await client.compact_auto(sid)
+    assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
+    assert summary_requests(emu) == 1
+
+
+async def test_an_undo_or_a_rewind_drops_the_preparation(h: Harness) -> None:
+    client = h.client
+    convo = Convo("c")
+    sid = await open_convo(client, convo, 10)
+    status = await client.tokens_status(sid)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+        first = await next_phase(queue, "prepared")
+    assert (await client.tokens_status(sid)).preparation is not None
+    kept_file = h.root / "data" / "sessions" / sid / "prepared.json"
+    assert kept_file.is_file()
+    # A rewind: the next entry continues from the third turn, not from the last one.
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        result = await client.append(sid, convo.turns(1, label="rewind", parent=convo.uuids[5]))
+        assert not kept_file.exists()
+        # Dropped; the count is still above the start level, so a new one starts at once.
+        assert result.status.preparation is not None
+        assert result.status.preparation.state == "preparing"
+        assert result.status.preparation.entries_covered == 0
+        again = await next_phase(queue, "preparing")
+    assert again["compactionId"] != first["compactionId"]
+
+    # An undo before it: compact, grow again, prepare, undo.
+    await client.compact_full(sid)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        status = await client.tokens_status(sid)
+        await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+        await next_phase(queue, "prepared")
+    assert (await client.tokens_status(sid)).preparation is not None
+    await client.request(p.COMPACT_UNDO, {"sessionId": sid})
+    after = await client.tokens_status(sid)
+    # The undo brought back the whole conversation: whatever is prepared now is a new one.
+    assert after.preparation is None or after.preparation.state == "preparing"
+
+
+async def test_no_preparation_when_the_fixed_prefix_is_above_the_threshold(h: Harness) -> None:
+    client, emu = h.client, h.emu
+    huge = {**CACHE_SAFE, "system": "You are a coding agent. " * 20_000}
+    opened = await client.request(
+        p.SESSION_OPEN, {"cwd": CWD, "model": MODEL, "cacheSafeParams": huge, **WINDOW}
+    )
+    sid = str(opened["sessionId"])
+    result = await client.append(sid, Convo("d").turns(4))
+    assert result.status.fixed_prefix_tokens >= result.status.auto_compact_threshold
+    assert result.status.preparation is None
+    assert summary_requests(emu) == 0
+
+
+async def test_a_failed_preparation_is_counted_and_never_stops_the_agent(h: Harness) -> None:
+    client, emu = h.client, h.emu
+    convo = Convo("e")
+    sid = await open_convo(client, convo, 10)
+    status = await client.tokens_status(sid)
+    emu.set_default(api_error(message="prepared summaries fail here"))
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+        failed = await next_phase(queue, "failed")
+    assert failed["background"] is True
+    stats = await client.stats(sid)
+    assert stats.preparation_failures == 1
+    # The agent goes on: appends work and compact/auto compacts as without a preparation.
+    emu.reset()
+    await grow_until(client, sid, convo, status.auto_compact_threshold)
+    auto = await client.compact_auto(sid)
+    assert auto.was_compacted and auto.result is not None and not auto.result.prepared
+
+
+# -- a restart --------------------------------------------------------------------------------
+
+
+async def _daemon(data: Path, emu: Emulator) -> Client:
+    client = await Client.spawn_process(daemon_args(data), stderr=daemon_log(data.parent))
+    await client.initialize(emulator_options(emu, backgroundCompaction=ON))
+    return client
+
+
+async def test_kill_during_a_preparation_loses_nothing_and_prepares_again(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    emulator.set_latency("summary", 30.0)
+    convo = Convo("f")
+    client = await _daemon(data, emulator)
+    try:
+        sid = await open_convo(client, convo, 10)
+        status = await client.tokens_status(sid)
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+            await next_phase(queue, "preparing")
+        view = (await client.messages(sid)).messages
+    finally:
+        assert client.process is not None
+        client.process.kill()
+        await client.process.wait()
+    emulator.set_latency("summary", 0.0)
+    client = await _daemon(data, emulator)
+    try:
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            # Loading the session (any request naming it) prepares again.
+            assert (await client.messages(sid)).messages == view
+            await next_phase(queue, "prepared")
+    finally:
+        await client.shutdown(grace=5)
+    # Restarted once more, the kept summary is reused: no new request to the model.
+    requests = summary_requests(emulator)
+    client = await _daemon(data, emulator)
+    try:
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            status = await client.tokens_status(sid)
+            note = await next_phase(queue, "prepared")
+        assert "kept" in note["message"]
+        assert summary_requests(emulator) == requests
+        status = await client.tokens_status(sid)
+        assert status.preparation is not None and status.preparation.state == "ready"
+    finally:
+        await client.shutdown(grace=5)
+
+
+async def test_manual_compact_full_uses_it_only_without_custom_instructions(h: Harness) -> None:
+    client, emu = h.client, h.emu
+    for instructions, used in ((None, True), ("Keep the numbers.", False)):
+        convo = Convo("g" if used else "k")
+        sid = await open_convo(client, convo, 10)
+        status = await client.tokens_status(sid)
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+            await next_phase(queue, "prepared")
+        requests = len(emu.message_requests)
+        result = await client.compact_full(sid, custom_instructions=instructions)
+        assert result.prepared is used
+        assert len(emu.message_requests) == requests + (0 if used else 1)
+        assert result.boundary["compactMetadata"]["trigger"] == "manual"
+    stats = await client.stats(sid)
+    # The summary prepared for the second session was not used: its cost is counted.
+    assert stats.preparation_tokens_unused > 0
+
+
+async def test_a_microcompact_after_the_snapshot_does_not_invalidate_it(h: Harness) -> None:
+    client, emu = h.client, h.emu
+    convo = Convo("m")
+    opened = await client.request(
+        p.SESSION_OPEN, {"cwd": CWD, "model": MODEL, "cacheSafeParams": CACHE_SAFE, **WINDOW}
+    )
+    sid = str(opened["sessionId"])
+    await client.append(sid, convo.tool_turns(4) + convo.turns(4))
+    status = await client.tokens_status(sid)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+        await next_phase(queue, "prepared")
+    micro = await client.compact_micro(sid, "count")
+    assert micro.tokens_saved > 0, micro
+    status = await client.tokens_status(sid)
+    assert status.preparation is not None and status.preparation.state == "ready"
+    await grow_until(client, sid, convo, status.auto_compact_threshold, label="late")
+    await client.append(sid, convo.tool_turns(1))  # a command after the snapshot, kept
+    requests = len(emu.message_requests)
+    auto = await client.compact_auto(sid)
+    assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
+    assert len(emu.message_requests) == requests
+    # Every command run survives: in the summary (the ledger) or verbatim after it.
+    view = json.dumps((await client.messages(sid)).messages)
+    missing = [f"cat {u}.log" for u in convo.tool_uuids if f"cat {u}.log" not in view]
+    assert not missing, missing
+
+
+async def test_an_idle_session_prepares_and_applies_when_asked(
+    spawn_emulated: Any, emulator: Emulator
+) -> None:
+    idle = {"enabled": True, "idleMinutes": 0.01, "applyWhenIdle": True}  # 0.6 s
+    async with spawn_emulated(backgroundCompaction=idle) as client:
+        convo = Convo("i")
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            sid = await open_convo(client, convo, 10)
+            status = await client.tokens_status(sid)
+            # Above half the threshold, below the start level: only idleness prepares it.
+            assert status.auto_compact_threshold * 0.5 <= status.tokens
+            assert status.tokens < status.auto_compact_threshold * 0.8
+            note = await next_phase(queue, "prepared")
+            assert note["sessionId"] == sid
+            # applyWhenIdle: the compaction follows, with no other model call.
+            deadline = time.monotonic() + 20
+            while True:
+                assert time.monotonic() < deadline, "the idle summary was never applied"
+                _, done = await asyncio.wait_for(queue.get(), deadline - time.monotonic())
+                if done["phase"] == "completed" and not done.get("background"):
+                    break
+        after = await client.tokens_status(sid)
+        assert after.tokens < status.tokens
+        stats = await client.stats(sid)
+        assert [c.prepared for c in stats.compactions] == [True]
+        assert summary_requests(emulator) == 1

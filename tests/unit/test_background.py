@@ -1,0 +1,175 @@
+"""Zero-wait compaction's rules (docs/background.md): when a preparation starts (the start
+level and the growth rule, ``core.background``) and when a prepared summary stops being valid
+(``engine.background.BackgroundPreparation``'s hooks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compactd import protocol as p
+from compactd.app import App
+from compactd.core import background as bg
+from compactd.engine.background import BackgroundPreparation, Job
+from compactd.engine.session import Session
+from compactd.services.store import SessionMeta
+from compactd.services.summarizer import SummaryOutcome
+from compactd.transcript.model import Record, record_from_dict
+from tests.helpers import CWD, MODEL, assistant, text_block, user
+
+# -- the trigger -------------------------------------------------------------------------------
+
+
+def test_start_level_is_start_at_of_the_threshold_without_a_measured_rate() -> None:
+    t = bg.Trigger(tokens=0, threshold=100_000)
+    assert bg.start_level(t) == 80_000
+    assert bg.start_level(bg.Trigger(tokens=0, threshold=100_000, start_at=0.9)) == 90_000
+    # A rate with no measured duration (or the reverse) changes nothing.
+    assert bg.start_level(bg.Trigger(tokens=0, threshold=100_000, rate=500.0)) == 80_000
+    no_rate = bg.Trigger(tokens=0, threshold=100_000, last_duration_s=60.0)
+    assert bg.start_level(no_rate) == 80_000
+
+
+def test_fast_growth_moves_the_start_earlier() -> None:
+    # 200 tokens/s and a 60 s summarizer: the threshold must be 24,000 tokens away at the start.
+    fast = bg.Trigger(tokens=0, threshold=100_000, rate=200.0, last_duration_s=60.0)
+    assert bg.start_level(fast) == 100_000 - 24_000
+    assert bg.should_start(bg.Trigger(76_000, 100_000, rate=200.0, last_duration_s=60.0))
+    assert not bg.should_start(bg.Trigger(75_999, 100_000, rate=200.0, last_duration_s=60.0))
+    # Slow growth never moves it later than startAt.
+    slow = bg.Trigger(tokens=0, threshold=100_000, rate=1.0, last_duration_s=60.0)
+    assert bg.start_level(slow) == 80_000
+    # Nor earlier than half the threshold, however fast.
+    burst = bg.Trigger(tokens=0, threshold=100_000, rate=1e6, last_duration_s=60.0)
+    assert bg.start_level(burst) == 50_000
+
+
+def test_growth_rate_over_the_samples_restarts_after_a_fall() -> None:
+    assert bg.growth_rate([]) is None
+    assert bg.growth_rate([(0.0, 100)]) is None
+    assert bg.growth_rate([(0.0, 100), (10.0, 1_100)]) == pytest.approx(100.0)
+    # A microcompact lowered the count: only what came after it counts.
+    assert bg.growth_rate([(0.0, 100), (5.0, 5_000), (6.0, 1_000), (8.0, 2_000)]) == 500.0
+    assert bg.growth_rate([(1.0, 100), (1.0, 200)]) is None
+
+
+def test_idle_preparation_only_above_half_the_threshold() -> None:
+    assert bg.idle_due(50_000, 100_000)
+    assert not bg.idle_due(49_999, 100_000)
+    assert not bg.idle_due(10, 0)
+
+
+# -- validity ----------------------------------------------------------------------------------
+
+
+def _rec(entry: dict[str, object]) -> Record:
+    return record_from_dict(dict(entry))
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> tuple[BackgroundPreparation, Session]:
+    # An app without a key: the summarizer is offline, so nothing here starts a preparation.
+    app = App(p.InitializationOptions(), base_env={}, data_dir=tmp_path)
+    prep = BackgroundPreparation(service=app.background)
+    session = Session(
+        meta=SessionMeta(session_id="s1", cwd=CWD, model=MODEL),
+        transcript_path=str(tmp_path / "t.jsonl"),
+    )
+    (tmp_path / "sessions" / "s1").mkdir(parents=True)
+    return prep, session
+
+
+def _ready(prep: BackgroundPreparation, session: Session, e: str) -> Job:
+    job = Job(phase="ready")
+    prep.job = job
+    prep.chain = {e}
+    session.preparation = p.PreparationState(state="ready", entries_covered=4)
+    return job
+
+
+async def test_an_append_that_continues_the_chain_keeps_it(
+    state: tuple[BackgroundPreparation, Session],
+) -> None:
+    prep, session = state
+    job = _ready(prep, session, "e")
+    job.plan = object()  # type: ignore[assignment]  # only its presence is looked at
+    prep.on_append(session, [_rec(user("next", uuid="n1", parentUuid="e"))])
+    prep.on_append(session, [_rec(assistant([text_block("ok")], uuid="n2", parentUuid="n1"))])
+    # A sub-agent's entries have a chain of their own.
+    side = user("side", uuid="x1", parentUuid="elsewhere", isSidechain=True)
+    prep.on_append(session, [_rec(side)])
+    assert prep.job is job and session.preparation is not None
+
+
+async def test_a_rewind_drops_it(state: tuple[BackgroundPreparation, Session]) -> None:
+    prep, session = state
+    job = _ready(prep, session, "e")
+    job.plan = object()  # type: ignore[assignment]
+    prep.on_append(session, [_rec(user("again", uuid="r1", parentUuid="before-e"))])
+    assert prep.job is None and session.preparation is None
+    assert job.scope.cancel_called
+
+
+async def test_a_compaction_or_an_undo_drops_it_and_counts_what_it_cost(
+    state: tuple[BackgroundPreparation, Session],
+) -> None:
+    prep, session = state
+    job = _ready(prep, session, "e")
+    job.outcome = SummaryOutcome(
+        text="s",
+        mode="cacheShared",
+        model=MODEL,
+        usage={"input_tokens": 10, "cache_read_input_tokens": 1_000, "output_tokens": 90},
+        stop_reason="end_turn",
+        attempts=1,
+        ptl_retries=0,
+        api_seconds=1.0,
+    )
+    prep.on_compacted(session, [])
+    assert prep.job is None and session.preparation is None
+    assert prep.unused_tokens == 1_100
+
+
+async def test_a_taken_preparation_is_not_dropped_by_its_own_compaction(
+    state: tuple[BackgroundPreparation, Session],
+) -> None:
+    prep, session = state
+    job = _ready(prep, session, "e")
+    prep.take(session, job)
+    prep.on_compacted(session, [])
+    assert prep.unused_tokens == 0 and not job.scope.cancel_called
+
+
+def test_options_turn_it_off_and_set_the_levels(tmp_path: Path) -> None:
+    off = p.InitializationOptions(
+        background_compaction=p.BackgroundCompactionOptions(enabled=False)
+    )
+    app = App(off, base_env={}, data_dir=tmp_path / "a")
+    assert not app.background.enabled
+    opts = p.BackgroundCompactionOptions(start_at=0.6, idle_minutes=2, apply_when_idle=True)
+    app = App(
+        p.InitializationOptions(background_compaction=opts), base_env={}, data_dir=tmp_path / "b"
+    )
+    assert app.background.enabled and app.background.start_at == 0.6
+    assert app.background.idle_s == 120 and app.background.apply_when_idle
+
+
+def test_the_cli_says_when_a_summary_is_ready() -> None:
+    from compactd.cli.report import preparation_line
+
+    base = dict(
+        tokens=1, exact_tokens=0, estimated_tokens=1, context_window=10, max_output_tokens=1,
+        effective_window=9, auto_compact_threshold=5, warning_threshold=4, error_threshold=4,
+        blocking_limit=8, percent_left=90, is_above_warning_threshold=False,
+        is_above_error_threshold=False, is_above_auto_compact_threshold=False,
+        is_at_blocking_limit=False, auto_compact_enabled=True, compaction_enabled=True,
+        circuit_open=False,
+    )  # fmt: skip
+    assert preparation_line(p.TokenStatus(**base)) is None  # type: ignore[arg-type]
+    ready = p.PreparationState(state="ready", entries_covered=1_234)
+    line = preparation_line(p.TokenStatus(**base, preparation=ready))  # type: ignore[arg-type]
+    assert line is not None and "ready" in line and "1,234 entries" in line
+    running = p.PreparationState(state="preparing", entries_covered=0)
+    line = preparation_line(p.TokenStatus(**base, preparation=running))  # type: ignore[arg-type]
+    assert line is not None and "being prepared" in line

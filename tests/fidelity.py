@@ -91,6 +91,17 @@ def items_of(entries: Iterable[dict[str, Any]]) -> Items:
     )
 
 
+def _strings(value: Any) -> list[str]:
+    """Every string inside a tool call's arguments, unescaped."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 def view_text(messages: Sequence[dict[str, Any]]) -> str:
     """Every text the model is shown in an API view (``session/messages``)."""
     out: list[str] = []
@@ -106,7 +117,10 @@ def view_text(messages: Sequence[dict[str, Any]]) -> str:
                     elif block.get("type") == "tool_result":
                         walk(block.get("content"))
                     elif block.get("type") == "tool_use":
+                        # The model reads a tool call's arguments as they are: a command with
+                        # quotes or newlines is no less there because JSON escapes them.
                         out.append(json.dumps(block.get("input"), ensure_ascii=False))
+                        out.extend(_strings(block.get("input")))
 
     for m in messages:
         walk(m.get("content"))

@@ -4,7 +4,9 @@
 The measure is issue 20's rule: look only at what the model sees next (``session/messages``
 after ``compact/full``), whitespace collapsed and case folded, and count an item when its
 normalized text appears there: a user message by its first 60 characters, a file by its
-basename, a shell command by its first 40 characters. Items are taken from the entries being
+basename, a shell command by its first 40 characters (a tool call the model is shown counts
+with its arguments as they are, not JSON-escaped: a command kept verbatim in a call is there,
+quotes and newlines included). Items are taken from the entries being
 compacted with rules of this module's own (not compactd's classifier): a user message is a user
 turn with text that is neither meta, nor a tool result, nor a harness message (those start with
 a tag, an interruption marker or the local-command caveat); files are the paths tool calls name;

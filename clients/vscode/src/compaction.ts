@@ -63,8 +63,9 @@ export class Compaction {
         let compactionId: string | undefined;
         let shown: string | undefined;
         const listener = client.onStatus((note: StatusNotification) => {
-          // Only this session's manual compaction; an auto one may run for another session.
-          if (note.sessionId !== sessionId || (compactionId !== undefined && note.compactionId !== compactionId)) {
+          // Only this session's manual compaction; an auto one may run for another session, and a
+          // background preparation (`background: true`) is no compaction the user waits for.
+          if (note.background || note.sessionId !== sessionId || (compactionId !== undefined && note.compactionId !== compactionId)) {
             return;
           }
           compactionId ??= note.compactionId;

@@ -82,6 +82,12 @@ export function statusTooltip(status: TokenStatus, sessionLabel?: string): strin
   if (status.isAtBlockingLimit) {
     lines.push("at the blocking limit: compact before the next request");
   }
+  const prep = status.preparation;
+  if (prep?.state === "ready") {
+    lines.push(`a summary is ready (${groupDigits(prep.entriesCovered)} entries): the next compaction applies it at once`);
+  } else if (prep?.state === "preparing") {
+    lines.push(`a summary of ${groupDigits(prep.entriesCovered)} entries is being prepared in the background`);
+  }
   lines.push("", "Click for the context panel.");
   return lines.join("\n");
 }
@@ -122,6 +128,9 @@ const PHASES: Record<StatusNotification["phase"], string> = {
   completed: "Done",
   failed: "Failed",
   cancelled: "Cancelled",
+  // A background preparation's phases (`background: true`): shown quietly, in the tooltip.
+  preparing: "Preparing a summary in the background",
+  prepared: "Summary ready",
 };
 
 /**

@@ -109,6 +109,15 @@ describe("format", () => {
     assert.match(statusTooltip(status({ autoCompactEnabled: false })), /auto-compaction is off/);
     assert.match(statusTooltip(status({ compactionEnabled: false, autoCompactEnabled: false })), /compaction is disabled/);
     assert.match(statusTooltip(status({ circuitOpen: true })), /paused after repeated failures/);
+    assert.doesNotMatch(tip, /summary/);
+    assert.match(
+      statusTooltip(status({ preparation: { state: "ready", entriesCovered: 1_204 } })),
+      /a summary is ready \(1,204 entries\): the next compaction applies it at once/,
+    );
+    assert.match(
+      statusTooltip(status({ preparation: { state: "preparing", entriesCovered: 88 } })),
+      /a summary of 88 entries is being prepared in the background/,
+    );
   });
 
   it("words compaction phases for the progress notification", () => {

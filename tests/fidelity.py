@@ -4,7 +4,9 @@
 The measure is issue 20's rule: look only at what the model sees next (``session/messages``
 after ``compact/full``), whitespace collapsed and case folded, and count an item when its
 normalized text appears there: a user message by its first 60 characters, a file by its
-basename, a shell command by its first 40 characters. Items are taken from the entries being
+basename, a shell command by its first 40 characters (a tool call the model is shown counts
+with its arguments as they are, not JSON-escaped: a command kept verbatim in a call is there,
+quotes and newlines included). Items are taken from the entries being
 compacted with rules of this module's own (not compactd's classifier): a user message is a user
 turn with text that is neither meta, nor a tool result, nor a harness message (those start with
 a tag, an interruption marker or the local-command caveat); files are the paths tool calls name;
@@ -91,6 +93,17 @@ def items_of(entries: Iterable[dict[str, Any]]) -> Items:
     )
 
 
+def _strings(value: Any) -> list[str]:
+    """Every string inside a tool call's arguments, unescaped."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 def view_text(messages: Sequence[dict[str, Any]]) -> str:
     """Every text the model is shown in an API view (``session/messages``)."""
     out: list[str] = []
@@ -106,7 +119,10 @@ def view_text(messages: Sequence[dict[str, Any]]) -> str:
                     elif block.get("type") == "tool_result":
                         walk(block.get("content"))
                     elif block.get("type") == "tool_use":
+                        # The model reads a tool call's arguments as they are: a command with
+                        # quotes or newlines is no less there because JSON escapes them.
                         out.append(json.dumps(block.get("input"), ensure_ascii=False))
+                        out.extend(_strings(block.get("input")))
 
     for m in messages:
         walk(m.get("content"))

@@ -68,9 +68,12 @@ def should_start(t: Trigger) -> bool:
     return t.threshold > 0 and t.tokens >= start_level(t)
 
 
-def growth_rate(samples: Sequence[tuple[float, int]]) -> float | None:
+def growth_rate(samples: Sequence[tuple[float, int]], min_span: float = 0.0) -> float | None:
     """Tokens per second over ``samples`` of (monotonic time, count), oldest first; None when
-    there are fewer than two or no time passed. A fall (a microcompact) restarts the window."""
+    there are fewer than two or no time passed. A fall (a microcompact) restarts the window.
+    ``min_span``: None too when the samples cover less than this many seconds: a burst of
+    appends (a tool call and its result a moment apart) is no trend to predict the threshold
+    from (the engine passes the summarizer's last duration, the horizon's half)."""
     start = 0
     for i in range(1, len(samples)):
         if samples[i][1] < samples[i - 1][1]:
@@ -79,7 +82,7 @@ def growth_rate(samples: Sequence[tuple[float, int]]) -> float | None:
     if len(window) < 2:
         return None
     (t0, n0), (t1, n1) = window[0], window[-1]
-    if t1 <= t0:
+    if t1 <= t0 or t1 - t0 < min_span:
         return None
     return (n1 - n0) / (t1 - t0)
 

@@ -61,8 +61,10 @@ __all__ = ["BackgroundPreparation", "BackgroundService", "Job", "run_full"]
 
 log = logging.getLogger(__name__)
 
-# Samples of (time, count) the growth rate is measured over.
-GROWTH_SAMPLES = 8
+# Samples of (time, count) the growth rate is measured over: enough appends to span several
+# turns, so that a burst (a tool call and its result a moment apart) is not taken for the
+# trend; a compaction restarts them (docs/background.md#preparation).
+GROWTH_SAMPLES = 64
 
 
 class _Kept(msgspec.Struct, rename="camel", kw_only=True):
@@ -135,6 +137,8 @@ class BackgroundPreparation(Feature["Session"]):
     # E's uuid and every uuid appended after it: an append whose parent is outside is a rewind.
     chain: set[str] = field(default_factory=set)
     samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=GROWTH_SAMPLES))
+    # When the last compaction committed, until the first append after it is sampled.
+    since_compaction: float | None = None
     last_activity: float = field(default_factory=time.monotonic)
     activity: anyio.Event = field(default_factory=anyio.Event)
     idle_scope: anyio.CancelScope | None = None
@@ -146,6 +150,7 @@ class BackgroundPreparation(Feature["Session"]):
     # -- hooks -----------------------------------------------------------------------------------
 
     def on_open(self, session: Session) -> None:
+        self._sample(session)
         kept = self._read_kept(session)
         if kept is not None:
             self._start(session, kept=kept)
@@ -162,6 +167,10 @@ class BackgroundPreparation(Feature["Session"]):
 
     def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
         self.samples.clear()
+        # The growth after the compaction is timed from the compaction, not from the first
+        # append after it: the time between is part of the trend (the count is the first
+        # append's, since the count right after a rewrite is an estimate, docs/thresholds.md).
+        self.since_compaction = time.monotonic()
         self.drop(session, "the context was rewritten")
 
     async def on_close(self, session: Session) -> None:
@@ -250,7 +259,9 @@ class BackgroundPreparation(Feature["Session"]):
                 tokens=status.tokens,
                 threshold=threshold,
                 start_at=self.service.start_at,
-                rate=bg.growth_rate(list(self.samples)),
+                rate=bg.growth_rate(
+                    list(self.samples), min_span=self.service.last_duration_s or 0.0
+                ),
                 last_duration_s=self.service.last_duration_s,
             )
             due = bg.should_start(trigger)
@@ -433,11 +444,18 @@ class BackgroundPreparation(Feature["Session"]):
     # -- idleness ------------------------------------------------------------------------------
 
     def _touch(self, session: Session) -> None:
-        now = time.monotonic()
-        self.last_activity = now
-        self.samples.append((now, session.counter.current.tokens))
+        self.last_activity = self._sample(session)
         self.activity.set()
         self.activity = anyio.Event()
+
+    def _sample(self, session: Session) -> float:
+        now = time.monotonic()
+        count = session.counter.current.tokens
+        if self.since_compaction is not None:
+            self.samples.append((self.since_compaction, count))
+            self.since_compaction = None
+        self.samples.append((now, count))
+        return now
 
     def _start_idle_watch(self, session: Session) -> None:
         runtime = self.service.runtime

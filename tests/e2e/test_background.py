@@ -22,6 +22,7 @@ from compactd import protocol as p
 from tests.conftest import daemon_args, daemon_log
 from tests.e2e.test_compact_support import CACHE_SAFE, Harness, harness_fixture
 from tests.emulator import Emulator, api_error, request_kind
+from tests.fidelity import items_of, recalls, view_text
 from tests.helpers import (
     CWD,
     MODEL,
@@ -30,6 +31,7 @@ from tests.helpers import (
     text_block,
     tool_call,
     tool_result,
+    transcript_lines,
     user,
 )
 
@@ -185,6 +187,43 @@ async def test_prepared_summary_is_applied_with_no_model_call(h: Harness) -> Non
     # compact/undo restores the view exactly.
     await client.request(p.COMPACT_UNDO, {"sessionId": sid})
     assert (await client.messages(sid)).messages == before_view
+
+
+async def test_what_survives_a_prepared_compaction_is_what_the_model_sees(h: Harness) -> None:
+    """bench_fidelity's measure on a prepared compaction: a command run after the snapshot is
+    kept verbatim in a tool call, quotes and newlines included, and counts as kept (the measure
+    once looked for it in the call's JSON, where they are escaped, and missed it)."""
+    client = h.client
+    convo = Convo("f")
+    sid = await open_convo(client, convo, 10)
+    status = await client.tokens_status(sid)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+        await next_phase(queue, "prepared")
+    commands = [
+        "cat > types/state.ts << 'EOF'\nexport type State = { done: boolean };\nEOF",
+        'ls -la types/ && echo "--- File count ---" && find types/ -name "*.ts" | wc -l',
+    ]
+    late: list[dict[str, Any]] = []
+    for i, command in enumerate(commands):
+        u, c, r, a = (f"f-late-{i}-{k}" for k in "ucra")
+        late.append(user(f"late request {i}: write the types", uuid=u, parentUuid=convo.last))
+        late.append(tool_call(f"t{c}", "Bash", {"command": command}, uuid=c, parentUuid=u))
+        late.append(tool_result(f"t{c}", "ok", uuid=r, parentUuid=c))
+        late.append(assistant([text_block(f"wrote {i}")], uuid=a, parentUuid=r, model=MODEL))
+        convo.last = a
+    await client.append(sid, late)
+    await grow_until(client, sid, convo, status.auto_compact_threshold, label="late")
+    entries = transcript_lines(h.root / "data" / "sessions" / sid / "transcript.jsonl")
+    auto = await client.compact_auto(sid)
+    assert auto.result is not None and auto.result.prepared, auto
+    kept = {e["uuid"] for e in auto.result.kept_entries}
+    assert {e["uuid"] for e in late} <= kept  # the commands are in the verbatim tail
+    items = items_of(entries)
+    assert set(commands) <= set(items.commands)
+    view = view_text((await client.messages(sid)).messages)
+    users, files, cmds = recalls(items, view)
+    assert (users.found, files.found, cmds.found) == (users.total, files.total, cmds.total)
 
 
 async def test_summary_preparing_below_the_blocking_limit_then_waits_at_it(h: Harness) -> None:

@@ -4,6 +4,7 @@ level and the growth rule, ``core.background``) and when a prepared summary stop
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,12 @@ def test_growth_rate_over_the_samples_restarts_after_a_fall() -> None:
     # A microcompact lowered the count: only what came after it counts.
     assert bg.growth_rate([(0.0, 100), (5.0, 5_000), (6.0, 1_000), (8.0, 2_000)]) == 500.0
     assert bg.growth_rate([(1.0, 100), (1.0, 200)]) is None
+
+    # A burst shorter than the span asked for is no trend (the summarizer's last duration).
+    burst = [(0.0, 10_000), (0.2, 12_000), (0.3, 14_000)]
+    assert bg.growth_rate(burst, min_span=1.0) is None
+    assert bg.growth_rate(burst) == pytest.approx(4_000 / 0.3)
+    assert bg.growth_rate([*burst, (4.0, 16_000)], min_span=1.0) == pytest.approx(1_500.0)
 
 
 def test_idle_preparation_only_above_half_the_threshold() -> None:
@@ -139,6 +146,25 @@ async def test_a_taken_preparation_is_not_dropped_by_its_own_compaction(
     prep.take(session, job)
     prep.on_compacted(session, [])
     assert prep.unused_tokens == 0 and not job.scope.cancel_called
+
+
+async def test_the_growth_after_a_compaction_is_timed_from_the_compaction(
+    state: tuple[BackgroundPreparation, Session],
+) -> None:
+    # The first append after a compaction is no burst over nothing: the rate counts the time
+    # since the compaction (docs/background.md#preparation).
+    prep, session = state
+    prep.on_append(session, [_rec(user("before", uuid="b1"))])
+    before = time.monotonic()
+    prep.on_compacted(session, [])
+    after = time.monotonic()
+    assert not prep.samples
+    prep.on_append(session, [_rec(user("next", uuid="n1", parentUuid="b1"))])
+    assert len(prep.samples) == 2
+    (t0, n0), (t1, n1) = prep.samples
+    assert before <= t0 <= after <= t1 and n0 == n1
+    prep.on_append(session, [_rec(user("more", uuid="n2", parentUuid="n1"))])
+    assert len(prep.samples) == 3  # the compaction's time is taken once
 
 
 def test_options_turn_it_off_and_set_the_levels(tmp_path: Path) -> None:

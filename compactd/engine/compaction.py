@@ -35,7 +35,7 @@ import anyio
 from compactd import protocol as p
 from compactd.core import auto_policy, tokens
 from compactd.core import constants as c
-from compactd.core.ledger import CARRY_FIELD, SurvivalLedger, build_ledger, carry_of
+from compactd.core.ledger import CARRY_FIELD, SurvivalLedger, build_ledger, carry_of, check_summary
 from compactd.core.normalize import system_reminder, to_api_messages
 from compactd.core.offline_summary import OFFLINE_INSTRUCTIONS_WARNING, offline_summary
 from compactd.core.prompts import compact_prompt, join_instructions
@@ -371,6 +371,9 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
     warnings: list[str] = []
     usage: dict[str, Any] | None = None
     facts = _Facts(plan)
+    from_prepared = None
+    if not plan.known and run.prepared is not None:
+        from_prepared = await _prepared_written(run, facts, view)
     if plan.known:
         ledger, pre_raw = await facts.result()
         summary = plan.summary
@@ -380,14 +383,9 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
             summary = await _render(spec, ledger, view, instructions)
         if mode in OFFLINE_MODES and instructions:
             warnings.append(OFFLINE_INSTRUCTIONS_WARNING)
-    elif run.prepared is not None:
-        run.status("summarizing", "the summary was prepared in the background")
-        outcome = run.prepared.outcome
+    elif from_prepared is not None:
+        summary, mode, usage = from_prepared
         ledger, pre_raw = await facts.result()
-        mode = outcome.mode
-        usage = outcome.usage
-        text = outcome.text
-        summary = await anyio.to_thread.run_sync(lambda: written(text, mode, ledger, view))
     else:
         summarizer = runtime.summarizer
         request = summary_request(plan, instructions, messages)
@@ -493,6 +491,35 @@ async def _render(
         return written(raw, mode, ledger, view)
 
     return await anyio.to_thread.run_sync(build)
+
+
+async def _prepared_written(
+    run: _Run, facts: _Facts, view: View
+) -> tuple[Written, str, dict[str, Any] | None] | None:
+    """The summary prepared in the background, completed against the ledger within the budget
+    left once the entries after its snapshot are kept; None, and the model asked as without it,
+    when that budget can no longer carry every message the person wrote (a small window whose
+    kept tail took the room): what survives must be what a compaction now would keep
+    (docs/background.md#applying)."""
+    prepared = run.prepared
+    assert prepared is not None
+    run.status("summarizing", "the summary was prepared in the background")
+    outcome = prepared.outcome
+    ledger, _ = await facts.result()
+    summary = await anyio.to_thread.run_sync(
+        lambda: written(outcome.text, outcome.mode, ledger, view)
+    )
+    lost = await anyio.to_thread.run_sync(lambda: check_summary(ledger, summary.summary).messages)
+    if lost:
+        log.info(
+            "session %s: the prepared summary leaves %d user message(s) to recall pointers; "
+            "asking the model now",
+            run.session.session_id,
+            len(lost),
+        )
+        run.prepared = None
+        return None
+    return summary, outcome.mode, outcome.usage
 
 
 class _Facts:

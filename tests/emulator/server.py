@@ -273,6 +273,9 @@ class Emulator:
         self._totals = CostSummary()
         self._cache = PromptCache(lookback=lookback)
         self._latency: dict[str, float] = {}
+        # Every pause served before a reply or between stream chunks, in seconds, in order: what
+        # a test checks instead of timing the client (a busy machine only makes that slower).
+        self._waits: list[float] = []
 
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
@@ -459,6 +462,12 @@ class Emulator:
         """Requests to ``/v1/messages`` (count_tokens excluded)."""
         return [r for r in self.requests if r.path.rstrip("/") == "/v1/messages"]
 
+    @property
+    def waits(self) -> list[float]:
+        """The pauses served so far (scripted delays, chunk delays, latencies), in order."""
+        with self._lock:
+            return list(self._waits)
+
     def cost_summary(self) -> CostSummary:
         with self._lock:
             return self._totals
@@ -468,6 +477,7 @@ class Emulator:
         context windows and cache minimums)."""
         with self._lock:
             self._requests.clear()
+            self._waits.clear()
             self._latency.clear()
             self._queue.clear()
             self._default = Reply()
@@ -479,6 +489,9 @@ class Emulator:
     # ------------------------------------------------------- request handling
 
     def _wait(self, seconds: float) -> None:
+        if seconds > 0:
+            with self._lock:
+                self._waits.append(seconds)
         if seconds > 0 and self._stopping.wait(seconds):
             raise _Abort()
         if self._stopping.is_set():

@@ -356,13 +356,14 @@ def test_delays_and_client_timeout(emulator: Emulator) -> None:
         Reply(delay=1.0),
     )
     with emulator.client(max_retries=0) as client:
-        t0 = time.monotonic()
         client.messages.create(model=MODEL, max_tokens=50, messages=[user("x")])
-        assert time.monotonic() - t0 >= 0.3
-        t0 = time.monotonic()
+        assert emulator.waits == [0.3]  # served before the reply
         with client.messages.stream(model=MODEL, max_tokens=50, messages=[user("x")]) as stream:
             stream.until_done()
-        assert time.monotonic() - t0 >= 0.12
+        # The 40 characters came in chunks of 10, each after its pause (the client saw them all).
+        chunks = emulator.waits[1:]
+        assert len(chunks) >= 4 and set(chunks) == {0.02}
+        assert stream.get_final_message().content[0].text == "x" * 40
         with pytest.raises(anthropic.APITimeoutError):
             client.messages.create(model=MODEL, max_tokens=50, messages=[user("x")], timeout=0.2)
 
@@ -787,12 +788,11 @@ def test_latency_delays_only_its_kind(emulator: Emulator) -> None:
     emulator.set_latency("summary", 0.3)
     with emulator.client() as client:
         client.messages.create(model=MODEL, max_tokens=50, messages=[user("hello")])
-        started = time.monotonic()
+        assert emulator.waits == []  # the agent's own request: no latency
         client.messages.create(
             model=MODEL, max_tokens=50, messages=[user("hello\n\n" + compact_prompt("full"))]
         )
-        # A lower bound only: the reply cannot come before the latency has passed.
-        assert time.monotonic() - started >= 0.3
+        assert emulator.waits == [0.3]  # the summary request waited its latency
     assert emulator.latency("summary") == 0.3 and emulator.latency("main") == 0.0
     emulator.reset()
     assert emulator.latency("summary") == 0.0

@@ -18,7 +18,7 @@ import { barParts, contextHtml, historySteps, previewSentence } from "../src/con
 import { CompactdError, type BreakdownResult, type HistoryResult, type TokenStatus } from "../src/core";
 import { projectSlug } from "../src/transcripts";
 import { FakeVscode, fakeContext } from "./fake-vscode";
-import { REPO_ROOT, daemonCommand, tempDir, waitFor } from "./helpers";
+import { CC_FIXTURE_SESSION, ccFixtureIn, daemonCommand, liveAnswer, tempDir, tokenStatus, waitFor } from "./helpers";
 
 const fake = new FakeVscode();
 fake.install();
@@ -30,16 +30,14 @@ const { resumeError, TERMINAL_NAME } = require("../src/resume") as typeof import
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const { RESUME_INSTEAD } = require("../src/compaction") as typeof import("../src/compaction");
 
-const FIXTURE = path.join(REPO_ROOT, "tests/data/transcripts/claude-code-2.1.330__r16_manual.jsonl");
-const RECORDED_CWD = "/home/dev/project";
-const FIXTURE_SESSION = "959f8b37-3e2e-416f-8620-5ef5ede9f42c";
+const FIXTURE_SESSION = CC_FIXTURE_SESSION;
 
+/** A status of `tokens` against a 155,000-token auto-compact threshold. */
 function status(tokens: number, extra: Partial<TokenStatus> = {}): TokenStatus {
-  return {
+  return tokenStatus({
     tokens,
     exactTokens: tokens,
     estimatedTokens: 0,
-    contextWindow: 200_000,
     maxOutputTokens: 32_000,
     effectiveWindow: 168_000,
     autoCompactThreshold: 155_000,
@@ -47,15 +45,8 @@ function status(tokens: number, extra: Partial<TokenStatus> = {}): TokenStatus {
     errorThreshold: 135_000,
     blockingLimit: 165_000,
     percentLeft: Math.round(100 - (tokens / 155_000) * 100),
-    isAboveWarningThreshold: false,
-    isAboveErrorThreshold: false,
-    isAboveAutoCompactThreshold: false,
-    isAtBlockingLimit: false,
-    autoCompactEnabled: true,
-    compactionEnabled: true,
-    circuitOpen: false,
     ...extra,
-  };
+  });
 }
 
 describe("the context picture (pure)", () => {
@@ -177,31 +168,13 @@ describe("the extension beside a running Claude Code session", () => {
   const savedConfigDir = process.env["CLAUDE_CONFIG_DIR"];
 
   /** An assistant line as Claude Code appends it, reporting `tokens` of usage. */
-  const line = (n: number, tokens: number, sessionId = FIXTURE_SESSION): string =>
-    JSON.stringify({
-      parentUuid: null,
-      isSidechain: false,
-      type: "assistant",
-      uuid: `00000000-0000-4000-9000-${n.toString().padStart(12, "0")}`,
-      timestamp: new Date(Date.UTC(2026, 10, 22, 12, 0, n)).toISOString(),
-      sessionId,
-      cwd: project,
-      message: {
-        id: `msg_live_${n}`,
-        type: "message",
-        role: "assistant",
-        model: "claude-opus-5-5",
-        content: [{ type: "text", text: `live answer ${n}` }],
-        stop_reason: "end_turn",
-        usage: { input_tokens: 10, cache_read_input_tokens: tokens - 20, cache_creation_input_tokens: 0, output_tokens: 10 },
-      },
-    }) + "\n";
+  const line = (n: number, tokens: number, sessionId = FIXTURE_SESSION): string => liveAnswer(n, tokens, sessionId, project);
 
   before(async () => {
     fs.mkdirSync(project, { recursive: true });
     fs.mkdirSync(folder, { recursive: true });
     fs.writeFileSync(path.join(project, "notes.txt"), Array.from({ length: 50 }, (_, i) => `note line ${i + 1}\n`).join(""));
-    fs.writeFileSync(transcript, fs.readFileSync(FIXTURE, "utf8").split(RECORDED_CWD).join(project));
+    fs.writeFileSync(transcript, ccFixtureIn(project));
     process.env["CLAUDE_CONFIG_DIR"] = config;
     fake.workspaceFolder = project;
     fake.settings["compactd.serverCommand"] = daemonCommand();

@@ -10,7 +10,8 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { describe, it } from "node:test";
 
-import type { BreakdownResult, CompactResult, SessionInfo, StatusNotification, TokenStatus } from "../src/core";
+import type { BreakdownResult, CompactResult, SessionInfo, StatusNotification } from "../src/core";
+import { tokenStatus } from "./helpers";
 import {
   breakdownRows,
   breakdownTable,
@@ -32,29 +33,7 @@ import {
 } from "../src/format";
 import { claudeProjectDirs, projectSlug, sessionIdFor, workspaceTranscripts } from "../src/transcripts";
 
-function status(overrides: Partial<TokenStatus> = {}): TokenStatus {
-  return {
-    tokens: 61_234,
-    exactTokens: 60_000,
-    estimatedTokens: 1_234,
-    contextWindow: 200_000,
-    maxOutputTokens: 64_000,
-    effectiveWindow: 180_000,
-    autoCompactThreshold: 167_000,
-    warningThreshold: 147_000,
-    errorThreshold: 147_000,
-    blockingLimit: 177_000,
-    percentLeft: 63,
-    isAboveWarningThreshold: false,
-    isAboveErrorThreshold: false,
-    isAboveAutoCompactThreshold: false,
-    isAtBlockingLimit: false,
-    autoCompactEnabled: true,
-    compactionEnabled: true,
-    circuitOpen: false,
-    ...overrides,
-  };
-}
+const status = tokenStatus;
 
 /** A `compact/status` notification of one manual compaction. */
 function note(phase: StatusNotification["phase"], message?: string): StatusNotification {

@@ -11,7 +11,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import * as readline from "node:readline";
 
-import { CompactdClient, type InitializationOptions } from "../src/core";
+import { CompactdClient, type InitializationOptions, type TokenStatus } from "../src/core";
 
 /** clients/vscode, whether running from out/test or test. */
 /** A real directory to open sessions in: the daemon refuses a cwd that does not exist. */
@@ -216,4 +216,63 @@ export async function waitFor<T>(check: () => Promise<T | undefined> | T | undef
     }
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
+}
+
+/** A Claude Code 2.1.330 session recorded in /home/dev/project (`/compact` with instructions). */
+export const CC_FIXTURE = path.join(REPO_ROOT, "tests/data/transcripts/claude-code-2.1.330__r16_manual.jsonl");
+export const CC_RECORDED_CWD = "/home/dev/project";
+export const CC_FIXTURE_SESSION = "959f8b37-3e2e-416f-8620-5ef5ede9f42c";
+
+/** The fixture as Claude Code would have written it in `project`. */
+export function ccFixtureIn(project: string): string {
+  return fs.readFileSync(CC_FIXTURE, "utf8").split(CC_RECORDED_CWD).join(project);
+}
+
+/** An assistant line as Claude Code appends it to a transcript, reporting `tokens` of usage. */
+export function liveAnswer(n: number, tokens: number, sessionId: string, cwd: string): string {
+  return (
+    JSON.stringify({
+      parentUuid: null,
+      isSidechain: false,
+      type: "assistant",
+      uuid: `00000000-0000-4000-9000-${n.toString().padStart(12, "0")}`,
+      timestamp: new Date(Date.UTC(2026, 10, 22, 12, 0, n)).toISOString(),
+      sessionId,
+      cwd,
+      message: {
+        id: `msg_live_${n}`,
+        type: "message",
+        role: "assistant",
+        model: "claude-opus-5-5",
+        content: [{ type: "text", text: `live answer ${n}` }],
+        stop_reason: "end_turn",
+        usage: { input_tokens: 10, cache_read_input_tokens: tokens - 20, cache_creation_input_tokens: 0, output_tokens: 10 },
+      },
+    }) + "\n"
+  );
+}
+
+/** A token status of 61,234 tokens against Sonnet's 200K window, with `overrides`. */
+export function tokenStatus(overrides: Partial<TokenStatus> = {}): TokenStatus {
+  return {
+    tokens: 61_234,
+    exactTokens: 60_000,
+    estimatedTokens: 1_234,
+    contextWindow: 200_000,
+    maxOutputTokens: 64_000,
+    effectiveWindow: 180_000,
+    autoCompactThreshold: 167_000,
+    warningThreshold: 147_000,
+    errorThreshold: 147_000,
+    blockingLimit: 177_000,
+    percentLeft: 63,
+    isAboveWarningThreshold: false,
+    isAboveErrorThreshold: false,
+    isAboveAutoCompactThreshold: false,
+    isAtBlockingLimit: false,
+    autoCompactEnabled: true,
+    compactionEnabled: true,
+    circuitOpen: false,
+    ...overrides,
+  };
 }

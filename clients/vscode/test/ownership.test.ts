@@ -17,16 +17,14 @@ import { CompactdClient } from "../src/core";
 import { followIds, writeRefusal } from "../src/format";
 import { projectSlug } from "../src/transcripts";
 import { FakeVscode, disposeSubscriptions, fakeContext, type FakeContext } from "./fake-vscode";
-import { REPO_ROOT, conversation, daemonCommand, tempDir, waitFor } from "./helpers";
+import { CC_FIXTURE_SESSION, REPO_ROOT, ccFixtureIn, conversation, daemonCommand, liveAnswer, tempDir, waitFor } from "./helpers";
 
 const fake = new FakeVscode();
 fake.install();
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const ext = require("../src/extension") as typeof import("../src/extension");
 
-const FIXTURE = path.join(REPO_ROOT, "tests/data/transcripts/claude-code-2.1.330__r16_manual.jsonl");
-const RECORDED_CWD = "/home/dev/project";
-const SESSION = "959f8b37-3e2e-416f-8620-5ef5ede9f42c";
+const SESSION = CC_FIXTURE_SESSION;
 
 describe("the ids a window follows a Claude Code session under (pure)", () => {
   it("tries the session's own id first, then numbered ones, always in the same order", () => {
@@ -54,30 +52,12 @@ describe("a second VS Code window on the same workspace", () => {
   let api: import("../src/extension").CompactdApi;
   let context: FakeContext;
 
-  const answer = (n: number, tokens: number): string =>
-    JSON.stringify({
-      parentUuid: null,
-      isSidechain: false,
-      type: "assistant",
-      uuid: `00000000-0000-4000-9000-${n.toString().padStart(12, "0")}`,
-      timestamp: new Date(Date.UTC(2026, 10, 22, 12, 0, n)).toISOString(),
-      sessionId: SESSION,
-      cwd: project,
-      message: {
-        id: `msg_live_${n}`,
-        type: "message",
-        role: "assistant",
-        model: "claude-opus-5-5",
-        content: [{ type: "text", text: `live answer ${n}` }],
-        stop_reason: "end_turn",
-        usage: { input_tokens: 10, cache_read_input_tokens: tokens - 20, cache_creation_input_tokens: 0, output_tokens: 10 },
-      },
-    }) + "\n";
+  const answer = (n: number, tokens: number): string => liveAnswer(n, tokens, SESSION, project);
 
   before(async () => {
     fs.mkdirSync(project, { recursive: true });
     fs.mkdirSync(folder, { recursive: true });
-    fs.writeFileSync(transcript, fs.readFileSync(FIXTURE, "utf8").split(RECORDED_CWD).join(project));
+    fs.writeFileSync(transcript, ccFixtureIn(project));
     process.env["CLAUDE_CONFIG_DIR"] = config;
     // The first window's daemon: it follows the Claude Code session and owns a session of its own.
     other = new CompactdClient({ command: daemonCommand(), dataDir, cwd: REPO_ROOT });

@@ -263,13 +263,16 @@ class BackgroundCompactionOptions(
     ``startAt``: the fraction of the auto-compact threshold at which a preparation starts
     (default 0.8); ``idleMinutes``: idle time after which a session above half its threshold
     prepares (default 55, before a one-hour prompt cache expires); ``applyWhenIdle``: also apply
-    the prepared summary while idle (default false).
+    the prepared summary while idle (default false); ``refresh``: at the threshold, summarize
+    again up to then in the background when that keeps far fewer entries verbatim (default
+    true; docs/background.md#refreshing).
     """
 
     enabled: bool | None = None
     start_at: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
     idle_minutes: Annotated[float, msgspec.Meta(gt=0)] | None = None
     apply_when_idle: bool | None = None
+    refresh: bool | None = None
 
 
 class InitializationOptions(

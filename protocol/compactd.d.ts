@@ -40,6 +40,7 @@ export interface BackgroundCompactionOptions {
   startAt?: number | null;
   idleMinutes?: number | null;
   applyWhenIdle?: boolean | null;
+  refresh?: boolean | null;
 }
 
 export interface BreakdownCategory {

@@ -19,9 +19,16 @@ __all__ = [
     "DEFAULT_START_AT",
     "GROWTH_MARGIN",
     "IDLE_LEVEL",
+    "REFRESH_MARGIN",
+    "REFRESH_SHARE",
+    "RESTART_FALL",
+    "Refresh",
     "Trigger",
     "growth_rate",
     "idle_due",
+    "refresh_level",
+    "should_refresh",
+    "should_start",
     "start_level",
 ]
 
@@ -36,6 +43,14 @@ DEFAULT_IDLE_MINUTES = 55.0
 GROWTH_MARGIN = 2.0
 # Idle preparation only pays above this fraction of the threshold.
 IDLE_LEVEL = 0.5
+# A fall of the count by more than this share restarts the growth rate's window.
+RESTART_FALL = 0.1
+# A refresh pays when it would keep at most this share of what the ready summary keeps verbatim.
+REFRESH_SHARE = 0.75
+# A refresh starts this many times the summarizer's last duration (at the growth rate) before
+# the blocking limit, at the latest: room for a slower answer; the ready summary covers a
+# refresh that is later still.
+REFRESH_MARGIN = 1.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +83,61 @@ def should_start(t: Trigger) -> bool:
     return t.threshold > 0 and t.tokens >= start_level(t)
 
 
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """What decides whether a ready summary is refreshed: summarized again up to a later entry,
+    in the background, so that the compaction keeps fewer entries verbatim
+    (docs/background.md#refreshing)."""
+
+    trigger: Trigger
+    blocking_limit: int
+    # The count when the ready summary's snapshot was taken.
+    covered_tokens: int
+
+
+def _lead(t: Trigger, margin: float) -> float | None:
+    """Tokens the session grows by in ``margin`` times the summarizer's last duration; None
+    when the rate or the duration is not known."""
+    if t.rate is None or t.rate <= 0 or t.last_duration_s is None or t.last_duration_s <= 0:
+        return None
+    return t.rate * t.last_duration_s * margin
+
+
+def refresh_level(r: Refresh) -> int | None:
+    """The count at which the ready summary is refreshed: the threshold, where a synchronous
+    compaction would ask the model, or earlier when the refresh would not be ready
+    ``REFRESH_MARGIN`` times before the blocking limit at the session's growth rate (the agent
+    goes on until then, and the ready summary is applied there if the refresh is not). None
+    without a measured rate: there is no telling whether it would be ready in time."""
+    lead = _lead(r.trigger, REFRESH_MARGIN)
+    if lead is None:
+        return None
+    return min(r.trigger.threshold, r.blocking_limit - int(lead))
+
+
+def should_refresh(r: Refresh) -> bool:
+    """Whether to refresh now: at the refresh level, when what the refresh would keep verbatim
+    (what arrives while it is written, with the margin) is at most ``REFRESH_SHARE`` of what
+    the ready summary keeps at the threshold."""
+    t = r.trigger
+    level = refresh_level(r)
+    keep = _lead(t, REFRESH_MARGIN)
+    if level is None or keep is None or t.threshold <= 0 or t.tokens < level:
+        return False
+    return keep <= (t.threshold - r.covered_tokens) * REFRESH_SHARE
+
+
 def growth_rate(samples: Sequence[tuple[float, int]], min_span: float = 0.0) -> float | None:
     """Tokens per second over ``samples`` of (monotonic time, count), oldest first; None when
-    there are fewer than two or no time passed. A fall (a microcompact) restarts the window.
+    there are fewer than two or no time passed. A fall by more than ``RESTART_FALL`` of the
+    count (a microcompact) restarts the window; a smaller one is an estimate corrected by the
+    usage a response measured, and the trend goes on through it.
     ``min_span``: None too when the samples cover less than this many seconds: a burst of
     appends (a tool call and its result a moment apart) is no trend to predict the threshold
     from (the engine passes the summarizer's last duration, the horizon's half)."""
     start = 0
     for i in range(1, len(samples)):
-        if samples[i][1] < samples[i - 1][1]:
+        if samples[i][1] < samples[i - 1][1] * (1 - RESTART_FALL):
             start = i
     window = samples[start:]
     if len(window) < 2:

@@ -165,7 +165,9 @@ async def run_auto(
                     status=status,
                     tokens_left=left,
                 )
-            await running.done.wait()  # at the blocking limit: only what is left of it
+            if background.ready(session) is None:
+                await running.done.wait()  # at the blocking limit: only what is left of it
+            # else a refresh is still running: the summary it refreshes is applied at once.
         job = background.ready(session)
         if job is not None and background.fits(session, job):
             assert job.plan is not None

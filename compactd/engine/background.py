@@ -30,6 +30,7 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.core import background as bg
+from compactd.core.tokens.estimate import estimate_records_raw, pad
 from compactd.engine import compaction
 from compactd.engine.compaction import (
     PreparedSummary,
@@ -40,6 +41,7 @@ from compactd.engine.compaction import (
 )
 from compactd.engine.features import Feature
 from compactd.engine.follow import Following
+from compactd.engine.micro import plan_micro
 from compactd.engine.plan import (
     CompactionPlan,
     CompactionSpec,
@@ -89,6 +91,13 @@ class Job:
     done: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     idle: bool = False
+    # A later preparation started while an earlier one was ready (``BackgroundPreparation.
+    # fallback``), to keep fewer entries verbatim (docs/background.md#refreshing).
+    refresh: bool = False
+    # E's uuid and every uuid appended after it: an append whose parent is outside is a rewind.
+    chain: set[str] = field(default_factory=set)
+    # The session's count when the snapshot was taken: what it covers.
+    covered_tokens: int = 0
     plan: CompactionPlan | None = None
     outcome: SummaryOutcome | None = None
     duration_ms: int = 0
@@ -119,6 +128,7 @@ class BackgroundService:
         self.start_at = opts.start_at or bg.DEFAULT_START_AT
         self.idle_s = (opts.idle_minutes or bg.DEFAULT_IDLE_MINUTES) * 60
         self.apply_when_idle = bool(opts.apply_when_idle)
+        self.refresh = opts.refresh is not False
         # Seconds the summarizer's API took for the last preparation: the growth rule.
         self.last_duration_s: float | None = None
         if self.enabled:
@@ -134,14 +144,18 @@ class BackgroundPreparation(Feature["Session"]):
 
     service: BackgroundService
     job: Job | None = None
-    # E's uuid and every uuid appended after it: an append whose parent is outside is a rewind.
-    chain: set[str] = field(default_factory=set)
+    # The ready preparation ``job`` refreshes: applied instead when the refresh is not ready in
+    # time (docs/background.md#refreshing).
+    fallback: Job | None = None
     samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=GROWTH_SAMPLES))
     # When the last compaction committed, until the first append after it is sampled.
     since_compaction: float | None = None
     last_activity: float = field(default_factory=time.monotonic)
     activity: anyio.Event = field(default_factory=anyio.Event)
     idle_scope: anyio.CancelScope | None = None
+    # Microcompact alone will bring the count under the headroom at the threshold: nothing is
+    # prepared until a microcompact or a compaction (docs/background.md#preparation).
+    micro_first: bool = False
     # Tokens spent on preparations never applied; preparations that failed.
     unused_tokens: int = 0
     failures: int = 0
@@ -160,9 +174,11 @@ class BackgroundPreparation(Feature["Session"]):
 
     def on_append(self, session: Session, records: Sequence[Record]) -> None:
         self._touch(session)
-        job = self.job
-        if job is not None and job.plan is not None and not self._continues(records):
-            self.drop(session, "an append does not continue the summarized conversation")
+        if any(r.entry.is_microcompact_boundary for r in records):
+            self.micro_first = False
+        for job in (self.fallback, self.job):
+            if job is not None and job.plan is not None and not _continues(job, records):
+                self._discard(session, job, "an append does not continue what it summarized")
         self.maybe_start(session)
 
     def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
@@ -171,6 +187,7 @@ class BackgroundPreparation(Feature["Session"]):
         # append after it: the time between is part of the trend (the count is the first
         # append's, since the count right after a rewrite is an estimate, docs/thresholds.md).
         self.since_compaction = time.monotonic()
+        self.micro_first = False
         self.drop(session, "the context was rewritten")
 
     async def on_close(self, session: Session) -> None:
@@ -178,6 +195,8 @@ class BackgroundPreparation(Feature["Session"]):
         if self.idle_scope is not None:
             self.idle_scope.cancel()
         job = self.job
+        if self.fallback is not None:
+            self.fallback.scope.cancel()
         if job is not None:
             job.scope.cancel()
             if job.phase == "preparing":
@@ -187,8 +206,9 @@ class BackgroundPreparation(Feature["Session"]):
     # -- the state -------------------------------------------------------------------------------
 
     def ready(self, session: Session) -> Job | None:
-        """The ready preparation, when it still matches the session's settings."""
-        job = self.job
+        """The ready preparation, when it still matches the session's settings: the session's
+        own, or the one a running refresh would replace."""
+        job = self.job if self.job is not None and self.job.phase == "ready" else self.fallback
         if job is None or job.phase != "ready" or job.plan is None:
             return None
         if job.plan.snapshot.meta != session.meta:
@@ -201,28 +221,43 @@ class BackgroundPreparation(Feature["Session"]):
         return job if job is not None and job.phase == "preparing" else None
 
     def take(self, session: Session, job: Job) -> None:
-        """``job`` is being applied: it is the session's preparation no more."""
-        if self.job is job:
-            self.job = None
-            self.chain.clear()
-            session.preparation = None
-            self._forget_kept(session)
+        """``job`` is being applied: it is the session's preparation no more. A refresh still
+        running beside it (``job`` is its fallback) is cancelled."""
+        if job is not self.job and job is not self.fallback:
+            return
+        other = self.job if job is self.fallback else None
+        self.job = self.fallback = None
+        session.preparation = None
+        self._forget_kept(session)
+        if other is not None:
+            log.info("session %s: the refresh was not ready in time", session.session_id)
+            other.scope.cancel()
 
     def unused(self, job: Job) -> None:
         """``job``'s summary was taken but not used (the compaction planned again)."""
         self.unused_tokens += job.tokens()
 
     def drop(self, session: Session, why: str) -> None:
-        job = self.job
-        if job is None:
-            return
+        """Drop every preparation of the session: what they summarized changed."""
+        for job in (self.fallback, self.job):
+            if job is not None:
+                self._discard(session, job, why)
+
+    def _discard(self, session: Session, job: Job, why: str) -> None:
+        """Drop ``job`` (the session's preparation or its fallback), counting what it cost."""
         log.info("session %s: preparation dropped: %s", session.session_id, why)
-        self.job = None
-        self.chain.clear()
-        session.preparation = None
+        if job is self.fallback:
+            self.fallback = None
+        elif job is self.job:
+            # A refresh that no longer holds leaves the summary it refreshed.
+            self.job, self.fallback = self.fallback, None
+        else:
+            return
         job.scope.cancel()
         if job.phase == "ready":
             self.unused_tokens += job.tokens()
+        self._publish(session)
+        if self.ready(session) is None:
             self._forget_kept(session)
 
     def fits(self, session: Session, job: Job) -> bool:
@@ -247,24 +282,35 @@ class BackgroundPreparation(Feature["Session"]):
     # -- starting --------------------------------------------------------------------------------
 
     def maybe_start(self, session: Session, *, idle: bool = False) -> None:
-        """Start a preparation when the trigger says so and a compaction could run."""
-        if self.job is not None or self.closed or not self._may_prepare(session):
+        """Start a preparation when the trigger says so and a compaction could run, or refresh
+        a ready one at the threshold (docs/background.md#refreshing)."""
+        job = self.job
+        if self.closed or (job is not None and job.phase != "ready") or self.fallback is not None:
+            return
+        if self.micro_first:
+            return
+        if not self._may_prepare(session):
             return
         status = self.service.runtime.status(session)
         threshold = status.auto_compact_threshold
-        if idle:
-            due = bg.idle_due(status.tokens, threshold)
-        else:
-            trigger = bg.Trigger(
-                tokens=status.tokens,
-                threshold=threshold,
-                start_at=self.service.start_at,
-                rate=bg.growth_rate(
-                    list(self.samples), min_span=self.service.last_duration_s or 0.0
-                ),
-                last_duration_s=self.service.last_duration_s,
+        trigger = bg.Trigger(
+            tokens=status.tokens,
+            threshold=threshold,
+            start_at=self.service.start_at,
+            rate=bg.growth_rate(list(self.samples), min_span=self.service.last_duration_s or 0.0),
+            last_duration_s=self.service.last_duration_s,
+        )
+        if job is not None:
+            refresh = bg.Refresh(
+                trigger=trigger,
+                blocking_limit=status.blocking_limit,
+                covered_tokens=job.covered_tokens,
             )
-            due = bg.should_start(trigger)
+            if self.service.refresh and not job.idle and bg.should_refresh(refresh):
+                self.fallback = job
+                self._start(session, refresh=True)
+            return
+        due = bg.idle_due(status.tokens, threshold) if idle else bg.should_start(trigger)
         if due:
             self._start(session, idle=idle)
 
@@ -286,14 +332,32 @@ class BackgroundPreparation(Feature["Session"]):
             and len(session.context()) >= 2
         )
 
-    def _start(self, session: Session, *, idle: bool = False, kept: _Kept | None = None) -> None:
+    def _start(
+        self,
+        session: Session,
+        *,
+        idle: bool = False,
+        refresh: bool = False,
+        kept: _Kept | None = None,
+    ) -> None:
         runtime = self.service.runtime
         if runtime.task_group is None:
             return
-        job = Job(idle=idle)
+        job = Job(idle=idle, refresh=refresh)
         self.job = job
-        session.preparation = p.PreparationState(state="preparing", entries_covered=0)
+        self._publish(session)
         runtime.task_group.start_soon(self._run, session, job, kept)
+
+    def _publish(self, session: Session) -> None:
+        """``tokens/status.preparation``: the ready summary (even while a refresh of it runs),
+        else the running preparation."""
+        job = self.job
+        shown = self.fallback if job is not None and job.phase != "ready" and self.fallback else job
+        if shown is None or shown.phase == "failed":
+            session.preparation = None
+            return
+        covered = len(shown.plan.summarized) if shown.plan is not None else 0
+        session.preparation = p.PreparationState(state=shown.phase, entries_covered=covered)
 
     # -- the preparation -------------------------------------------------------------------------
 
@@ -310,10 +374,25 @@ class BackgroundPreparation(Feature["Session"]):
                     job.done.set()
                     self.maybe_start(session)
                     return
-                self._notify(session, job, "preparing", "preparing a summary in the background")
+                if await self._micro_will_do(session):
+                    log.info(
+                        "session %s: nothing prepared: microcompact alone will do at the threshold",
+                        session.session_id,
+                    )
+                    self.micro_first = True
+                    self.job, self.fallback = self.fallback, None
+                    self._publish(session)
+                    return
+                what = "refreshing the prepared summary" if job.refresh else "preparing a summary"
+                self._notify(session, job, "preparing", f"{what} in the background")
                 await self._prepare(session, job)
                 if self.job is not job:
                     return
+                old, self.fallback = self.fallback, None
+                if old is not None:
+                    # The refresh replaces the summary it refreshed, which was never applied.
+                    self.unused_tokens += old.tokens()
+                self._publish(session)
                 self._notify(session, job, "prepared", f"ready in {job.duration_ms} ms")
                 if job.idle and self.service.apply_when_idle:
                     await self._apply_idle(session, job)
@@ -321,7 +400,10 @@ class BackgroundPreparation(Feature["Session"]):
             if self.job is job:
                 job.phase = "failed"
                 self.failures += 1
-                session.preparation = None
+                if self.fallback is not None:
+                    # A failed refresh leaves the summary it was to replace.
+                    self.job, self.fallback = self.fallback, None
+                self._publish(session)
                 message = exc.message if isinstance(exc, p.CompactdError) else str(exc)
                 log.warning("session %s: preparation failed: %s", session.session_id, message)
                 self._notify(session, job, "failed", message)
@@ -331,8 +413,20 @@ class BackgroundPreparation(Feature["Session"]):
             job.done.set()
             if self.job is job and job.phase == "preparing":
                 # Cancelled without a drop (the daemon is stopping).
-                self.job = None
-                session.preparation = None
+                self.job, self.fallback = self.fallback, None
+                self._publish(session)
+
+    async def _micro_will_do(self, session: Session) -> bool:
+        """Whether clearing the tool results clearable now brings the count at the threshold
+        under the headroom: ``compact/auto`` will microcompact there, and a summary would go
+        unused (docs/compaction.md#fallback-chain)."""
+        runtime = self.service.runtime
+        plan = await plan_micro(runtime, session)
+        status = runtime.status(session)
+        if not plan.cleared:
+            return False
+        after = auto_policy.micro_post(status.auto_compact_threshold, plan)
+        return after <= auto_policy.headroom(status)
 
     async def _prepare(self, session: Session, job: Job) -> None:
         runtime = self.service.runtime
@@ -341,11 +435,10 @@ class BackgroundPreparation(Feature["Session"]):
         if self.job is not job:
             return
         job.plan = plan
-        self.chain = {snap.last_uuid} if snap.last_uuid else set()
-        self.chain.update(r.uuid for r in session.records[snap.length :] if r.uuid)
-        session.preparation = p.PreparationState(
-            state="preparing", entries_covered=len(plan.summarized)
-        )
+        job.covered_tokens = snap.status.tokens
+        job.chain = {snap.last_uuid} if snap.last_uuid else set()
+        job.chain.update(r.uuid for r in session.records[snap.length :] if r.uuid)
+        self._publish(session)
         started = time.monotonic()
         outcome = await runtime.summarizer.summarize(request)
         job.duration_ms = int((time.monotonic() - started) * 1000)
@@ -355,9 +448,6 @@ class BackgroundPreparation(Feature["Session"]):
             return
         job.outcome = outcome
         job.phase = "ready"
-        session.preparation = p.PreparationState(
-            state="ready", entries_covered=len(plan.summarized)
-        )
         fingerprint = await anyio.to_thread.run_sync(lambda: _fingerprint(request))
         kept = _Kept(
             snapshot_uuid=snap.last_uuid or "",
@@ -416,11 +506,11 @@ class BackgroundPreparation(Feature["Session"]):
             api_seconds=kept.duration_ms / 1000,
         )
         job.phase = "ready"
-        self.chain = {kept.snapshot_uuid}
-        self.chain.update(r.uuid for r in session.records[length + 1 :] if r.uuid)
-        session.preparation = p.PreparationState(
-            state="ready", entries_covered=len(plan.summarized)
-        )
+        after = session.records[length + 1 :]
+        job.covered_tokens = snap.status.tokens - pad(estimate_records_raw(after))
+        job.chain = {kept.snapshot_uuid}
+        job.chain.update(r.uuid for r in session.records[length + 1 :] if r.uuid)
+        self._publish(session)
         self._notify(session, job, "prepared", "a summary kept from before the restart")
         return True
 
@@ -481,18 +571,6 @@ class BackgroundPreparation(Feature["Session"]):
                 await self.activity.wait()  # idle again only after the next append
 
     # -- helpers ---------------------------------------------------------------------------------
-
-    def _continues(self, records: Sequence[Record]) -> bool:
-        """Whether appended ``records`` continue the chain the preparation summarized (not a
-        rewind to an entry before its snapshot). Sidechain entries have their own chain."""
-        for r in records:
-            entry = r.entry
-            parent = entry.parent_uuid
-            if parent is not None and not entry.is_sidechain and parent not in self.chain:
-                return False
-            if r.uuid:
-                self.chain.add(r.uuid)
-        return True
 
     def _notify(self, session: Session, job: Job, phase: p.Phase, message: str) -> None:
         self.service.runtime.notify(
@@ -562,6 +640,19 @@ async def run_full(
     if not result.prepared:
         state.unused(job)
     return result
+
+
+def _continues(job: Job, records: Sequence[Record]) -> bool:
+    """Whether appended ``records`` continue the chain ``job`` summarized (not a rewind to an
+    entry before its snapshot). Sidechain entries have their own chain."""
+    for r in records:
+        entry = r.entry
+        parent = entry.parent_uuid
+        if parent is not None and not entry.is_sidechain and parent not in job.chain:
+            return False
+        if r.uuid:
+            job.chain.add(r.uuid)
+    return True
 
 
 def _fingerprint(request: SummaryRequest) -> str:

@@ -29,8 +29,9 @@ compaction). Then, per mode: p50 / p95 of that share, the billed-equivalent inpu
 (emulator: input + 0.1 x cache reads + 1.25 x 5-minute writes + 2 x 1-hour writes; all requests,
 and the summaries alone) and the totals of the fidelity measure.
 
-Figures, not a pass/fail test (about two minutes). Run: ``.venv/bin/python
-tests/bench/bench_wait.py``
+Figures, not a pass/fail test (about three minutes). Run: ``.venv/bin/python
+tests/bench/bench_wait.py [SESSION ...]`` (``fe5e1c67``, ``5c0375b4``, ``synthetic``, ``long``;
+all when none is named).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import time
 import typing
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,11 @@ FIXTURE_NAMES = (
     "d-kimuson__claude-code-viewer__5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl",
 )
 MODES = ("prepared", "synchronous")
+# The long synthetic session: about 480,000 tokens of conversation in the 200,000-token window
+# of the Claude models (docs/thresholds.md), so that it compacts about three times.
+LONG_ENTRIES = 2_000
+LONG_TARGET = 1_200_000
+REAL_WINDOW = 200_000
 
 
 @dataclass
@@ -102,6 +108,17 @@ class Session:
     turns: list[Turn]
     tools: list[dict[str, Any]]
     tokens: int  # the conversation's size, estimated (characters / 4)
+    window: int = 0  # the context window; 0: one whose threshold is a third of the session
+
+    def seconds(self) -> float:
+        """The session's replayed time: every gap, scaled."""
+        return sum(
+            _scaled(t.gap)
+            + sum(
+                (r.reply.delay or 0.0) + sum(_scaled(g) for g, _ in r.results) for r in t.responses
+            )
+            for t in self.turns
+        )
 
 
 def _seconds(stamp: str | None) -> float | None:
@@ -232,6 +249,9 @@ def sessions() -> list[Session]:
         out.append(session_of(name.split("__")[-1][:8], entries))
     synthetic = make_session(entries=700, target_tokens=120_000, seed=28)
     out.append(session_of("synthetic", synthetic))
+    # A long one in the window the models have: what a summary's time is worth against it.
+    long = make_session(entries=LONG_ENTRIES, target_tokens=LONG_TARGET, seed=29)
+    out.append(replace(session_of("long", long), window=REAL_WINDOW))
     return out
 
 
@@ -307,6 +327,8 @@ async def replay(session: Session, mode: str, window: int, root: Path) -> Run:
     options = {
         **emulator_options(emu),
         "backgroundCompaction": {"enabled": mode == "prepared"},
+        # Tool results are never cleared: every compaction is one with a summary.
+        "microcompact": {"clearableTools": []},
     }
     data = root / session.name / mode
     cwd = root / "project"
@@ -395,11 +417,17 @@ async def main() -> None:
         )
     runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="compactd-bench-wait-") as tmp:
+        chosen = sys.argv[1:]  # session names to run (all when none)
         for session in sessions():
-            window = RESERVE + 1_000 + max(8_000, session.tokens // 3)
+            if chosen and session.name not in chosen:
+                continue
+            window = session.window or RESERVE + 1_000 + max(8_000, session.tokens // 3)
+            threshold = window - RESERVE
+            growth = session.tokens / session.seconds() * SUMMARY_SECONDS * SCALE
             print(
                 f"\n{session.name}: {len(session.turns)} turns, about {session.tokens:,} tokens, "
-                f"window {window:,} (auto-compact at {window - RESERVE:,})"
+                f"window {window:,} (auto-compact at {threshold:,}); during one summary it grows "
+                f"about {growth:,.0f} tokens, {growth / threshold:.0%} of the threshold"
             )
             print(
                 f"  {'mode':<12}{'turn':>5}{'before':>9}{'after':>8}{'wait ms':>9}{'model ms':>9}"
@@ -421,6 +449,8 @@ async def main() -> None:
                     f"billed-equivalent input {run.cost.billed_equivalent_input_tokens:,.0f} "
                     f"(summaries {run.summary_cost:,.0f})"
                 )
+            prepared, synchronous = (r.cost.billed_equivalent_input_tokens for r in both)
+            print(f"  prepared / synchronous billed-equivalent input: {prepared / synchronous:.2f}")
     print("\nover all sessions: the agent's wait as a share of the summary time")
     print(
         f"{'mode':<12}{'compactions':>12}{'p50':>7}{'p95':>7}{'billed input':>14}{'summaries':>11}"

@@ -37,7 +37,8 @@ from tests.helpers import (
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
 
-ON = {"enabled": True}
+# The summary prepared at the start level is the one applied (refreshing has tests of its own).
+ON = {"enabled": True, "refresh": False}
 # Count-based microcompact clears any tool result but the last, whatever it saves.
 MICRO = {"protectedTokens": 0, "minSavings": 0, "keepRecent": 1}
 harness = harness_fixture(backgroundCompaction=ON, microcompact=MICRO)
@@ -441,3 +442,78 @@ async def test_an_idle_session_prepares_and_applies_when_asked(
         stats = await client.stats(sid)
         assert [c.prepared for c in stats.compactions] == [True]
         assert summary_requests(emulator) == 1
+
+
+# -- refreshing (docs/background.md#refreshing) -------------------------------------------------
+
+# Prepare from 70% of the threshold, so that what the first summary would keep verbatim at the
+# threshold is far more than what a refresh keeps, in a window where even what it keeps at the
+# blocking limit leaves the headroom (else the compaction asks the model as without it).
+EARLY = {"enabled": True, "startAt": 0.7}
+WIDE = {"contextWindow": 80_000, "maxOutputTokens": 4_096}
+
+
+async def _prepared_early(client: Client, convo: Convo, queue: Any) -> tuple[str, p.TokenStatus]:
+    """A session whose first summary is ready, then grown to the auto-compact threshold, where
+    the refresh starts: the session id and the status that crossed the threshold."""
+    sid = await open_convo(client, convo, 4, WIDE)
+    status = await client.tokens_status(sid)
+    await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.7))
+    await next_phase(queue, "prepared")
+    crossed = await grow_until(client, sid, convo, status.auto_compact_threshold)
+    refreshing = await next_phase(queue, "preparing")
+    assert "refreshing" in refreshing["message"], refreshing
+    return sid, crossed.status
+
+
+async def test_a_refresh_at_the_threshold_keeps_fewer_entries_verbatim(
+    spawn_emulated: Any, emulator: Emulator
+) -> None:
+    async with spawn_emulated(backgroundCompaction=EARLY) as client:
+        convo = Convo("r")
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            sid, crossed = await _prepared_early(client, convo, queue)
+            covered_upto = convo.last  # the refresh's snapshot: the append that crossed
+            # The first summary stays ready (and shown) while the refresh is written.
+            assert crossed.preparation is not None and crossed.preparation.state == "ready"
+            await next_phase(queue, "prepared")
+        assert summary_requests(emulator) == 2
+        late = await client.append(sid, convo.turns(1, label="late"))
+        requests = len(emulator.message_requests)
+        auto = await client.compact_auto(sid)
+        assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
+        assert len(emulator.message_requests) == requests  # no model call at that moment
+        # Only what came after the refresh's snapshot is kept verbatim.
+        kept = [e["uuid"] for e in auto.result.kept_entries]
+        assert kept == [u for u in convo.uuids if u > (covered_upto or "")] and kept
+        assert auto.status is not None and auto.status.tokens < late.status.tokens
+        # The first summary was never applied: its tokens are counted as unused.
+        stats = await client.stats(sid)
+        assert stats.preparation_tokens_unused and stats.preparation_tokens_unused > 0
+
+
+async def test_at_the_blocking_limit_the_ready_summary_is_applied_while_the_refresh_runs(
+    spawn_emulated: Any, emulator: Emulator
+) -> None:
+    async with spawn_emulated(backgroundCompaction=EARLY) as client:
+        convo = Convo("s")
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            sid = await open_convo(client, convo, 4, WIDE)
+            status = await client.tokens_status(sid)
+            await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.7))
+            await next_phase(queue, "prepared")
+            first_upto = convo.last
+            # The refresh will not be ready in time: the model takes a minute to answer it.
+            emulator.set_latency("summary", 60.0)
+            await grow_until(client, sid, convo, status.auto_compact_threshold)
+            await next_phase(queue, "preparing")
+            auto = await client.compact_auto(sid)
+            assert not auto.was_compacted and auto.reason_code == "summaryPreparing", auto
+            await grow_until(client, sid, convo, status.blocking_limit)
+            # No wait for the refresh: the summary ready since the start level is applied.
+            auto = await client.compact_auto(sid)
+        assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
+        kept = [e["uuid"] for e in auto.result.kept_entries]
+        assert kept == [u for u in convo.uuids if u > (first_upto or "")]
+        assert auto.status is not None and auto.status.preparation is None
+        assert summary_requests(emulator) == 2  # the first summary and the abandoned refresh

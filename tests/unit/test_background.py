@@ -5,6 +5,7 @@ level and the growth rule, ``core.background``) and when a prepared summary stop
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -53,12 +54,46 @@ def test_growth_rate_over_the_samples_restarts_after_a_fall() -> None:
     # A microcompact lowered the count: only what came after it counts.
     assert bg.growth_rate([(0.0, 100), (5.0, 5_000), (6.0, 1_000), (8.0, 2_000)]) == 500.0
     assert bg.growth_rate([(1.0, 100), (1.0, 200)]) is None
+    # A small dip is an estimate corrected by a measured count: the trend goes on through it.
+    assert bg.growth_rate([(0.0, 1_000), (1.0, 2_000), (2.0, 1_950), (4.0, 5_000)]) == 1_000.0
 
     # A burst shorter than the span asked for is no trend (the summarizer's last duration).
     burst = [(0.0, 10_000), (0.2, 12_000), (0.3, 14_000)]
     assert bg.growth_rate(burst, min_span=1.0) is None
     assert bg.growth_rate(burst) == pytest.approx(4_000 / 0.3)
     assert bg.growth_rate([*burst, (4.0, 16_000)], min_span=1.0) == pytest.approx(1_500.0)
+
+
+def test_a_ready_summary_is_refreshed_at_the_threshold_when_that_keeps_far_less() -> None:
+    # Grows 1,000 tokens during one summary: the refresh keeps about 1,250 (with the margin).
+    slow = bg.Trigger(tokens=100_000, threshold=100_000, rate=100.0, last_duration_s=10.0)
+    ready_at_80 = bg.Refresh(trigger=slow, blocking_limit=110_000, covered_tokens=80_000)
+    assert bg.refresh_level(ready_at_80) == 100_000  # where a synchronous compaction asks
+    assert bg.should_refresh(ready_at_80)
+    below = bg.Refresh(
+        trigger=replace(slow, tokens=99_999), blocking_limit=110_000, covered_tokens=80_000
+    )
+    assert not bg.should_refresh(below)
+    # The ready summary keeps little more than a refresh would: not worth a second request.
+    late = bg.Refresh(trigger=slow, blocking_limit=110_000, covered_tokens=98_500)
+    assert not bg.should_refresh(late)
+    # No measured rate: no telling whether it would be ready before the blocking limit.
+    unknown = bg.Refresh(
+        trigger=replace(slow, rate=None), blocking_limit=110_000, covered_tokens=80_000
+    )
+    assert bg.refresh_level(unknown) is None and not bg.should_refresh(unknown)
+
+
+def test_a_fast_session_refreshes_before_the_threshold() -> None:
+    # 8,000 tokens during one summary, 10,000 of room above the threshold: the refresh starts
+    # 1.25 x 8,000 before the blocking limit, so that it is ready by then.
+    fast = bg.Trigger(tokens=100_000, threshold=100_000, rate=800.0, last_duration_s=10.0)
+    ready = bg.Refresh(trigger=fast, blocking_limit=110_000, covered_tokens=70_000)
+    assert bg.refresh_level(ready) == 100_000
+    faster = replace(fast, tokens=95_000, rate=1_200.0)  # 12,000 during one summary
+    early = bg.Refresh(trigger=faster, blocking_limit=110_000, covered_tokens=60_000)
+    assert bg.refresh_level(early) == 110_000 - 15_000
+    assert bg.should_refresh(early)
 
 
 def test_idle_preparation_only_above_half_the_threshold() -> None:
@@ -88,9 +123,8 @@ def state(tmp_path: Path) -> tuple[BackgroundPreparation, Session]:
 
 
 def _ready(prep: BackgroundPreparation, session: Session, e: str) -> Job:
-    job = Job(phase="ready")
+    job = Job(phase="ready", chain={e})
     prep.job = job
-    prep.chain = {e}
     session.preparation = p.PreparationState(state="ready", entries_covered=4)
     return job
 

@@ -22,11 +22,13 @@ __all__ = [
     "REFRESH_MARGIN",
     "REFRESH_SHARE",
     "RESTART_FALL",
+    "RETRY_GROWTH",
     "Refresh",
     "Trigger",
     "growth_rate",
     "idle_due",
     "refresh_level",
+    "retry_due",
     "should_refresh",
     "should_start",
     "start_level",
@@ -43,6 +45,10 @@ DEFAULT_IDLE_MINUTES = 55.0
 GROWTH_MARGIN = 2.0
 # Idle preparation only pays above this fraction of the threshold.
 IDLE_LEVEL = 0.5
+# A failed preparation is tried again once the session has grown by this share of the threshold
+# since the failure, doubled for each failure in a row (a count, not a clock: it is the growth
+# that brings the threshold nearer).
+RETRY_GROWTH = 0.05
 # A fall of the count by more than this share restarts the growth rate's window.
 RESTART_FALL = 0.1
 # A refresh pays when it would keep at most this share of what the ready summary keeps verbatim.
@@ -151,3 +157,10 @@ def growth_rate(samples: Sequence[tuple[float, int]], min_span: float = 0.0) -> 
 def idle_due(tokens: int, threshold: int) -> bool:
     """Whether an idle session is worth preparing: above ``IDLE_LEVEL`` of its threshold."""
     return threshold > 0 and tokens >= threshold * IDLE_LEVEL
+
+
+def retry_due(tokens: int, failed_at: int, threshold: int, failures: int) -> bool:
+    """Whether a preparation that failed at count ``failed_at`` (the ``failures``-th in a row)
+    is tried again at ``tokens``: after ``RETRY_GROWTH`` of the threshold, doubled per failure."""
+    need = threshold * RETRY_GROWTH * (1 << max(0, failures - 1))
+    return tokens - failed_at >= need

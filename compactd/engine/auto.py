@@ -90,6 +90,29 @@ async def decide_auto(
     return AutoPlan(decision, chosen)
 
 
+def preparing_left(
+    runtime: Runtime, session: Session, decision: auto_policy.Decision, force: bool
+) -> int | None:
+    """The tokens left before the blocking limit when ``compact/auto`` lets the agent go on
+    because a summary is being prepared in the background (``summaryPreparing``); None when
+    it compacts (docs/background.md#applying)."""
+    background = session.features.get(BackgroundPreparation)
+    if decision.mechanism != "full" or force or not isinstance(background, BackgroundPreparation):
+        return None
+    if background.running() is None:
+        return None
+    status = runtime.status(session)
+    left = status.blocking_limit - status.tokens
+    return left if left > 0 else None
+
+
+def preparing_message(left: int) -> str:
+    return (
+        "a summary is being prepared in the background; it is applied when ready "
+        f"({left:,} tokens left before the blocking limit)"
+    )
+
+
 async def run_auto(
     runtime: Runtime,
     notes: SessionMemoryService,
@@ -151,21 +174,17 @@ async def run_auto(
     background = session.features.get(BackgroundPreparation)
     if decision.mechanism == "full" and isinstance(background, BackgroundPreparation):
         running = background.running()
-        if running is not None and not force:
-            status = runtime.status(session)
-            left = status.blocking_limit - status.tokens
-            if left > 0:
-                return p.AutoResult(
-                    was_compacted=False,
-                    reason=(
-                        "a summary is being prepared in the background; it is applied when "
-                        f"ready ({left:,} tokens left before the blocking limit)"
-                    ),
-                    reason_code="summaryPreparing",
-                    status=status,
-                    tokens_left=left,
-                )
-            if background.ready(session) is None:
+        left = preparing_left(runtime, session, decision, force)
+        if left is not None:
+            return p.AutoResult(
+                was_compacted=False,
+                reason=preparing_message(left),
+                reason_code="summaryPreparing",
+                status=runtime.status(session),
+                tokens_left=left,
+            )
+        if running is not None:
+            if background.ready(session) is None and not force:
                 await running.done.wait()  # at the blocking limit: only what is left of it
             # else a refresh is still running: the summary it refreshes is applied at once.
         job = background.ready(session)

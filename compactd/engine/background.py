@@ -98,6 +98,8 @@ class Job:
     chain: set[str] = field(default_factory=set)
     # The session's count when the snapshot was taken: what it covers.
     covered_tokens: int = 0
+    # The session's count when it failed (``phase`` "failed").
+    failed_tokens: int = 0
     plan: CompactionPlan | None = None
     outcome: SummaryOutcome | None = None
     duration_ms: int = 0
@@ -156,9 +158,10 @@ class BackgroundPreparation(Feature["Session"]):
     # Microcompact alone will bring the count under the headroom at the threshold: nothing is
     # prepared until a microcompact or a compaction (docs/background.md#preparation).
     micro_first: bool = False
-    # Tokens spent on preparations never applied; preparations that failed.
+    # Tokens spent on preparations never applied; preparations that failed, and in a row.
     unused_tokens: int = 0
     failures: int = 0
+    failures_in_a_row: int = 0
     closed: bool = False
 
     # -- hooks -----------------------------------------------------------------------------------
@@ -285,6 +288,14 @@ class BackgroundPreparation(Feature["Session"]):
         """Start a preparation when the trigger says so and a compaction could run, or refresh
         a ready one at the threshold (docs/background.md#refreshing)."""
         job = self.job
+        if job is not None and job.phase == "failed":
+            status = self.service.runtime.status(session)
+            threshold = status.auto_compact_threshold
+            if not bg.retry_due(
+                status.tokens, job.failed_tokens, threshold, self.failures_in_a_row
+            ):
+                return
+            self.job = job = None  # tried again (docs/background.md#failures)
         if self.closed or (job is not None and job.phase != "ready") or self.fallback is not None:
             return
         if self.micro_first:
@@ -388,6 +399,7 @@ class BackgroundPreparation(Feature["Session"]):
                 await self._prepare(session, job)
                 if self.job is not job:
                     return
+                self.failures_in_a_row = 0
                 old, self.fallback = self.fallback, None
                 if old is not None:
                     # The refresh replaces the summary it refreshed, which was never applied.
@@ -399,7 +411,9 @@ class BackgroundPreparation(Feature["Session"]):
         except Exception as exc:  # a preparation never stops the agent (STYLE.md 24)
             if self.job is job:
                 job.phase = "failed"
+                job.failed_tokens = self.service.runtime.status(session).tokens
                 self.failures += 1
+                self.failures_in_a_row += 1
                 if self.fallback is not None:
                     # A failed refresh leaves the summary it was to replace.
                     self.job, self.fallback = self.fallback, None

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.core.constants import ENV_DISABLE_COMPACT, ENV_DISABLE_MICROCOMPACT
-from compactd.engine.auto import decide_auto, run_auto
+from compactd.engine.auto import decide_auto, preparing_left, preparing_message, run_auto
 from compactd.engine.background import run_full
 from compactd.engine.compaction import prefix_parts
 from compactd.engine.micro import microcompact, plan_micro
@@ -76,6 +76,18 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
     if requested == "auto":
         # compact/auto's own decision, without carrying it out.
         d = (await decide_auto(app, app.session_memory, session, bool(params.force))).decision
+        left = preparing_left(app, session, d, bool(params.force))
+        if left is not None:
+            return p.PreviewResult(
+                mechanism="none",
+                would_compact=False,
+                pre_tokens=d.pre_tokens,
+                estimated_post_tokens=d.pre_tokens,
+                entries_summarized=0,
+                entries_kept=len(session.context()),
+                reason=preparing_message(left),
+                reason_code="summaryPreparing",
+            )
         return p.PreviewResult(
             mechanism=d.mechanism,
             would_compact=d.mechanism != "none",

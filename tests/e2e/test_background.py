@@ -241,6 +241,9 @@ async def test_summary_preparing_below_the_blocking_limit_then_waits_at_it(h: Ha
         above = await grow_until(client, sid, convo, status.auto_compact_threshold)
         assert above.status.is_above_auto_compact_threshold
         if above.status.preparation is not None and above.status.preparation.state == "preparing":
+            # compact/preview says what compact/auto would answer.
+            preview = await client.request(p.COMPACT_PREVIEW, {"sessionId": sid})
+            assert preview["reasonCode"] == "summaryPreparing" and not preview["wouldCompact"]
             auto = await client.compact_auto(sid)
             assert not auto.was_compacted and auto.reason_code == "summaryPreparing", auto
             assert auto.tokens_left == above.status.blocking_limit - above.status.tokens
@@ -311,11 +314,26 @@ async def test_a_failed_preparation_is_counted_and_never_stops_the_agent(h: Harn
     assert failed["background"] is True
     stats = await client.stats(sid)
     assert stats.preparation_failures == 1
+    failed_at = (await client.tokens_status(sid)).tokens
     # The agent goes on: appends work and compact/auto compacts as without a preparation.
+    auto = await client.compact_auto(sid)
+    assert not auto.was_compacted and auto.reason_code != "summaryPreparing", auto
+    # Once the session has grown by 5% of the threshold, the preparation is tried again.
     emu.reset()
+    retry = int(status.auto_compact_threshold * 0.05)
+    async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+        while True:
+            grown = (await client.append(sid, convo.turns(1))).status
+            if grown.tokens - failed_at < retry:
+                assert grown.preparation is None, grown  # not yet
+                continue
+            assert grown.preparation is not None and grown.preparation.state == "preparing"
+            break
+        await next_phase(queue, "prepared")
     await grow_until(client, sid, convo, status.auto_compact_threshold)
     auto = await client.compact_auto(sid)
-    assert auto.was_compacted and auto.result is not None and not auto.result.prepared
+    assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
+    assert (await client.stats(sid)).preparation_failures == 1
 
 
 # -- a restart --------------------------------------------------------------------------------

@@ -233,3 +233,10 @@ def test_the_cli_says_when_a_summary_is_ready() -> None:
     running = p.PreparationState(state="preparing", entries_covered=0)
     line = preparation_line(p.TokenStatus(**base, preparation=running))  # type: ignore[arg-type]
     assert line is not None and "being prepared" in line
+
+
+def test_a_failed_preparation_is_tried_again_after_growth() -> None:
+    assert not bg.retry_due(10_400, 10_000, 10_000, 1)
+    assert bg.retry_due(10_500, 10_000, 10_000, 1)  # 5% of the threshold
+    assert not bg.retry_due(10_900, 10_000, 10_000, 2)  # doubled after a second failure
+    assert bg.retry_due(11_000, 10_000, 10_000, 2)

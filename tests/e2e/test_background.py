@@ -471,17 +471,24 @@ EARLY = {"enabled": True, "startAt": 0.7}
 WIDE = {"contextWindow": 80_000, "maxOutputTokens": 4_096}
 
 
-async def _prepared_early(client: Client, convo: Convo, queue: Any) -> tuple[str, p.TokenStatus]:
-    """A session whose first summary is ready, then grown to the auto-compact threshold, where
-    the refresh starts: the session id and the status that crossed the threshold."""
+async def _ready_early(client: Client, convo: Convo, queue: Any) -> tuple[str, p.TokenStatus]:
+    """A session whose first summary, prepared from 70% of the threshold, is ready: the
+    session id and its status before it grew."""
     sid = await open_convo(client, convo, 4, WIDE)
     status = await client.tokens_status(sid)
     await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.7))
     await next_phase(queue, "prepared")
+    return sid, status
+
+
+async def _refreshing(
+    client: Client, sid: str, convo: Convo, queue: Any, status: p.TokenStatus
+) -> p.TokenStatus:
+    """Grow to the threshold, where the refresh starts; the status that crossed it."""
     crossed = await grow_until(client, sid, convo, status.auto_compact_threshold)
     refreshing = await next_phase(queue, "preparing")
     assert "refreshing" in refreshing["message"], refreshing
-    return sid, crossed.status
+    return crossed.status
 
 
 async def test_a_refresh_at_the_threshold_keeps_fewer_entries_verbatim(
@@ -490,7 +497,8 @@ async def test_a_refresh_at_the_threshold_keeps_fewer_entries_verbatim(
     async with spawn_emulated(backgroundCompaction=EARLY) as client:
         convo = Convo("r")
         async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
-            sid, crossed = await _prepared_early(client, convo, queue)
+            sid, status = await _ready_early(client, convo, queue)
+            crossed = await _refreshing(client, sid, convo, queue, status)
             covered_upto = convo.last  # the refresh's snapshot: the append that crossed
             # The first summary stays ready (and shown) while the refresh is written.
             assert crossed.preparation is not None and crossed.preparation.state == "ready"
@@ -516,15 +524,11 @@ async def test_at_the_blocking_limit_the_ready_summary_is_applied_while_the_refr
     async with spawn_emulated(backgroundCompaction=EARLY) as client:
         convo = Convo("s")
         async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
-            sid = await open_convo(client, convo, 4, WIDE)
-            status = await client.tokens_status(sid)
-            await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.7))
-            await next_phase(queue, "prepared")
+            sid, status = await _ready_early(client, convo, queue)
             first_upto = convo.last
             # The refresh will not be ready in time: the model takes a minute to answer it.
             emulator.set_latency("summary", 60.0)
-            await grow_until(client, sid, convo, status.auto_compact_threshold)
-            await next_phase(queue, "preparing")
+            await _refreshing(client, sid, convo, queue, status)
             auto = await client.compact_auto(sid)
             assert not auto.was_compacted and auto.reason_code == "summaryPreparing", auto
             await grow_until(client, sid, convo, status.blocking_limit)

@@ -19,9 +19,11 @@ import pytest
 from compactd_client import Client
 
 from compactd import protocol as p
+from compactd.core.ledger import view_budget
+from compactd.core.ledger.check import LEDGER_VERBATIM_PREFIX_CHARS
 from tests.conftest import daemon_args, daemon_log
 from tests.e2e.test_compact_support import CACHE_SAFE, Harness, harness_fixture
-from tests.emulator import Emulator, api_error, request_kind
+from tests.emulator import Emulator, Reply, api_error, request_kind
 from tests.fidelity import items_of, recalls, view_text
 from tests.helpers import (
     CWD,
@@ -51,8 +53,10 @@ SIDE = 2_000
 class Convo:
     """A linked conversation: each entry's parent is the previous one (a rewind picks another)."""
 
-    def __init__(self, tag: str) -> None:
+    def __init__(self, tag: str, answer: int = SIDE) -> None:
         self.tag = tag
+        # Characters of each answer (a turn's user side is always about SIDE).
+        self.answer = answer
         self.n = 0
         self.last: str | None = None
         self.uuids: list[str] = []
@@ -70,10 +74,11 @@ class Convo:
             up = self.last if parent == "last" else parent
             parent = "last"
             words = f"{label} {u}: " + "lorem ipsum dolor sit amet " * (SIDE // 27)
+            answer = f"answer to {u}: " + "consectetur adipiscing " * (self.answer // 23)
             out.append(user(words, uuid=u, parentUuid=up, sessionId="s"))
             out.append(
                 assistant(
-                    [text_block(f"answer to {u}: " + "consectetur adipiscing " * (SIDE // 23))],
+                    [text_block(answer)],
                     uuid=a,
                     parentUuid=u,
                     msg_id=f"msg-{a}",
@@ -225,6 +230,72 @@ async def test_what_survives_a_prepared_compaction_is_what_the_model_sees(h: Har
     view = view_text((await client.messages(sid)).messages)
     users, files, cmds = recalls(items, view)
     assert (users.found, files.found, cmds.found) == (users.total, files.total, cmds.total)
+
+
+# A summary the way a model may paraphrase a long session: it quotes none of the person's
+# messages, so each must come from the ledger's completion, in the room the view budget leaves.
+TERSE_SUMMARY = (
+    "<analysis>Many long requests, each answered in turn.</analysis>\n\n<summary>\n"
+    "1. Primary Request and Intent:\n   The user sent a series of long requests.\n\n"
+    "8. Current Work:\n   Answering the latest request.\n</summary>"
+)
+
+
+async def test_a_prepared_summary_leaving_a_user_message_to_a_pointer_is_set_aside(
+    spawn_emulated: Any, emulator: Emulator, tmp_path: Path
+) -> None:
+    """docs/background.md#applying: the prepared summary, completed against the ledger, could
+    carry the person's messages (about 2,000 characters each) only clipped around recall
+    pointers, the room being a tenth of the window; it is set aside, the model is asked at the
+    threshold and its summary (the emulator's, quoting every message) keeps them all. The
+    unused preparation's tokens are counted."""
+    emulator.script(Reply(text=TERSE_SUMMARY))  # the preparation's reply; then the default
+    async with spawn_emulated(backgroundCompaction=ON) as client:
+        convo = Convo("v", answer=100)
+        sid = await open_convo(client, convo, 10)
+        status = await client.tokens_status(sid)
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
+            await next_phase(queue, "prepared")
+        covered_upto = convo.last or ""
+        assert summary_requests(emulator) == 1
+        # What the preparation was billed for, as the emulator answered it.
+        usage = emulator.message_requests[0].usage or {}
+        billed = ("input_tokens", "output_tokens", "cache_read_input_tokens")
+        prepared_tokens = sum(usage[k] for k in (*billed, "cache_creation_input_tokens"))
+        assert prepared_tokens > 0
+
+        await grow_until(client, sid, convo, status.auto_compact_threshold, label="late")
+        late = [u for u in convo.uuids if u > covered_upto]
+        ready = await client.tokens_status(sid)
+        assert ready.preparation is not None and ready.preparation.state == "ready"
+        entries = transcript_lines(tmp_path / "data" / "sessions" / sid / "transcript.jsonl")
+        said = items_of(entries).messages
+        before = [m for m in said if not any(f"late {u}:" in m for u in late)]
+        # The scenario: what the person wrote before the snapshot cannot all be restored as
+        # written in the room the view budget gives the summary and what the ledger adds.
+        room = view_budget(status.effective_window).summary_chars
+        assert sum(len(m) for m in before) > room, (len(before), room)
+
+        auto = await client.compact_auto(sid)
+        assert auto.was_compacted and auto.mechanism == "full", auto
+        assert auto.result is not None and not auto.result.prepared
+        assert summary_requests(emulator) == 2  # the model was asked at that moment
+        assert "prepared" not in auto.result.boundary["compactMetadata"]
+        # Asked on the snapshot the preparation summarized: what came after it stays verbatim.
+        assert [e["uuid"] for e in auto.result.kept_entries] == late
+        view = " ".join(view_text((await client.messages(sid)).messages).split()).casefold()
+        missing = [
+            m[:40]
+            for m in said
+            if " ".join(m.split()).casefold()[:LEDGER_VERBATIM_PREFIX_CHARS].rstrip() not in view
+        ]
+        assert not missing, missing
+
+        stats = await client.stats(sid)
+        assert stats.preparation_tokens_unused == prepared_tokens
+        assert [c.prepared for c in stats.compactions] == [False]
+        assert auto.status is not None and auto.status.preparation is None
 
 
 async def test_summary_preparing_below_the_blocking_limit_then_waits_at_it(h: Harness) -> None:

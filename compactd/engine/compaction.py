@@ -496,10 +496,10 @@ async def _render(
 async def _prepared_written(
     run: _Run, facts: _Facts, view: View
 ) -> tuple[Written, str, dict[str, Any] | None] | None:
-    """The summary prepared in the background, completed against the ledger within the budget
-    left once the entries after its snapshot are kept; None, and the model asked as without it,
-    when that budget can no longer carry every message the person wrote (a small window whose
-    kept tail took the room): what survives must be what a compaction now would keep
+    """The summary prepared in the background, completed against the ledger within a summary's
+    room; None, and the model asked again about the same entries, when the prepared summary
+    quotes so few of the messages the person wrote that the completion would leave one of them
+    only as a recall pointer: what survives must be what a compaction now would keep
     (docs/background.md#applying)."""
     prepared = run.prepared
     assert prepared is not None

@@ -301,10 +301,12 @@ PreparationPhase = Literal["preparing", "ready"]
 class PreparationState(_Wire, kw_only=True):
     """A background preparation of a session (docs/background.md#visible): ``preparing`` while
     the model writes, ``ready`` when its summary waits to be applied; ``entriesCovered``: the
-    entries of the context it summarizes (up to its snapshot)."""
+    entries of the context it summarizes (up to its snapshot); ``refreshing``: a ready summary
+    is being summarized again up to a later entry (docs/background.md#refreshing)."""
 
     state: PreparationPhase
     entries_covered: int
+    refreshing: bool = False
 
 
 class TokenStatus(_Wire, kw_only=True):

@@ -371,6 +371,7 @@ export interface PartialParams {
 export interface PreparationState {
   state: "preparing" | "ready";
   entriesCovered: number;
+  refreshing?: boolean;
 }
 
 export interface PreviewParams {

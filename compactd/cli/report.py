@@ -67,6 +67,12 @@ def preparation_line(status: p.TokenStatus) -> str | None:
     prep = status.preparation
     if prep is None:
         return None
+    if prep.state == "ready" and prep.refreshing:
+        return (
+            f"a summary is ready (prepared in the background, covering {prep.entries_covered:,} "
+            "entries) and a fresher one is being written: the next compaction applies that one "
+            "when it is ready, this one at the blocking limit"
+        )
     if prep.state == "ready":
         return (
             f"a summary is ready (prepared in the background, covering {prep.entries_covered:,} "

@@ -368,7 +368,9 @@ class BackgroundPreparation(Feature["Session"]):
             session.preparation = None
             return
         covered = len(shown.plan.summarized) if shown.plan is not None else 0
-        session.preparation = p.PreparationState(state=shown.phase, entries_covered=covered)
+        session.preparation = p.PreparationState(
+            state=shown.phase, entries_covered=covered, refreshing=shown is self.fallback
+        )
 
     # -- the preparation -------------------------------------------------------------------------
 

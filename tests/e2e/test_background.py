@@ -573,6 +573,7 @@ async def test_a_refresh_at_the_threshold_keeps_fewer_entries_verbatim(
             covered_upto = convo.last  # the refresh's snapshot: the append that crossed
             # The first summary stays ready (and shown) while the refresh is written.
             assert crossed.preparation is not None and crossed.preparation.state == "ready"
+            assert crossed.preparation.refreshing
             await next_phase(queue, "prepared")
         assert summary_requests(emulator) == 2
         late = await client.append(sid, convo.turns(1, label="late"))

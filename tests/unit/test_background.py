@@ -230,6 +230,9 @@ def test_the_cli_says_when_a_summary_is_ready() -> None:
     ready = p.PreparationState(state="ready", entries_covered=1_234)
     line = preparation_line(p.TokenStatus(**base, preparation=ready))  # type: ignore[arg-type]
     assert line is not None and "ready" in line and "1,234 entries" in line
+    fresher = p.PreparationState(state="ready", entries_covered=1_234, refreshing=True)
+    line = preparation_line(p.TokenStatus(**base, preparation=fresher))  # type: ignore[arg-type]
+    assert line is not None and "fresher one is being written" in line
     running = p.PreparationState(state="preparing", entries_covered=0)
     line = preparation_line(p.TokenStatus(**base, preparation=running))  # type: ignore[arg-type]
     assert line is not None and "being prepared" in line

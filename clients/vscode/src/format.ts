@@ -83,7 +83,11 @@ export function statusTooltip(status: TokenStatus, sessionLabel?: string): strin
     lines.push("at the blocking limit: compact before the next request");
   }
   const prep = status.preparation;
-  if (prep?.state === "ready") {
+  if (prep?.state === "ready" && prep.refreshing) {
+    lines.push(
+      `a summary is ready (${groupDigits(prep.entriesCovered)} entries) and a fresher one is being written in the background`,
+    );
+  } else if (prep?.state === "ready") {
     lines.push(`a summary is ready (${groupDigits(prep.entriesCovered)} entries): the next compaction applies it at once`);
   } else if (prep?.state === "preparing") {
     lines.push(`a summary of ${groupDigits(prep.entriesCovered)} entries is being prepared in the background`);

@@ -94,6 +94,10 @@ describe("format", () => {
       /a summary is ready \(1,204 entries\): the next compaction applies it at once/,
     );
     assert.match(
+      statusTooltip(status({ preparation: { state: "ready", entriesCovered: 1_204, refreshing: true } })),
+      /a summary is ready \(1,204 entries\) and a fresher one is being written in the background/,
+    );
+    assert.match(
       statusTooltip(status({ preparation: { state: "preparing", entriesCovered: 88 } })),
       /a summary of 88 entries is being prepared in the background/,
     );

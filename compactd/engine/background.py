@@ -94,6 +94,9 @@ class Job:
     # A later preparation started while an earlier one was ready (``BackgroundPreparation.
     # fallback``), to keep fewer entries verbatim (docs/background.md#refreshing).
     refresh: bool = False
+    # A refresh of this summary was started: it is refreshed once at most, so that a refresh
+    # that fails or is dropped is not asked again at every append.
+    refreshed: bool = False
     # E's uuid and every uuid appended after it: an append whose parent is outside is a rewind.
     chain: set[str] = field(default_factory=set)
     # The session's count when the snapshot was taken: what it covers.
@@ -317,7 +320,13 @@ class BackgroundPreparation(Feature["Session"]):
                 blocking_limit=status.blocking_limit,
                 covered_tokens=job.covered_tokens,
             )
-            if self.service.refresh and not job.idle and bg.should_refresh(refresh):
+            if (
+                self.service.refresh
+                and not job.idle
+                and not job.refreshed
+                and bg.should_refresh(refresh)
+            ):
+                job.refreshed = True
                 self.fallback = job
                 self._start(session, refresh=True)
             return

@@ -611,3 +611,29 @@ async def test_at_the_blocking_limit_the_ready_summary_is_applied_while_the_refr
         assert kept == [u for u in convo.uuids if u > (first_upto or "")]
         assert auto.status is not None and auto.status.preparation is None
         assert summary_requests(emulator) == 2  # the first summary and the abandoned refresh
+
+
+async def test_a_failed_refresh_leaves_the_ready_summary_and_is_not_asked_again(
+    spawn_emulated: Any, emulator: Emulator
+) -> None:
+    async with spawn_emulated(backgroundCompaction=EARLY) as client:
+        convo = Convo("t")
+        async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
+            sid, status = await _ready_early(client, convo, queue)
+            first_upto = convo.last
+            emulator.set_default(api_error(message="refreshes fail here"))
+            await _refreshing(client, sid, convo, queue, status)
+            failed = await next_phase(queue, "failed")
+        assert failed["background"] is True
+        asked = summary_requests(emulator)  # the first summary, the refresh and its retries
+        # The first summary is still ready, and no refresh of it is asked again.
+        grown = await client.append(sid, convo.turns(1, label="late"))
+        assert grown.status.preparation is not None
+        assert grown.status.preparation.state == "ready"
+        assert not grown.status.preparation.refreshing
+        auto = await client.compact_auto(sid)
+        assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
+        kept = [e["uuid"] for e in auto.result.kept_entries]
+        assert kept == [u for u in convo.uuids if u > (first_upto or "")]
+        assert summary_requests(emulator) == asked
+        assert (await client.stats(sid)).preparation_failures == 1

@@ -92,6 +92,9 @@ class Agent:
     last_uuid: str | None = None
     # Each compaction compact/auto made: (seconds the agent waited for it, its result).
     compactions: list[tuple[float, p.AutoResult]] = field(default_factory=list)
+    # The tokens left before the blocking limit when compact/auto last said the summary was
+    # still being prepared in the background (the agent went on); None since it did not.
+    preparing: int | None = None
 
     async def open(self) -> None:
         self.system = self.system or SYSTEM.format(cwd=self.cwd)
@@ -123,6 +126,8 @@ class Agent:
             auto = await self.daemon.compact_auto(sid)
             if auto.was_compacted:
                 self.compactions.append((time.monotonic() - started, auto))
+            elif auto.reason_code == "summaryPreparing":
+                self.preparing = auto.tokens_left
             # This agent asked for no cache edits and no API context management (session/open,
             # initializationOptions.microcompact), so the view is plain messages.
             view = await self.daemon.messages(sid)
@@ -173,7 +178,11 @@ async def main() -> None:
         for prompt in args.prompts:
             print(f"> {prompt}", flush=True)
             done = len(agent.compactions)
+            agent.preparing = None
             answer = await agent.turn(prompt)
+            if agent.preparing is not None:
+                left = agent.preparing
+                print(f"[a summary is being prepared in the background; {left:,} tokens left]")
             for waited, auto in agent.compactions[done:]:
                 # A summary (full or session memory) has a result; clearing old tool results
                 # (microcompact) has its own.

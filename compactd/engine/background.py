@@ -136,8 +136,24 @@ class BackgroundService:
         self.refresh = opts.refresh is not False
         # Seconds the summarizer's API took for the last preparation: the growth rule.
         self.last_duration_s: float | None = None
+        self.warmed = False
         if self.enabled:
             runtime.features.register(BackgroundPreparation, self._state_of)
+
+    def warm(self) -> None:
+        """Load the summarizer's SDK in the background once a session opens: the first
+        preparation should take the model's time, not an import's (seconds on a busy machine)."""
+        runtime = self.runtime
+        if self.warmed or runtime.task_group is None or runtime.summarizer.offline:
+            return
+        self.warmed = True
+        runtime.task_group.start_soon(self._warm)
+
+    async def _warm(self) -> None:
+        try:
+            await self.runtime.summarizer.warm()
+        except Exception:  # the first summary loads it again, and says why it cannot
+            log.warning("loading the summarizer's SDK failed", exc_info=True)
 
     def _state_of(self, session: Session) -> BackgroundPreparation:
         return BackgroundPreparation(service=self)
@@ -171,6 +187,7 @@ class BackgroundPreparation(Feature["Session"]):
 
     def on_open(self, session: Session) -> None:
         self._sample(session)
+        self.service.warm()
         kept = self._read_kept(session)
         if kept is not None:
             self._start(session, kept=kept)

@@ -272,6 +272,7 @@ class Summarizer:
     def __init__(self, options: p.SummarizerOptions | None, env: Mapping[str, str]) -> None:
         self.settings = _settings(options, env)
         self._client: anthropic.AsyncAnthropic | None = None
+        self._loading = anyio.Lock()
 
     @property
     def offline(self) -> bool:
@@ -281,7 +282,17 @@ class Summarizer:
     def offline_fallback(self) -> bool:
         return self.settings.offline_fallback
 
+    async def warm(self) -> None:
+        """Load the SDK now, in a worker thread, so that the first summary does not wait for it
+        (docs/background.md#preparation); nothing for the offline summarizer."""
+        if not self.offline:
+            await self._sdk()
+
     async def _sdk(self) -> anthropic.AsyncAnthropic:
+        async with self._loading:
+            return await self._load()
+
+    async def _load(self) -> anthropic.AsyncAnthropic:
         if self._client is None:
             # The SDK takes seconds to import: load it on first use, off the event loop, so
             # that the daemon starts fast and keeps answering meanwhile.

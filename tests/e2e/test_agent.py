@@ -159,3 +159,42 @@ async def test_background_compaction_options_are_checked(tmp_path: Path) -> None
         assert "backgroundCompaction.startAt" in refused.value.message
     finally:
         await client.shutdown()
+
+
+def test_the_agent_goes_on_while_the_summary_is_prepared(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """With background compaction (the default), a summary that takes the model long is never
+    waited for below the blocking limit: the agent says it is being prepared and answers every
+    prompt (docs/background.md#applying)."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for i in range(1, FILES + 1):
+        (project / f"file{i}.txt").write_text(file_text(i))
+    prompts, replies, answers = script()
+    queue = deque(replies)
+    emulator.set_default(
+        lambda rec: queue.popleft() if request_kind(rec.body) == "main" else Reply()
+    )
+    emulator.set_latency("summary", 600.0)  # never ready while the agent runs
+    env = {**os.environ, "ANTHROPIC_BASE_URL": emulator.base_url, "ANTHROPIC_API_KEY": "test"}
+    command = [sys.executable, str(AGENT), "--context-window", str(WINDOW)]
+    command += ["--data-dir", str(tmp_path / "data")]
+    done = subprocess.run(
+        [*command, *prompts], cwd=project, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()
+    assert [line for line in out if not line.startswith("[")] == [
+        line
+        for prompt, answer in zip(prompts, answers, strict=True)
+        for line in (f"> {prompt}", answer)
+    ]
+    notes = [line for line in out if line.startswith("[")]
+    assert notes and all(
+        line.startswith("[a summary is being prepared in the background; ") for line in notes
+    ), out
+    # Every reply was asked for; the summary is still being written (the emulator records a
+    # request once it has answered it).
+    kinds = [request_kind(r.body) for r in emulator.message_requests]
+    assert kinds == ["main"] * len(replies)

@@ -441,7 +441,7 @@ async def main() -> None:
                     users, files, commands = c.recall
                     print(
                         f"  {mode:<12}{c.turn:>5}{c.pre:>9,}{c.post:>8,}{c.wait * 1000:>9,.0f}"
-                        f"{c.model * 1000:>9,.0f}{c.share:>13.0%}{_cell(users):>8}"
+                        f"{c.model * 1000:>9,.0f}{c.share:>13.1%}{_cell(users):>8}"
                         f"{_cell(files):>8}{_cell(commands):>9}"
                     )
                 print(
@@ -453,7 +453,7 @@ async def main() -> None:
             print(f"  prepared / synchronous billed-equivalent input: {prepared / synchronous:.2f}")
     print("\nover all sessions: the agent's wait as a share of the summary time")
     print(
-        f"{'mode':<12}{'compactions':>12}{'p50':>7}{'p95':>7}{'billed input':>14}{'summaries':>11}"
+        f"{'mode':<12}{'compactions':>12}{'p50':>8}{'p95':>8}{'billed input':>14}{'summaries':>11}"
         f"{'users':>10}{'files':>10}{'commands':>10}"
     )
     base = sum(r.cost.billed_equivalent_input_tokens for r in runs["synchronous"])
@@ -467,8 +467,8 @@ async def main() -> None:
             for i in range(3)
         ]
         print(
-            f"{mode:<12}{len(comps):>12}{percentile(shares, 0.5):>7.0%}"
-            f"{percentile(shares, 0.95):>7.0%}{billed:>14,.0f}{summaries:>11,.0f}"
+            f"{mode:<12}{len(comps):>12}{percentile(shares, 0.5):>8.1%}"
+            f"{percentile(shares, 0.95):>8.1%}{billed:>14,.0f}{summaries:>11,.0f}"
             + "".join(f"{_cell(t):>10}" for t in totals)
         )
     prepared = sum(r.cost.billed_equivalent_input_tokens for r in runs["prepared"])

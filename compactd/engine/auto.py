@@ -75,19 +75,36 @@ async def decide_auto(
     remembered = await notes.plan(session, snap, kind, micro)
     notes_outlook = remembered.outlook if remembered is not None else None
     full: CompactionPlan | None = None
+    full_outlook: auto_policy.SummaryOutlook | None = None
     if not auto_policy.notes_fit(situation, notes_outlook):
-        spec = CompactionSpec(trigger="auto", kind=kind)
-        full = await plan_compaction(runtime, snap, spec, micro=micro)
+        # A summary prepared in the background that fits is what the full compaction applies
+        # (run_auto): its outlook, without planning the compaction again.
+        full_outlook = _prepared_outlook(runtime, session)
+        if full_outlook is None:
+            spec = CompactionSpec(trigger="auto", kind=kind)
+            full = await plan_compaction(runtime, snap, spec, micro=micro)
+            full_outlook = full.outlook
     decision = auto_policy.decide(
         situation,
-        auto_policy.Outlooks(
-            micro=micro,
-            full=full.outlook if full is not None else None,
-            session_memory=notes_outlook,
-        ),
+        auto_policy.Outlooks(micro=micro, full=full_outlook, session_memory=notes_outlook),
     )
     chosen = {"sessionMemory": remembered, "full": full}.get(decision.mechanism)
     return AutoPlan(decision, chosen)
+
+
+def _prepared_outlook(runtime: Runtime, session: Session) -> auto_policy.SummaryOutlook | None:
+    """What applying the summary prepared in the background would leave, when one is ready
+    and leaves the headroom (docs/background.md#applying); None to plan the compaction."""
+    background = session.features.get(BackgroundPreparation)
+    if not isinstance(background, BackgroundPreparation):
+        return None
+    job = background.ready(session)
+    if job is None:
+        return None
+    found = background.outlook(session, job)
+    if found.post_tokens > auto_policy.headroom(runtime.status(session)):
+        return None
+    return found
 
 
 def preparing_left(

@@ -36,6 +36,7 @@ from compactd.engine.compaction import (
     PreparedSummary,
     has_exchange,
     not_enough_messages,
+    plan_facts,
     run_compaction,
     summary_request,
 )
@@ -283,9 +284,9 @@ class BackgroundPreparation(Feature["Session"]):
         if self.ready(session) is None:
             self._forget_kept(session)
 
-    def fits(self, session: Session, job: Job) -> bool:
-        """Whether applying ``job`` now leaves the headroom under the threshold with every entry
-        appended after its snapshot kept verbatim (docs/background.md#applying)."""
+    def outlook(self, session: Session, job: Job) -> auto_policy.SummaryOutlook:
+        """What applying ``job`` now would leave: its summary, then every entry appended after
+        its snapshot kept verbatim (docs/background.md#applying)."""
         plan, outcome = job.plan, job.outcome
         assert plan is not None and outcome is not None
         after = list(session.records[plan.snapshot.length :])
@@ -296,6 +297,11 @@ class BackgroundPreparation(Feature["Session"]):
             kept=after,
             prefix=session.counter.fixed_prefix,
         )
+        return auto_policy.SummaryOutlook(post, summarized=len(plan.summarized), kept=len(after))
+
+    def fits(self, session: Session, job: Job) -> bool:
+        """Whether applying ``job`` now leaves the headroom under the threshold."""
+        post = self.outlook(session, job).post_tokens
         return post <= auto_policy.headroom(self.service.runtime.status(session))
 
     def prepared(self, job: Job, asked_at: float) -> PreparedSummary:
@@ -509,7 +515,15 @@ class BackgroundPreparation(Feature["Session"]):
         plan = await plan_compaction(runtime, snap, spec, outlook=False)
         if plan.rehydration is None:
             plan = replace(plan, rehydration=await gather(runtime, snap, plan.kept))
-        request = await anyio.to_thread.run_sync(lambda: summary_request(plan, []))
+
+        def work() -> tuple[CompactionPlan, SummaryRequest]:
+            # The ledger and the context's estimate now, not when the summary is applied: the
+            # agent waits then (docs/background.md#applying).
+            ledger, pre_raw = plan_facts(plan)
+            done = replace(plan, ledger=ledger, pre_raw=pre_raw)
+            return done, summary_request(done, [])
+
+        plan, request = await anyio.to_thread.run_sync(work)
         if not has_exchange(request.messages):
             raise not_enough_messages()
         return plan, request

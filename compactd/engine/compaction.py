@@ -77,6 +77,7 @@ __all__ = [
     "Selection",
     "Selector",
     "plan_compaction",
+    "plan_facts",
     "run_compaction",
     "run_full",
     "select_whole_context",
@@ -522,6 +523,18 @@ async def _prepared_written(
     return summary, outcome.mode, outcome.usage
 
 
+def plan_facts(plan: CompactionPlan) -> tuple[SurvivalLedger, int]:
+    """The plan's survival ledger and the raw estimate of its snapshot's context, from the
+    plan when it holds them, else worked out (CPU: run it in a worker thread)."""
+    ledger = plan.ledger or build_ledger(
+        plan.summarized, cleared_tool_ids=plan.cleared, cwd=plan.snapshot.meta.cwd
+    )
+    pre_raw = plan.pre_raw
+    return ledger, tokens.estimate_records_raw(
+        plan.snapshot.context
+    ) if pre_raw is None else pre_raw
+
+
 class _Facts:
     """The plan's ledger and the estimate of its context, or their computation in a worker
     thread: ``compute`` runs beside the model call, ``result`` waits for it (or computes them
@@ -538,16 +551,8 @@ class _Facts:
             return
         self._started = True
         plan = self._plan
-        summarized, cleared, context = plan.summarized, plan.cleared, plan.snapshot.context
-        cwd = plan.snapshot.meta.cwd
-        known, pre_raw = plan.ledger, plan.pre_raw
-
-        def work() -> tuple[SurvivalLedger, int]:
-            ledger = known or build_ledger(summarized, cleared_tool_ids=cleared, cwd=cwd)
-            return ledger, tokens.estimate_records_raw(context) if pre_raw is None else pre_raw
-
         try:
-            self._value = await anyio.to_thread.run_sync(work)
+            self._value = await anyio.to_thread.run_sync(lambda: plan_facts(plan))
         finally:
             self._done.set()
 

@@ -49,11 +49,26 @@ def script() -> tuple[list[str], list[Reply], list[str]]:
     return prompts, replies, answers
 
 
-def test_the_agent_compacts_and_carries_on(emulator: Emulator, tmp_path: Path) -> None:
+def make_project(tmp_path: Path) -> Path:
+    """The agent's working directory, with the files the script reads."""
     project = tmp_path / "project"
     project.mkdir()
     for i in range(1, FILES + 1):
         (project / f"file{i}.txt").write_text(file_text(i))
+    return project
+
+
+def assert_answers(out: list[str], prompts: list[str], answers: list[str]) -> None:
+    """The agent printed every answer after its prompt (its own notes start with "[")."""
+    assert [line for line in out if not line.startswith("[")] == [
+        line
+        for prompt, answer in zip(prompts, answers, strict=True)
+        for line in (f"> {prompt}", answer)
+    ]
+
+
+def test_the_agent_compacts_and_carries_on(emulator: Emulator, tmp_path: Path) -> None:
+    project = make_project(tmp_path)
     prompts, replies, answers = script()
     queue = deque(replies)
 
@@ -83,11 +98,7 @@ def test_the_agent_compacts_and_carries_on(emulator: Emulator, tmp_path: Path) -
 
     # The answers, each after its prompt, and the compaction reported where it happened.
     out = done.stdout.splitlines()
-    assert [line for line in out if not line.startswith("[")] == [
-        line
-        for prompt, answer in zip(prompts, answers, strict=True)
-        for line in (f"> {prompt}", answer)
-    ]
+    assert_answers(out, prompts, answers)
     compacted = [line for line in out if line.startswith("[")]
     assert len(compacted) == 1 and compacted[0].startswith("[full: "), out
     assert out.index(compacted[0]) > out.index(f"> {prompts[1]}")  # not before two files
@@ -167,10 +178,7 @@ def test_the_agent_goes_on_while_the_summary_is_prepared(
     """With background compaction (the default), a summary that takes the model long is never
     waited for below the blocking limit: the agent says it is being prepared and answers every
     prompt (docs/background.md#applying)."""
-    project = tmp_path / "project"
-    project.mkdir()
-    for i in range(1, FILES + 1):
-        (project / f"file{i}.txt").write_text(file_text(i))
+    project = make_project(tmp_path)
     prompts, replies, answers = script()
     queue = deque(replies)
     emulator.set_default(
@@ -185,11 +193,7 @@ def test_the_agent_goes_on_while_the_summary_is_prepared(
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
-    assert [line for line in out if not line.startswith("[")] == [
-        line
-        for prompt, answer in zip(prompts, answers, strict=True)
-        for line in (f"> {prompt}", answer)
-    ]
+    assert_answers(out, prompts, answers)
     notes = [line for line in out if line.startswith("[")]
     assert notes and all(
         line.startswith("[a summary is being prepared in the background; ") for line in notes

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -562,6 +563,24 @@ async def _refreshing(
     return crossed.status
 
 
+async def _refresh_that_fails(
+    client: Client, convo: Convo, queue: Any, spoil: Callable[[], None]
+) -> tuple[str, p.TokenStatus, str]:
+    """A ready first summary, then ``spoil`` (the model made slow or failing), then the
+    refresh started at the threshold: the session id, its status before it grew and the last
+    entry the first summary covers."""
+    sid, status = await _ready_early(client, convo, queue)
+    upto = convo.last or ""
+    spoil()
+    await _refreshing(client, sid, convo, queue, status)
+    return sid, status, upto
+
+
+def after(convo: Convo, upto: str | None) -> list[str]:
+    """The entries of ``convo`` appended after ``upto``: what a summary up to it keeps."""
+    return [u for u in convo.uuids if u > (upto or "")]
+
+
 async def test_a_refresh_at_the_threshold_keeps_fewer_entries_verbatim(
     spawn_emulated: Any, emulator: Emulator
 ) -> None:
@@ -583,7 +602,7 @@ async def test_a_refresh_at_the_threshold_keeps_fewer_entries_verbatim(
         assert len(emulator.message_requests) == requests  # no model call at that moment
         # Only what came after the refresh's snapshot is kept verbatim.
         kept = [e["uuid"] for e in auto.result.kept_entries]
-        assert kept == [u for u in convo.uuids if u > (covered_upto or "")] and kept
+        assert kept == after(convo, covered_upto) and kept
         assert auto.status is not None and auto.status.tokens < late.status.tokens
         # The first summary was never applied: its tokens are counted as unused.
         stats = await client.stats(sid)
@@ -596,19 +615,17 @@ async def test_at_the_blocking_limit_the_ready_summary_is_applied_while_the_refr
     async with spawn_emulated(backgroundCompaction=EARLY) as client:
         convo = Convo("s")
         async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
-            sid, status = await _ready_early(client, convo, queue)
-            first_upto = convo.last
             # The refresh will not be ready in time: the model takes a minute to answer it.
-            emulator.set_latency("summary", 60.0)
-            await _refreshing(client, sid, convo, queue, status)
+            sid, status, first = await _refresh_that_fails(
+                client, convo, queue, lambda: emulator.set_latency("summary", 60.0)
+            )
             auto = await client.compact_auto(sid)
             assert not auto.was_compacted and auto.reason_code == "summaryPreparing", auto
             await grow_until(client, sid, convo, status.blocking_limit)
             # No wait for the refresh: the summary ready since the start level is applied.
             auto = await client.compact_auto(sid)
         assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
-        kept = [e["uuid"] for e in auto.result.kept_entries]
-        assert kept == [u for u in convo.uuids if u > (first_upto or "")]
+        assert [e["uuid"] for e in auto.result.kept_entries] == after(convo, first)
         assert auto.status is not None and auto.status.preparation is None
         assert summary_requests(emulator) == 2  # the first summary and the abandoned refresh
 
@@ -619,10 +636,9 @@ async def test_a_failed_refresh_leaves_the_ready_summary_and_is_not_asked_again(
     async with spawn_emulated(backgroundCompaction=EARLY) as client:
         convo = Convo("t")
         async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
-            sid, status = await _ready_early(client, convo, queue)
-            first_upto = convo.last
-            emulator.set_default(api_error(message="refreshes fail here"))
-            await _refreshing(client, sid, convo, queue, status)
+            sid, _, first = await _refresh_that_fails(
+                client, convo, queue, lambda: emulator.set_default(api_error(message="no"))
+            )
             failed = await next_phase(queue, "failed")
         assert failed["background"] is True
         asked = summary_requests(emulator)  # the first summary, the refresh and its retries
@@ -633,7 +649,6 @@ async def test_a_failed_refresh_leaves_the_ready_summary_and_is_not_asked_again(
         assert not grown.status.preparation.refreshing
         auto = await client.compact_auto(sid)
         assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
-        kept = [e["uuid"] for e in auto.result.kept_entries]
-        assert kept == [u for u in convo.uuids if u > (first_upto or "")]
+        assert [e["uuid"] for e in auto.result.kept_entries] == after(convo, first)
         assert summary_requests(emulator) == asked
         assert (await client.stats(sid)).preparation_failures == 1

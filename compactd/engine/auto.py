@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.engine.background import BackgroundPreparation
-from compactd.engine.compaction import PreparedSummary, prefix_parts, run_compaction
+from compactd.engine.compaction import PreparedSummary, prefix_parts, run_with_progress
 from compactd.engine.micro import microcompact, plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
-from compactd.engine.progress import WorkDone
+from compactd.engine.progress import BeginProgress
 from compactd.engine.session_memory import SessionMemoryService
 
 if TYPE_CHECKING:
@@ -135,7 +134,7 @@ async def run_auto(
     notes: SessionMemoryService,
     session: Session,
     force: bool,
-    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+    begin_progress: BeginProgress,
 ) -> p.AutoResult:
     """Carry out ``decide_auto``'s decision. A compaction that did not happen is no error: the
     answer says ``wasCompacted: false`` and why, and an automatic failure counts toward the
@@ -173,10 +172,9 @@ async def run_auto(
     ) -> p.CompactResult | str:
         """The compaction's result, or why it did not happen."""
         title = "Compacting conversation (auto)"
-        progress = await begin_progress(title)
         try:
-            return await run_compaction(
-                runtime, session, spec, progress=progress, plan=plan, prepared=prepared
+            return await run_with_progress(
+                runtime, session, spec, begin_progress, title, plan=plan, prepared=prepared
             )
         except p.CompactdError as err:
             if err.code == p.ErrorCode.SESSION_BUSY:
@@ -184,9 +182,6 @@ async def run_auto(
             if err.code != p.ErrorCode.CANCELLED:
                 session.health.consecutive_failures += 1
             return f"{err.code}: {err.message}"
-        finally:
-            if progress is not None:
-                progress.end("done")
 
     background = session.features.get(BackgroundPreparation)
     if decision.mechanism == "full" and isinstance(background, BackgroundPreparation):

@@ -20,7 +20,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -55,7 +55,7 @@ from compactd.services.store import atomic_write
 from compactd.services.summarizer import SummaryOutcome, SummaryRequest
 
 if TYPE_CHECKING:
-    from compactd.engine.progress import WorkDone
+    from compactd.engine.progress import BeginProgress
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session, Snapshot
     from compactd.transcript.model import Record
@@ -665,7 +665,7 @@ async def run_full(
     runtime: Runtime,
     session: Session,
     custom_instructions: str | None,
-    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+    begin_progress: BeginProgress,
 ) -> p.CompactResult:
     """``compact/full``, with the summary prepared in the background when one is ready and no
     custom instructions are given (it was written without them, docs/background.md#validity)."""

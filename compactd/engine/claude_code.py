@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +23,10 @@ from compactd import protocol as p
 from compactd.core.ledger import build_ledger, check_summary, complete_summary
 from compactd.core.partial import PartialPlan
 from compactd.core.prompts import resume_message
-from compactd.engine.compaction import run_compaction
+from compactd.engine.compaction import run_with_progress
 from compactd.engine.partial import plan_cut, selection_of
 from compactd.engine.plan import CompactionSpec, Selection
-from compactd.engine.progress import WorkDone
+from compactd.engine.progress import BeginProgress
 from compactd.services import fs
 from compactd.transcript import claude_code as cc
 from compactd.transcript.model import Record
@@ -110,7 +109,7 @@ async def compact_to_claude_code(
     *,
     custom_instructions: str | None,
     online: bool,
-    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+    begin_progress: BeginProgress,
 ) -> p.ClaudeCodeCompactResult:
     """Compact ``session`` (imported from ``source``) and write it as a new Claude Code session."""
     check_online(runtime, online)
@@ -138,12 +137,8 @@ async def compact_to_claude_code(
         select=select,
         offline=not online,
     )
-    progress = await begin_progress("Compacting Claude Code session")
-    try:
-        result = await run_compaction(runtime, session, spec, progress=progress)
-    finally:
-        if progress is not None:
-            progress.end("done")
+    title = "Compacting Claude Code session"
+    result = await run_with_progress(runtime, session, spec, begin_progress, title)
     plan = chosen[-1]
 
     content = result.summary.get("message", {}).get("content")

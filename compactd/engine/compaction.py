@@ -66,7 +66,7 @@ from compactd.transcript.model import (
 )
 
 if TYPE_CHECKING:
-    from compactd.engine.progress import WorkDone
+    from compactd.engine.progress import BeginProgress, WorkDone
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session
 
@@ -80,6 +80,7 @@ __all__ = [
     "plan_facts",
     "run_compaction",
     "run_full",
+    "run_with_progress",
     "select_whole_context",
     "summary_request",
 ]
@@ -246,7 +247,7 @@ async def run_full(
     runtime: Runtime,
     session: Session,
     custom_instructions: str | None,
-    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+    begin_progress: BeginProgress,
     *,
     plan: CompactionPlan | None = None,
     prepared: PreparedSummary | None = None,
@@ -255,12 +256,34 @@ async def run_full(
     ``plan`` with its summary ``prepared`` in the background, docs/background.md#applying)."""
     if session.busy:  # before a progress bar is shown for nothing
         raise session.busy_error()
-    progress = await begin_progress("Compacting conversation")
     spec = CompactionSpec(
         trigger="manual", kind=prompt_kind(session.meta), custom_instructions=custom_instructions
     )
     if plan is not None:
         plan = dataclasses.replace(plan, spec=spec)
+    return await run_with_progress(
+        runtime,
+        session,
+        spec,
+        begin_progress,
+        "Compacting conversation",
+        plan=plan,
+        prepared=prepared,
+    )
+
+
+async def run_with_progress(
+    runtime: Runtime,
+    session: Session,
+    spec: CompactionSpec,
+    begin_progress: BeginProgress,
+    title: str,
+    *,
+    plan: CompactionPlan | None = None,
+    prepared: PreparedSummary | None = None,
+) -> p.CompactResult:
+    """``run_compaction`` under a work-done progress titled ``title``, ended however it ends."""
+    progress = await begin_progress(title)
     try:
         return await run_compaction(
             runtime, session, spec, progress=progress, plan=plan, prepared=prepared

@@ -12,7 +12,6 @@ inside one response), the result says so in ``partial`` and in ``warnings``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -20,9 +19,9 @@ import msgspec
 from compactd import protocol as p
 from compactd.core.partial import Direction, PartialError, PartialPlan, plan_partial
 from compactd.core.prompts import PromptKind
-from compactd.engine.compaction import run_compaction
+from compactd.engine.compaction import run_with_progress
 from compactd.engine.plan import CompactionSpec, Selection
-from compactd.engine.progress import WorkDone
+from compactd.engine.progress import BeginProgress
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
@@ -70,7 +69,7 @@ async def run_partial(
     runtime: Runtime,
     session: Session,
     params: p.PartialParams,
-    begin_progress: Callable[[str], Awaitable[WorkDone | None]],
+    begin_progress: BeginProgress,
 ) -> p.CompactResult:
     """Summarize one side of ``params.pivot_uuid`` and keep the other verbatim."""
     # A compaction already running is refused by run_compaction (sessionBusy).
@@ -86,7 +85,6 @@ async def run_partial(
             log.info("session %s: %s", session.session_id, _moved_note(plan, params.pivot_uuid))
         return selection_of(plan)
 
-    progress = await begin_progress("Compacting conversation (partial)")
     spec = CompactionSpec(
         trigger="manual",
         kind=_kind(session, params),
@@ -94,11 +92,8 @@ async def run_partial(
         mechanism="partial",
         select=select,
     )
-    try:
-        result = await run_compaction(runtime, session, spec, progress=progress)
-    finally:
-        if progress is not None:
-            progress.end("done")
+    title = "Compacting conversation (partial)"
+    result = await run_with_progress(runtime, session, spec, begin_progress, title)
     plan = chosen[-1]
     warnings = list(result.warnings or [])
     if plan.moved != "none":

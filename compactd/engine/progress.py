@@ -6,8 +6,8 @@ without a client that supports it gets None and reports nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeAlias
 
 
 class WorkDone(Protocol):
@@ -20,3 +20,7 @@ class WorkDone(Protocol):
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` when the client cancels this progress."""
+
+
+# How an operation starts its progress: with a title; None when the client has no progress.
+BeginProgress: TypeAlias = Callable[[str], Awaitable[WorkDone | None]]

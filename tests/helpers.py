@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -278,3 +280,22 @@ AS_A_SHELL_JOB = (
     "from compactd.cli.main import main\n"
     "sys.exit(main())\n"
 )
+
+
+async def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[int, str, str]:
+    """``python -m compactd ARGS`` to its end: exit code, stdout, stderr."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "compactd",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env if env is not None else dict(os.environ),
+        cwd=cwd,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 50)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()

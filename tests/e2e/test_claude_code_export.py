@@ -10,10 +10,8 @@ the summary naming the original transcript, the original byte for byte unchanged
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from compactd_client import RpcError
 from compactd import protocol as p
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.emulator import Emulator
-from tests.helpers import transcript_lines
+from tests.helpers import run_cli, transcript_lines
 
 R16_MANUAL = "claude-code-2.1.330__r16_manual.jsonl"
 R2_AUTO = "claude-code-2.1.330__r2_auto.jsonl"
@@ -221,21 +219,10 @@ async def test_bad_input_is_refused_and_writes_nothing(
 
 
 async def _cli(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
+    """The CLI without an API key: the offline summary."""
     env = dict(os.environ)
     env.pop("ANTHROPIC_API_KEY", None)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "compactd",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        cwd=cwd,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 50)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    return await run_cli(*args, env=env, cwd=cwd)
 
 
 async def test_the_cli_compacts_and_prints_the_resume_command(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from compactd_client import Client
 from compactd.cli.report import MECHANISMS
 from compactd.cli.synthetic import make_session, to_jsonl
 from tests.conftest import FIXTURES, SpawnDaemon, fixture_transcripts
-from tests.helpers import AS_A_SHELL_JOB, transcript_lines
+from tests.helpers import AS_A_SHELL_JOB, run_cli, transcript_lines
 
 VIEWER = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
 R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
@@ -32,21 +32,6 @@ R2_AUTO = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
 # A window the fixture overflows, whose threshold (19,000) stays above its fixed prefix (about
 # 15,000 tokens of system prompt and tools: below that no compaction could help).
 SMALL_WINDOW = ["--context-window", "34000", "--max-output-tokens", "2000"]
-
-
-async def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "compactd",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env if env is not None else dict(os.environ),
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 50)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 def _int(figure: str) -> int:
@@ -64,7 +49,7 @@ def _boundaries(transcript: Path) -> list[dict[str, Any]]:
 
 async def test_status_matches_tokens_status(spawn_daemon: SpawnDaemon) -> None:
     paths = [VIEWER, R2_AUTO, FIXTURES / "claude-code-2.1.330__r16_manual.jsonl"]
-    runs = await asyncio.gather(*(_run("status", str(path), "--json") for path in paths))
+    runs = await asyncio.gather(*(run_cli("status", str(path), "--json") for path in paths))
     async with spawn_daemon() as client:
         for path, (code, out, err) in zip(paths, runs, strict=True):
             assert code == 0, err
@@ -76,7 +61,7 @@ async def test_status_matches_tokens_status(spawn_daemon: SpawnDaemon) -> None:
             breakdown = await client.tokens_breakdown(opened.session_id)
             assert printed["breakdown"] == msgspec.to_builtins(breakdown), path.name
     # The table shows the same figures.
-    code, out, _ = await _run("status", str(VIEWER))
+    code, out, _ = await run_cli("status", str(VIEWER))
     assert code == 0
     first = json.loads(runs[0][1])["status"]
     assert f"{first['tokens']:,} / {first['autoCompactThreshold']:,} tokens" in out
@@ -84,14 +69,14 @@ async def test_status_matches_tokens_status(spawn_daemon: SpawnDaemon) -> None:
     # claude-opus-5-5 recorded r2_auto: its 1M window (Claude Code's threshold there: 967,000).
     r2 = json.loads(runs[1][1])["status"]
     assert (r2["contextWindow"], r2["autoCompactThreshold"]) == (1_000_000, 967_000)
-    code, out, _ = await _run("status", str(R2_AUTO))
+    code, out, _ = await run_cli("status", str(R2_AUTO))
     assert "model claude-opus-5-5 (named by the transcript)" in out
-    code, out, _ = await _run("status", str(R2_AUTO), "--model", "claude-sonnet-4-5")
+    code, out, _ = await run_cli("status", str(R2_AUTO), "--model", "claude-sonnet-4-5")
     assert "model claude-sonnet-4-5\n" in out and "/ 167,000 tokens" in out
 
 
 async def test_replay_timeline_is_what_the_daemon_wrote(tmp_path: Path) -> None:
-    code, out, err = await _run(
+    code, out, err = await run_cli(
         "replay", str(VIEWER), *SMALL_WINDOW, "--json", "--data-dir", str(tmp_path / "a")
     )
     assert code == 0, err
@@ -111,7 +96,7 @@ async def test_replay_timeline_is_what_the_daemon_wrote(tmp_path: Path) -> None:
     assert entries_seen == sorted(entries_seen) and entries_seen[-1] <= report["entries"]
 
     # The human-readable run makes the same decisions and prints them as a timeline.
-    code, text, err = await _run("replay", str(VIEWER), *SMALL_WINDOW)
+    code, text, err = await run_cli("replay", str(VIEWER), *SMALL_WINDOW)
     assert code == 0, err
     rows = re.findall(r"^(\w+)\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)$", text, re.M)
     assert [(_int(at), mechanism) for mechanism, at, _, _ in rows] == [
@@ -130,7 +115,7 @@ async def test_replay_timeline_is_what_the_daemon_wrote(tmp_path: Path) -> None:
 async def test_replay_leaves_out_the_original_compactions(tmp_path: Path) -> None:
     original = _boundaries(R2_AUTO)
     assert original
-    code, out, err = await _run(
+    code, out, err = await run_cli(
         "replay", str(R2_AUTO), *SMALL_WINDOW, "--json", "--data-dir", str(tmp_path)
     )
     assert code == 0, err
@@ -145,7 +130,7 @@ async def test_replay_leaves_out_the_original_compactions(tmp_path: Path) -> Non
 async def test_replay_matches_a_client_driven_replay(spawn_daemon: SpawnDaemon) -> None:
     from compactd.cli.replay import plan_replay, replay_session
 
-    code, out, err = await _run("replay", str(VIEWER), *SMALL_WINDOW, "--json")
+    code, out, err = await run_cli("replay", str(VIEWER), *SMALL_WINDOW, "--json")
     assert code == 0, err
     cli = json.loads(out)["compactions"]
     plan = plan_replay(VIEWER.read_bytes().splitlines())
@@ -169,7 +154,7 @@ async def test_replay_matches_a_client_driven_replay(spawn_daemon: SpawnDaemon) 
 
 async def test_demo_runs_offline_and_keeps_the_originals() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    code, out, err = await _run("demo", env=env)
+    code, out, err = await run_cli("demo", env=env)
     assert code == 0, err
     assert "imported 438 entries" in out
     assert "compacting offline" in out and "offline summary" in out
@@ -181,25 +166,25 @@ async def test_demo_runs_offline_and_keeps_the_originals() -> None:
 
 
 async def test_bad_input_is_reported_without_a_traceback(tmp_path: Path) -> None:
-    code, _, err = await _run("status", str(tmp_path / "missing.jsonl"))
+    code, _, err = await run_cli("status", str(tmp_path / "missing.jsonl"))
     assert code == 1 and "no such file" in err and "Traceback" not in err
-    code, _, err = await _run("replay", str(tmp_path / "missing.jsonl"))
+    code, _, err = await run_cli("replay", str(tmp_path / "missing.jsonl"))
     assert code == 1 and "no such file" in err
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    code, _, err = await _run("replay", str(VIEWER), "--online", env=env)
+    code, _, err = await run_cli("replay", str(VIEWER), "--online", env=env)
     assert code == 2 and "ANTHROPIC_API_KEY" in err
-    code, _, err = await _run("replay", str(VIEWER), "--context-window", "1000")
+    code, _, err = await run_cli("replay", str(VIEWER), "--context-window", "1000")
     assert code == 1 and "window" in err and "Traceback" not in err
     # The daemon's error names the options the person typed, not the wire's params.
     assert "--max-output-tokens" in err and "maxOutputTokens" not in err
-    code, _, err = await _run("status", str(VIEWER), "--context-window", "-5")
+    code, _, err = await run_cli("status", str(VIEWER), "--context-window", "-5")
     assert code == 1 and err == "compactd: --context-window must be positive (invalidParams)\n"
 
 
 async def test_synthetic_replay_never_ends_an_automatic_compaction_above_the_headroom(
     tmp_path: Path,
 ) -> None:
-    code, out, err = await _run("replay", "--json", "--data-dir", str(tmp_path))
+    code, out, err = await run_cli("replay", "--json", "--data-dir", str(tmp_path))
     assert code == 0, err
     report = json.loads(out)
     threshold = report["status"]["autoCompactThreshold"]
@@ -212,19 +197,19 @@ async def test_synthetic_replay_never_ends_an_automatic_compaction_above_the_hea
 
 
 async def test_wrong_input_is_said_plainly(tmp_path: Path) -> None:
-    code, out, err = await _run("status", str(tmp_path))
+    code, out, err = await run_cli("status", str(tmp_path))
     assert code == 1 and "is a directory" in err and "Traceback" not in err
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    code, _, err = await _run("status", str(empty))
+    code, _, err = await run_cli("status", str(empty))
     assert code == 1 and "is empty" in err
     notes = tmp_path / "notes.jsonl"
     notes.write_text('{"name": "a"}\n')
-    code, _, err = await _run("status", str(notes))
+    code, _, err = await run_cli("status", str(notes))
     assert code == 1 and "transcriptUnreadable" in err and "name" in err
-    code, out, err = await _run("status", "--model", "gpt-4o", str(VIEWER))
+    code, out, err = await run_cli("status", "--model", "gpt-4o", str(VIEWER))
     assert code == 0 and "unknown model 'gpt-4o'" in err and "200,000-token window" in err
-    code, out, err = await _run(
+    code, out, err = await run_cli(
         "status", "--model", "nonsense", "--context-window", "50000", str(VIEWER)
     )
     assert code == 0 and "assuming a 50,000-token window" in err
@@ -232,12 +217,12 @@ async def test_wrong_input_is_said_plainly(tmp_path: Path) -> None:
 
 
 async def test_help_everywhere() -> None:
-    code, out, _ = await _run()
+    code, out, _ = await run_cli()
     assert code == 2 and "usage: compactd" in out and "serve" in out and "status" in out
-    code, out, _ = await _run("serve", "--help")
+    code, out, _ = await run_cli("serve", "--help")
     assert code == 0 and "LSP base-protocol framing" in out and "protocol/README.md" in out
     for command in ("serve", "status", "compact", "replay", "demo"):
-        code, out, _ = await _run(command, "--help")
+        code, out, _ = await run_cli(command, "--help")
         assert code == 0
         options = out.split("options:", 1)[1].splitlines()
         for i, line in enumerate(options):
@@ -249,7 +234,7 @@ async def test_help_everywhere() -> None:
                 i + 1 < len(options) and options[i + 1].startswith(" " * 6)
             )
             assert described, f"{command}: {line.strip()} has no help line"
-    code, out, _ = await _run("replay", "--help")
+    code, out, _ = await run_cli("replay", "--help")
     assert "output tokens reserved per request" in out
 
 
@@ -266,7 +251,7 @@ def test_a_report_piped_into_head_ends_quietly() -> None:
 
 
 async def test_temporary_folders_are_not_printed_as_if_they_stayed() -> None:
-    code, out, err = await _run("replay", "--json", "--context-window", "100000")
+    code, out, err = await run_cli("replay", "--json", "--context-window", "100000")
     assert code == 0, err
     assert json.loads(out)["transcriptPath"] is None
 
@@ -368,7 +353,7 @@ async def test_status_table_adds_up_and_says_what_auto_would_do(
     path: Path, extra: list[str]
 ) -> None:
     (code, text, err), (_, raw, _) = await asyncio.gather(
-        _run("status", str(path), *extra), _run("status", str(path), *extra, "--json")
+        run_cli("status", str(path), *extra), run_cli("status", str(path), *extra, "--json")
     )
     assert code == 0, err
     report = json.loads(raw)
@@ -395,7 +380,7 @@ async def test_status_table_adds_up_and_says_what_auto_would_do(
 
 
 async def test_every_report_has_json(tmp_path: Path) -> None:
-    code, out, err = await _run("demo", "--json")
+    code, out, err = await run_cli("demo", "--json")
     assert code == 0, err
     demo = json.loads(out)
     assert demo["import"]["entries"] == 438 and demo["import"]["transcriptPath"] is None
@@ -403,7 +388,7 @@ async def test_every_report_has_json(tmp_path: Path) -> None:
     assert compaction["postCompactTokens"] == compaction["status"]["tokens"]
     assert demo["auto"]["originalEntriesKept"] == demo["auto"]["originalEntries"]
     assert "<temporary folder>" in compaction["summary"]
-    code, out, _ = await _run("status", str(VIEWER), "--json")
+    code, out, _ = await run_cli("status", str(VIEWER), "--json")
     report = json.loads(out)
     assert set(report) == {
         "model",
@@ -415,7 +400,7 @@ async def test_every_report_has_json(tmp_path: Path) -> None:
         "preview",
     }
     assert (report["model"], report["entries"]) == ("claude-sonnet-4-20250514", 438)
-    code, out, _ = await _run("replay", str(VIEWER), "--json", *SMALL_WINDOW)
+    code, out, _ = await run_cli("replay", str(VIEWER), "--json", *SMALL_WINDOW)
     assert json.loads(out)["compactions"]
 
 

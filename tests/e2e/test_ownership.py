@@ -25,7 +25,7 @@ from compactd_client import Client, RpcError
 from compactd import protocol as p
 from tests.conftest import daemon_args, daemon_log
 from tests.e2e.test_crash import _big_entries, _check_file, _entries, _kill
-from tests.helpers import CWD, MODEL, stored_transcript
+from tests.helpers import CWD, MODEL, run_cli, stored_transcript
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
 
@@ -182,17 +182,9 @@ async def test_the_cli_status_reads_a_held_session(tmp_path: Path) -> None:
         await a.append("s", _entries(10, 2_000, "a"))
         path = stored_transcript(data, "s")
         before = _snapshot(path.parent)
-        process = await asyncio.create_subprocess_exec(
-            *daemon_args(data)[:3],
-            "status",
-            str(path),
-            "--json",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), 50)
-        assert process.returncode == 0, err.decode()
-        assert b'"status"' in out
+        code, out, err = await run_cli("status", str(path), "--json")
+        assert code == 0, err
+        assert '"status"' in out
         assert _snapshot(path.parent) == before
         assert (await a.append("s", _entries(2, 200, "b"))).appended == 2
 

@@ -27,6 +27,7 @@ __all__ = [
     "Trigger",
     "growth_rate",
     "idle_due",
+    "lowest_start",
     "refresh_level",
     "retry_due",
     "should_refresh",
@@ -75,12 +76,19 @@ class Trigger:
 def start_level(t: Trigger) -> int:
     """The count at which a preparation starts: ``startAt`` of the threshold, or earlier so that
     the threshold arrives no sooner than ``GROWTH_MARGIN`` times the summarizer's last duration
-    at the session's growth rate (never below half the threshold: a burst is not a trend)."""
+    at the session's growth rate (never below half the threshold, a burst being no trend, unless
+    ``startAt`` itself is lower)."""
     level = int(t.threshold * t.start_at)
     if t.rate is None or t.rate <= 0 or t.last_duration_s is None or t.last_duration_s <= 0:
         return level
     lead = int(t.rate * t.last_duration_s * GROWTH_MARGIN)
-    return max(min(level, t.threshold - lead), int(t.threshold * IDLE_LEVEL))
+    return max(min(level, t.threshold - lead), lowest_start(t.threshold, t.start_at))
+
+
+def lowest_start(threshold: int, start_at: float) -> int:
+    """The lowest count any preparation starts at: ``startAt`` of the threshold, or half of it
+    when the growth rule moves a higher ``startAt`` earlier (an idle session's level too)."""
+    return int(threshold * min(start_at, IDLE_LEVEL))
 
 
 def should_start(t: Trigger) -> bool:

@@ -314,9 +314,11 @@ class BackgroundPreparation(Feature["Session"]):
         """Start a preparation when the trigger says so and a compaction could run, or refresh
         a ready one at the threshold (docs/background.md#refreshing)."""
         job = self.job
+        status = self.service.runtime.status(session)
+        threshold = status.auto_compact_threshold
+        if job is None and status.tokens < bg.lowest_start(threshold, self.service.start_at):
+            return  # below any start level: the append's hot path ends here
         if job is not None and job.phase == "failed":
-            status = self.service.runtime.status(session)
-            threshold = status.auto_compact_threshold
             if not bg.retry_due(
                 status.tokens, job.failed_tokens, threshold, self.failures_in_a_row
             ):
@@ -324,12 +326,8 @@ class BackgroundPreparation(Feature["Session"]):
             self.job = job = None  # tried again (docs/background.md#failures)
         if self.closed or (job is not None and job.phase != "ready") or self.fallback is not None:
             return
-        if self.micro_first:
+        if self.micro_first or not self._may_prepare(session, status):
             return
-        if not self._may_prepare(session):
-            return
-        status = self.service.runtime.status(session)
-        threshold = status.auto_compact_threshold
         trigger = bg.Trigger(
             tokens=status.tokens,
             threshold=threshold,
@@ -357,7 +355,7 @@ class BackgroundPreparation(Feature["Session"]):
         if due:
             self._start(session, idle=idle)
 
-    def _may_prepare(self, session: Session) -> bool:
+    def _may_prepare(self, session: Session, status: p.TokenStatus) -> bool:
         """Nothing is prepared when a compaction would be refused anyway or the summarizer is
         the offline one (it is instant), docs/background.md#preparation."""
         runtime = self.service.runtime
@@ -366,13 +364,12 @@ class BackgroundPreparation(Feature["Session"]):
         following = session.features.get(Following)
         if isinstance(following, Following) and following.follower is not None:
             return False  # Claude Code compacts a followed transcript itself (docs/follow.md)
-        status = runtime.status(session)
         return (
             status.compaction_enabled
             and status.auto_compact_enabled
             and not status.circuit_open
             and auto_policy.prefix_refusal(status) is None
-            and len(session.context()) >= 2
+            and session.context_size >= 2
         )
 
     def _start(

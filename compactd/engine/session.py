@@ -317,6 +317,11 @@ class Session:
         """
         return list(self._context)
 
+    @property
+    def context_size(self) -> int:
+        """How many records the model currently sees, without copying them."""
+        return len(self._context)
+
     # -- token status ----------------------------------------------------------------------------
 
     def limits(self, env: Mapping[str, str]) -> tokens.Limits:

@@ -84,7 +84,7 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
                 pre_tokens=d.pre_tokens,
                 estimated_post_tokens=d.pre_tokens,
                 entries_summarized=0,
-                entries_kept=len(session.context()),
+                entries_kept=session.context_size,
                 reason=preparing_message(left),
                 reason_code="summaryPreparing",
             )
@@ -108,7 +108,7 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
             pre_tokens=pre,
             estimated_post_tokens=auto_policy.micro_post(pre, plan),
             entries_summarized=0,
-            entries_kept=len(session.context()),
+            entries_kept=session.context_size,
             reason=plan.reason,
         )
     refusal = auto_policy.prefix_refusal(app.status(session), lambda: prefix_parts(session))
@@ -119,7 +119,7 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
             pre_tokens=pre,
             estimated_post_tokens=pre,
             entries_summarized=0,
-            entries_kept=len(session.context()),
+            entries_kept=session.context_size,
             reason=refusal,
             reason_code="fixedPrefixTooLarge",
         )

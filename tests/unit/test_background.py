@@ -45,6 +45,10 @@ def test_fast_growth_moves_the_start_earlier() -> None:
     # Nor earlier than half the threshold, however fast.
     burst = bg.Trigger(tokens=0, threshold=100_000, rate=1e6, last_duration_s=60.0)
     assert bg.start_level(burst) == 50_000
+    # A startAt below half the threshold is the user's: the floor only bounds the growth rule.
+    low = bg.Trigger(tokens=0, threshold=100_000, start_at=0.3, rate=1e6, last_duration_s=60.0)
+    assert bg.start_level(low) == 30_000
+    assert bg.lowest_start(100_000, 0.3) == 30_000 and bg.lowest_start(100_000, 0.8) == 50_000
 
 
 def test_growth_rate_over_the_samples_restarts_after_a_fall() -> None:

@@ -619,8 +619,12 @@ async def test_at_the_blocking_limit_the_ready_summary_is_applied_while_the_refr
             sid, status, first = await _refresh_that_fails(
                 client, convo, queue, lambda: emulator.set_latency("summary", 60.0)
             )
+            # compact/preview says what compact/auto then answers.
+            preview = await client.request(p.COMPACT_PREVIEW, {"sessionId": sid})
+            assert preview["reasonCode"] == "summaryPreparing" and not preview["wouldCompact"]
             auto = await client.compact_auto(sid)
             assert not auto.was_compacted and auto.reason_code == "summaryPreparing", auto
+            assert preview["reason"] == auto.reason
             await grow_until(client, sid, convo, status.blocking_limit)
             # No wait for the refresh: the summary ready since the start level is applied.
             auto = await client.compact_auto(sid)

@@ -7,7 +7,7 @@ loop's prompt cache), then appends the model's reply and the tool results, with 
 API reported, and reports that usage (``cache/afterResponse``). Two tools, in the working
 directory: ``read_file`` and ``run`` (a shell command).
 
-    python examples/agent.py [--context-window N] [--data-dir DIR] PROMPT...
+    python examples/agent.py [--context-window N] [--data-dir DIR] [--synchronous] PROMPT...
 
 The model is the Anthropic API with ``ANTHROPIC_API_KEY`` (``ANTHROPIC_BASE_URL`` points it
 elsewhere, e.g. at the tests' emulator); the daemon it spawns reads the same variables for its

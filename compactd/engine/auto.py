@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core import auto_policy
-from compactd.engine.background import BackgroundPreparation
+from compactd.engine.background import BackgroundPreparation, Job
 from compactd.engine.compaction import PreparedSummary, prefix_parts, run_with_progress
 from compactd.engine.micro import microcompact, plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
@@ -43,6 +43,9 @@ class AutoPlan:
 
     decision: auto_policy.Decision
     compaction: CompactionPlan | None = None
+    # The summary prepared in the background whose outlook the decision took: checked to
+    # leave the headroom already (docs/background.md#applying).
+    prepared: Job | None = None
 
 
 async def decide_auto(
@@ -75,11 +78,14 @@ async def decide_auto(
     notes_outlook = remembered.outlook if remembered is not None else None
     full: CompactionPlan | None = None
     full_outlook: auto_policy.SummaryOutlook | None = None
+    prepared: Job | None = None
     if not auto_policy.notes_fit(situation, notes_outlook):
         # A summary prepared in the background that fits is what the full compaction applies
         # (run_auto): its outlook, without planning the compaction again.
-        full_outlook = _prepared_outlook(runtime, session)
-        if full_outlook is None:
+        found = _prepared_outlook(runtime, session)
+        if found is not None:
+            prepared, full_outlook = found
+        else:
             spec = CompactionSpec(trigger="auto", kind=kind)
             full = await plan_compaction(runtime, snap, spec, micro=micro)
             full_outlook = full.outlook
@@ -88,12 +94,14 @@ async def decide_auto(
         auto_policy.Outlooks(micro=micro, full=full_outlook, session_memory=notes_outlook),
     )
     chosen = {"sessionMemory": remembered, "full": full}.get(decision.mechanism)
-    return AutoPlan(decision, chosen)
+    return AutoPlan(decision, chosen, prepared if decision.mechanism == "full" else None)
 
 
-def _prepared_outlook(runtime: Runtime, session: Session) -> auto_policy.SummaryOutlook | None:
-    """What applying the summary prepared in the background would leave, when one is ready
-    and leaves the headroom (docs/background.md#applying); None to plan the compaction."""
+def _prepared_outlook(
+    runtime: Runtime, session: Session
+) -> tuple[Job, auto_policy.SummaryOutlook] | None:
+    """The summary prepared in the background and what applying it would leave, when one is
+    ready and leaves the headroom (docs/background.md#applying); None to plan the compaction."""
     background = session.features.get(BackgroundPreparation)
     if not isinstance(background, BackgroundPreparation):
         return None
@@ -103,7 +111,7 @@ def _prepared_outlook(runtime: Runtime, session: Session) -> auto_policy.Summary
     found = background.outlook(session, job)
     if found.post_tokens > auto_policy.headroom(runtime.status(session)):
         return None
-    return found
+    return job, found
 
 
 def preparing_left(
@@ -200,7 +208,7 @@ async def run_auto(
                 await running.done.wait()  # at the blocking limit: only what is left of it
             # else a refresh is still running: the summary it refreshes is applied at once.
         job = background.ready(session)
-        if job is not None and background.fits(session, job):
+        if job is not None and (job is planned.prepared or background.fits(session, job)):
             assert job.plan is not None
             background.take(session, job)
             outcome = await compact(job.plan.spec, job.plan, background.prepared(job, asked_at))

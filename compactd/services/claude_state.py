@@ -1,0 +1,102 @@
+"""Where compactd's Claude Code front ends find the session they serve.
+
+A hook (``compactd claude-code hook``), the status line and the MCP server are short processes
+that Claude Code starts; none of them is told which session the others saw. The hook records
+the session it last ran for, per project folder, in a small JSON file under compactd's data dir
+(``claude-code/current/<key>.json``); the MCP server and the status line read it. When no hook
+has run yet for a folder, the newest transcript in Claude Code's project folder for it stands in
+(docs/claude-code.md#current-session).
+
+This module imports only the standard library and msgspec: the processes that use it start
+often and must start fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+
+import msgspec
+
+#: Claude Code names a project's folder under ``~/.claude/projects/`` after its working
+#: directory with every character outside ``[A-Za-z0-9]`` replaced by ``-``.
+_PROJECT_DIR_CHARS = re.compile(r"[^A-Za-z0-9]")
+
+
+class CurrentSession(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """The Claude Code session a hook last ran for in one project folder."""
+
+    session_id: str
+    transcript_path: str
+    cwd: str
+    updated_at: float = 0.0
+    #: how it was found: ``hook`` (recorded by a hook) or ``newest`` (the newest transcript)
+    found_by: str = "hook"
+
+
+def claude_config_dir() -> Path:
+    """Claude Code's own folder (``CLAUDE_CONFIG_DIR`` or ``~/.claude``)."""
+    configured = os.environ.get("CLAUDE_CONFIG_DIR")
+    return Path(configured) if configured else Path.home() / ".claude"
+
+
+def project_dir(cwd: str) -> Path:
+    """The folder Claude Code keeps a working directory's transcripts in."""
+    return claude_config_dir() / "projects" / _PROJECT_DIR_CHARS.sub("-", cwd)
+
+
+def _state_file(data_dir: Path, cwd: str) -> Path:
+    key = hashlib.sha256(os.path.realpath(cwd).encode("utf-8", "surrogatepass")).hexdigest()
+    return data_dir / "claude-code" / "current" / f"{key[:24]}.json"
+
+
+def record_current(data_dir: Path, session: CurrentSession) -> None:
+    """Remember ``session`` as the one running in its folder (replaced whole, never torn)."""
+    path = _state_file(data_dir, session.cwd)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamped = msgspec.structs.replace(session, updated_at=time.time(), found_by="hook")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_bytes(msgspec.json.encode(stamped))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def find_current(data_dir: Path, cwd: str) -> CurrentSession | None:
+    """The session serving ``cwd``: the one a hook recorded, else the newest transcript there.
+
+    A recorded session whose transcript is gone is passed over. ``found_by`` says which way it
+    was found, so that an answer can say so.
+    """
+    try:
+        recorded = msgspec.json.decode(_state_file(data_dir, cwd).read_bytes(), type=CurrentSession)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        recorded = None
+    if recorded is not None and Path(recorded.transcript_path).is_file():
+        return recorded
+    newest: tuple[float, Path] | None = None
+    try:
+        for path in project_dir(cwd).glob("*.jsonl"):
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                continue
+            if newest is None or mtime > newest[0]:
+                newest = (mtime, path)
+    except OSError:
+        return None
+    if newest is None:
+        return None
+    return CurrentSession(
+        session_id=newest[1].stem,
+        transcript_path=str(newest[1]),
+        cwd=cwd,
+        updated_at=newest[0],
+        found_by="newest",
+    )

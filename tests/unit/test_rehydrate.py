@@ -1,4 +1,4 @@
-"""Rehydration planning (compactd/core/rehydrate.py): budgets, selection, transcript facts."""
+"""Rehydration planning (compactd/core/rehydrate/): budgets, selection, transcript facts."""
 
 from __future__ import annotations
 

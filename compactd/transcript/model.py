@@ -5,6 +5,9 @@ The typed view (``Entry``) names the fields compactd reads; everything else in a
 fields, unknown entry types, unknown block kinds -- is kept byte for byte in ``Record.raw`` and
 written back unchanged. Parsing never raises on a bad line: ``parse_lines`` skips it and counts
 it, because a transcript truncated by a crash must still open.
+
+The content blocks live in ``transcript.blocks`` and the boundary metadata in
+``transcript.metadata``; their names are re-exported here, where callers import them.
 """
 
 from __future__ import annotations
@@ -18,14 +21,48 @@ from typing import Any, Final
 
 import msgspec
 
+from compactd.transcript.blocks import (
+    KNOWN_BLOCK_TYPES,
+    Block,
+    DocumentBlock,
+    ImageBlock,
+    Message,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownBlock,
+    Usage,
+    block_to_builtins,
+    wrap_unknown_blocks,
+)
+from compactd.transcript.metadata import (
+    COMPACT_BOUNDARY,
+    GROUP_SIZE_FIELD,
+    LEDGER_FIELD,
+    MICROCOMPACT_BOUNDARY,
+    CompactMetadata,
+    MicrocompactMetadata,
+    PreservedSegment,
+    is_compact_boundary_line,
+    without_bookkeeping,
+)
+
 __all__ = [
     "Block",
+    "COMPACT_BOUNDARY",
     "CompactMetadata",
     "DocumentBlock",
     "Entry",
+    "GROUP_SIZE_FIELD",
     "ImageBlock",
+    "KNOWN_BLOCK_TYPES",
+    "LEDGER_FIELD",
     "LineReader",
+    "MICROCOMPACT_BOUNDARY",
     "Message",
+    "MicrocompactMetadata",
     "ParseReport",
     "PreservedSegment",
     "Record",
@@ -39,162 +76,21 @@ __all__ = [
     "block_to_builtins",
     "encode_entry",
     "forget_file",
+    "is_compact_boundary_line",
+    "line_uuid",
+    "newest_first",
     "parse_buffer",
     "parse_lines",
-    "record_from_dict",
     "read_line",
+    "record_from_dict",
     "record_from_line",
     "transcript_timestamp",
+    "without_bookkeeping",
+    "wrap_unknown_blocks",
 ]
 
 
-# The structs of a decoded line are not tracked by the cycle collector (``gc=False``): a line
-# decodes to a tree that never refers back to itself, and a long context holds hundreds of
-# thousands of them, which the collector would otherwise walk again and again while a large
-# transcript loads, stopping every thread (other sessions' requests included) each time.
-
-
-class _BlockBase(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True, gc=False):
-    cache_control: dict[str, Any] | None = None
-
-
-class TextBlock(_BlockBase, tag="text"):
-    text: str = ""
-    citations: list[Any] | None = None
-
-
-class ToolUseBlock(_BlockBase, tag="tool_use"):
-    id: str = ""
-    name: str = ""
-    input: Any = msgspec.field(default_factory=dict)
-
-
-class ImageBlock(_BlockBase, tag="image"):
-    source: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-class DocumentBlock(_BlockBase, tag="document"):
-    source: dict[str, Any] = msgspec.field(default_factory=dict)
-    title: str | None = None
-    context: str | None = None
-    citations: Any = None
-
-
-class ThinkingBlock(_BlockBase, tag="thinking"):
-    thinking: str = ""
-    signature: str | None = None
-
-
-class RedactedThinkingBlock(_BlockBase, tag="redacted_thinking"):
-    data: str = ""
-
-
-class ToolResultBlock(_BlockBase, tag="tool_result"):
-    tool_use_id: str = ""
-    content: str | list[Block] | None = None
-    is_error: bool | None = None
-
-
-class UnknownBlock(_BlockBase, tag="__unknown__"):
-    """A block kind compactd does not know; ``data`` is the block exactly as it came."""
-
-    kind: str = ""
-    data: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-Block = (
-    TextBlock
-    | ToolUseBlock
-    | ToolResultBlock
-    | ImageBlock
-    | DocumentBlock
-    | ThinkingBlock
-    | RedactedThinkingBlock
-    | UnknownBlock
-)
-
-_KNOWN_BLOCK_TYPES = frozenset(
-    {"text", "tool_use", "tool_result", "image", "document", "thinking", "redacted_thinking"}
-)
-
-
-class Usage(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
-    input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    output_tokens: int | None = None
-
-    def total(self) -> int:
-        """Context size the response saw: input + cache writes + cache reads + output."""
-        return (
-            (self.input_tokens or 0)
-            + (self.cache_creation_input_tokens or 0)
-            + (self.cache_read_input_tokens or 0)
-            + (self.output_tokens or 0)
-        )
-
-
-class Message(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
-    role: str = ""
-    content: str | list[Block] = ""
-    id: str | None = None
-    model: str | None = None
-    usage: Usage | None = None
-    stop_reason: str | None = None
-
-
-class PreservedSegment(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
-    head_uuid: str | None = None
-    anchor_uuid: str | None = None
-    tail_uuid: str | None = None
-
-
-class CompactMetadata(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
-    trigger: str | None = None
-    pre_tokens: int | None = None
-    post_tokens: int | None = None
-    duration_ms: int | None = None
-    messages_summarized: int | None = None
-    pre_compact_discovered_tools: list[str] | None = None
-    preserved_segment: PreservedSegment | None = None
-    cumulative_dropped_tokens: int | None = None
-    # compactd's addition for partial compaction ``from`` a pivot: the leading part of the
-    # previous view kept verbatim BEFORE the summary (head / tail uuids; anchor unused).
-    preserved_prefix: PreservedSegment | None = None
-    # compactd's own additions (ignored by Claude Code): which mechanism produced this
-    # boundary, a stable compaction id, and whether it undoes an earlier one.
-    mechanism: str | None = None
-    compaction_id: str | None = None
-    undoes: str | None = None
-    # The fixed prefix (system prompt, tools) when the boundary was written, carried to the
-    # compacted context until a response reports usage (docs/thresholds.md#accounting).
-    fixed_prefix_tokens: int | None = None
-    # A summary prepared in the background (docs/background.md): the agent's wait, beside
-    # ``durationMs`` (the model's time then).
-    wait_ms: int | None = None
-    prepared: bool | None = None
-
-
-class MicrocompactMetadata(
-    msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False
-):
-    """What a ``microcompact_boundary`` records: Claude Code's fields, then compactd's own."""
-
-    trigger: str | None = None
-    pre_tokens: int | None = None
-    tokens_saved: int | None = None
-    compacted_tool_ids: list[str] | None = None
-    cleared_attachment_uuids: list[str] | None = msgspec.field(
-        default=None, name="clearedAttachmentUUIDs"
-    )
-    # compactd's additions: the strategy, the ids deleted from the prompt cache (cached
-    # strategy), and for an undo entry what it undoes and the results it shows again.
-    strategy: str | None = None
-    cache_deleted_tool_ids: list[str] | None = None
-    undoes: str | None = None
-    restored_tool_ids: list[str] | None = None
-
-
+# Not tracked by the cycle collector, as the blocks are not (see ``transcript.blocks``).
 class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
     """The fields of a transcript line that compactd reads. Unknown ones live in the raw line."""
 
@@ -245,18 +141,6 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc
     @property
     def is_microcompact_boundary(self) -> bool:
         return self.type == "system" and self.subtype == MICROCOMPACT_BOUNDARY
-
-
-# The system entries that start a new view of the conversation: a compaction (or its undo) and
-# a microcompact (or its undo). The one place their subtypes are named.
-COMPACT_BOUNDARY: Final = "compact_boundary"
-MICROCOMPACT_BOUNDARY: Final = "microcompact_boundary"
-
-
-def is_compact_boundary_line(kind: str, subtype: str | None) -> bool:
-    """Whether a line of this type and subtype is a compact boundary (a released record's kind
-    and subtype are known without decoding its line)."""
-    return kind == "system" and subtype == COMPACT_BOUNDARY
 
 
 # Reads the ``length`` bytes at ``offset`` of one transcript: how released lines come back.
@@ -496,35 +380,6 @@ class ParseReport:
         return "; ".join(parts)
 
 
-# Fields of transcript lines that only compactd writes, for its own bookkeeping. Taken from a
-# client they could change what compactd does with acknowledged lines, so they are removed
-# from appended entries.
-GROUP_SIZE_FIELD = "compactdGroupSize"  # lines written in one write, counted at the boundary
-# The survival ledger a summary carries to the next compaction (core/ledger.CARRY_FIELD).
-LEDGER_FIELD = "compactdLedger"
-_BOOKKEEPING_METADATA = {
-    # An undo entry names what it undoes; microcompact undo lists the results it restores.
-    "compactMetadata": ("undoes",),
-    "microcompactMetadata": ("undoes", "restoredToolIds"),
-}
-
-
-def without_bookkeeping(obj: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``obj`` without compactd's bookkeeping fields, and the names of those it had."""
-    dropped: list[str] = []
-    out = obj
-    for own in (GROUP_SIZE_FIELD, LEDGER_FIELD):
-        if own in out:
-            out = {k: v for k, v in out.items() if k != own}
-            dropped.append(own)
-    for field, keys in _BOOKKEEPING_METADATA.items():
-        meta = out.get(field)
-        if isinstance(meta, dict) and any(k in meta for k in keys):
-            out = {**out, field: {k: v for k, v in meta.items() if k not in keys}}
-            dropped.extend(f"{field}.{k}" for k in keys if k in meta)
-    return out, dropped
-
-
 class _Unread:
     """Marks a released record's uuid as not read from its line yet."""
 
@@ -542,25 +397,11 @@ _generic_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
 
-def _wrap_unknown_blocks(value: Any) -> Any:
-    """Rewrite blocks of unknown kinds (at any depth) into ``UnknownBlock`` form."""
-    if isinstance(value, list):
-        return [_wrap_unknown_blocks(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    kind = value.get("type")
-    if isinstance(kind, str) and kind not in _KNOWN_BLOCK_TYPES:
-        return {"type": "__unknown__", "kind": kind, "data": value}
-    if kind == "tool_result" and isinstance(value.get("content"), list):
-        return {**value, "content": _wrap_unknown_blocks(value["content"])}
-    return value
-
-
 def _entry_from_builtins(obj: dict[str, Any]) -> tuple[Entry, bool]:
     """Convert a decoded line; returns the entry and whether it had to be degraded."""
     message = obj.get("message")
     if isinstance(message, dict) and isinstance(message.get("content"), list):
-        obj = {**obj, "message": {**message, "content": _wrap_unknown_blocks(message["content"])}}
+        obj = {**obj, "message": {**message, "content": wrap_unknown_blocks(message["content"])}}
     try:
         return msgspec.convert(obj, Entry), False
     except msgspec.ValidationError:
@@ -684,15 +525,3 @@ def _parse_one(stripped: bytes, rep: ParseReport) -> Record | None:
         obj = _generic_decoder.decode(stripped)
         rep.untyped_keys = [str(k)[:40] for k in list(obj)[:8]] if isinstance(obj, dict) else []
     return record
-
-
-def block_to_builtins(block: Block) -> dict[str, Any]:
-    """A block as API JSON; unknown kinds come back exactly as they were received."""
-    if isinstance(block, UnknownBlock):
-        return dict(block.data)
-    value = msgspec.to_builtins(block)
-    assert isinstance(value, dict)
-    if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
-        # Nested blocks of unknown kinds must come back as received, not in wrapped form.
-        value["content"] = [block_to_builtins(b) for b in block.content]
-    return value

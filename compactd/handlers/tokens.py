@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.core import history, tokens
+from compactd.core import token_history, tokens
 from compactd.core.view import main_thread
 from compactd.handlers.base import Context, Handler
 
@@ -30,16 +30,16 @@ async def breakdown(app: App, params: p.SessionParams, ctx: Context) -> p.Breakd
     return tokens.breakdown([r.entry for r in main_thread(session.context())], count)
 
 
-async def token_history(app: App, params: p.SessionParams, ctx: Context) -> p.HistoryResult:
+async def history(app: App, params: p.SessionParams, ctx: Context) -> p.HistoryResult:
     session = await app.get_session(params.session_id)
     threshold = app.status(session).auto_compact_threshold
     return await session.read_history(
-        lambda: history.token_history(session.records, threshold, session.views)
+        lambda: token_history.token_history(session.records, threshold, session.views)
     )
 
 
 HANDLERS: dict[str, Handler] = {
     p.TOKENS_STATUS: status,
     p.TOKENS_BREAKDOWN: breakdown,
-    p.TOKENS_HISTORY: token_history,
+    p.TOKENS_HISTORY: history,
 }

@@ -26,7 +26,7 @@ from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
 from compactd.engine.background import BackgroundService
-from compactd.engine.cachebreaks import CacheBreaks
+from compactd.engine.cachebreak import CacheBreaks
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FilesService
 from compactd.engine.follow import FollowService

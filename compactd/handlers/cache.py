@@ -2,8 +2,7 @@
 
 The client reports each request's cache-key inputs before sending it and the usage that came
 back; the session's ``CacheBreakDetector`` (``compactd.core.cachebreak``, kept by the
-``engine.cachebreaks`` feature) keeps only hashes and
-decides whether cache reads broke. A break is sent as a ``cache/break`` notification and also
+``engine.cachebreak`` feature) keeps only hashes and decides whether cache reads broke. A break is sent as a ``cache/break`` notification and also
 returned in the ``cache/afterResponse`` result. These reports do not take the session lock: they
 touch only detector state, synchronously, and must not wait behind a running compaction.
 """
@@ -15,8 +14,8 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from compactd import protocol as p
-from compactd.core import cachebreak
-from compactd.engine import cachebreaks
+from compactd.core.cachebreak import DEFAULT_QUERY_SOURCE, CacheBreakFinding, fingerprint
+from compactd.engine import cachebreak
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ def _invalid(message: str) -> p.CompactdError:
 
 def _query_source(value: str | None) -> str:
     if value is None:
-        return cachebreak.DEFAULT_QUERY_SOURCE
+        return DEFAULT_QUERY_SOURCE
     if not value.strip():
         raise _invalid("querySource must be a non-empty string")
     if len(value) > MAX_QUERY_SOURCE_CHARS:
@@ -60,7 +59,7 @@ def _cache_read(usage: dict[str, Any]) -> int | None:
     return value
 
 
-def to_wire(session_id: str, finding: cachebreak.CacheBreakFinding) -> p.CacheBreak:
+def to_wire(session_id: str, finding: CacheBreakFinding) -> p.CacheBreak:
     return p.CacheBreak(
         session_id=session_id,
         query_source=finding.query_source,
@@ -80,7 +79,7 @@ async def before_request(app: App, params: p.CacheBeforeParams, ctx: Context) ->
     source = _query_source(params.query_source)
     now = _clock(params.timestamp)
     try:
-        inputs = cachebreak.fingerprint(
+        inputs = fingerprint(
             model=params.model,
             system=params.system,
             tools=params.tools,
@@ -92,7 +91,7 @@ async def before_request(app: App, params: p.CacheBeforeParams, ctx: Context) ->
         )
     except ValueError as exc:
         raise _invalid(f"invalid params for {p.CACHE_BEFORE_REQUEST}: {exc}") from exc
-    cachebreaks.detector(app, session).before(source, inputs, now)
+    cachebreak.detector(app, session).before(source, inputs, now)
     return p.CacheAck(recorded=True)
 
 
@@ -105,7 +104,7 @@ async def after_response(app: App, params: p.CacheAfterParams, ctx: Context) -> 
         # A backend without prompt caching (or a usage block without the field): there is
         # nothing to compare, and treating it as zero would report a false break.
         return p.CacheAck(recorded=False)
-    detector = cachebreaks.detector(app, session)
+    detector = cachebreak.detector(app, session)
     # Compactions appended since the last report make the coming drop expected.
     detector.sync(session.records)
     outcome = detector.after(source, cache_read, now)

@@ -13,7 +13,7 @@ import msgspec
 
 from compactd import protocol as p
 from compactd.core import stats
-from compactd.engine import cachebreaks
+from compactd.engine import cachebreak
 from compactd.engine.background import BackgroundPreparation
 from compactd.handlers.base import Context, Handler
 from compactd.handlers.cache import to_wire
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 async def session_stats(app: App, params: p.SessionParams, ctx: Context) -> p.StatsResult:
     session = await app.get_session(params.session_id)
     threshold = app.status(session).auto_compact_threshold
-    breaks = [to_wire(session.session_id, f) for f in cachebreaks.detector(app, session).breaks]
+    breaks = [to_wire(session.session_id, f) for f in cachebreak.detector(app, session).breaks]
     result = await session.read_history(
         lambda: stats.session_stats(session.records, threshold, breaks, session.views)
     )

@@ -28,11 +28,11 @@ from compactd.core import tokens
 from compactd.engine.background import BackgroundService
 from compactd.engine.cachebreak import CacheBreaks
 from compactd.engine.cancellation import point_of_no_return
-from compactd.engine.files import FilesService
-from compactd.engine.follow import FollowService
+from compactd.engine.files import FileTracker
+from compactd.engine.follow import Followers
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
-from compactd.engine.session_memory import SessionMemoryService
+from compactd.engine.session_memory import SessionMemory
 from compactd.services import ownership
 from compactd.services.store import (
     MAX_IMPORT_BYTES,
@@ -71,10 +71,10 @@ class App(Runtime):
         # One lock (and its number of holders and waiters) per session id being opened.
         self._id_locks: dict[str, list[Any]] = {}
         # The per-session features (docs/engine.md#features), in the order their hooks run.
-        self.files = FilesService(self)  # read-file state, nested memory, watching
-        self.session_memory = SessionMemoryService(self)  # background note extraction
+        self.files = FileTracker(self)  # read-file state, nested memory, watching
+        self.session_memory = SessionMemory(self)  # background note extraction
         self.features.register(CacheBreaks, lambda session: CacheBreaks())
-        self.follow = FollowService(self)  # followed transcripts (docs/follow.md)
+        self.follow = Followers(self)  # followed transcripts (docs/follow.md)
         # Zero-wait compaction: summaries prepared in the background (docs/background.md).
         self.background = BackgroundService(self)
 

@@ -8,7 +8,7 @@ cleared by a compaction (the state is rebuilt from the new context) and by micro
 (cleared Read results leave it). Deriving it is pure; everything that touches the disk
 (resolving symlinks, confinement, reading, hashing) runs in worker threads.
 
-``FilesService`` (one per daemon, ``App.files``) owns the watcher; its per-session state is a
+``FileTracker`` (one per daemon, ``App.files``) owns the watcher; its per-session state is a
 feature (``SessionFiles``, docs/engine.md#features): nested-memory attachments queued for
 ``attachments/pending`` and the set of watched files, released when the session closes. When the agent reads a file, the memory files
 (``CLAUDE.md`` and the like) in the directories from the session's working directory down to
@@ -76,7 +76,7 @@ MAX_WATCHED_FILES: Final = 256
 class SessionFiles(Feature["Session"]):
     """The file state of one open session (not persisted): a feature of the session."""
 
-    service: FilesService
+    tracker: FileTracker
     session: Session
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     # Attachment entries waiting for ``attachments/pending``.
@@ -97,17 +97,17 @@ class SessionFiles(Feature["Session"]):
     processed_state: FileState | None = None
 
     def on_open(self, session: Session) -> None:
-        self.service.opened.add(self)
+        self.tracker.opened.add(self)
 
     def on_append(self, session: Session, records: Sequence[Record]) -> None:
-        self.service.observe(self, records, compacted=False)
+        self.tracker.observe(self, records, compacted=False)
 
     def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
-        self.service.observe(self, records, compacted=True)
+        self.tracker.observe(self, records, compacted=True)
 
     async def on_close(self, session: Session) -> None:
-        self.service.opened.discard(self)
-        self.service.watcher.drop(session.session_id)
+        self.tracker.opened.discard(self)
+        self.tracker.watcher.drop(session.session_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,7 @@ class _WatchPlan:
     new_seen: dict[str, str | None]
 
 
-class FilesService:
+class FileTracker:
     """Per-daemon owner of the watcher and of the ``SessionFiles`` feature."""
 
     def __init__(self, runtime: Runtime) -> None:
@@ -127,7 +127,7 @@ class FilesService:
         self.memory_names = runtime.memory_names
         # The states of the open sessions, for the watcher to find who watches a path.
         self.opened: set[SessionFiles] = set()
-        runtime.features.register(SessionFiles, lambda s: SessionFiles(service=self, session=s))
+        runtime.features.register(SessionFiles, lambda s: SessionFiles(tracker=self, session=s))
         self.watcher = DirWatcher(self._on_change, self._interesting)
         self._send, self._receive = anyio.create_memory_object_stream[SessionFiles](math.inf)
         self._started = False

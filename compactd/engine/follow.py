@@ -3,7 +3,7 @@
 A session opened with ``follow`` keeps reading the Claude Code transcript it was imported from
 (docs/follow.md). One ``Follower`` per session holds everything about it: the file, how far it
 was read (``services.tail.Position``) and its own task in the daemon's task group, cancelled
-when the session closes. The ``FollowService`` (one per daemon) owns the watcher of the
+when the session closes. The ``Followers`` (one per daemon) owns the watcher of the
 followed files' directories and pokes the follower of a file that changed; a follower also
 looks now and then without an event, in case a change was not reported.
 
@@ -195,19 +195,19 @@ def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> l
 class Following(Feature["Session"]):
     """A session's part in following (docs/engine.md#features): its follower stops with it."""
 
-    def __init__(self, service: FollowService) -> None:
-        self.service = service
+    def __init__(self, owner: Followers) -> None:
+        self.owner = owner
         self.follower: Follower | None = None
 
     async def on_close(self, session: Session) -> None:
-        if self.follower is not None and self.service.followers.get(session.session_id) is (
+        if self.follower is not None and self.owner.followers.get(session.session_id) is (
             self.follower
         ):
-            self.service.stop(session.session_id)
+            self.owner.stop(session.session_id)
         self.follower = None
 
 
-class FollowService:
+class Followers:
     """Per-daemon owner of the followers and of the watcher of their files' directories.
 
     ``followers`` indexes the running followers by session for the one watcher of their

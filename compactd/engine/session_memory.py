@@ -1,12 +1,12 @@
-"""Session memory service: background note extraction and compaction from the notes.
+"""Session memory: background note extraction and compaction from the notes.
 
 Each session may keep a markdown notes file, ``sessions/<id>/notes.md`` beside its transcript
-(docs/session-memory.md#notes-file). The service's per-session state is a feature
-(``SessionNotes``, docs/engine.md#features): its ``on_append`` watches the session grow; when
-the trigger rule of ``core.session_memory`` says so, an extraction runs as a task in the
-daemon's task group: it snapshots the context, asks the summarizer for the whole updated notes
-file (or, offline, builds the notes from the transcript's ledger) and replaces the file
-atomically. Extractions never block a request and never run two at a time for one session (a
+(docs/session-memory.md#notes-file). ``SessionMemory`` (one per daemon, ``App.session_memory``)
+keeps its per-session state in a feature (``SessionNotes``, docs/engine.md#features): its
+``on_append`` watches the session grow; when the trigger rule of ``core.session_memory`` says
+so, an extraction runs as a task in the daemon's task group: it snapshots the context, asks the
+summarizer for the whole updated notes file (or, offline, builds the notes from the
+transcript's ledger) and replaces the file atomically. Extractions never block a request and never run two at a time for one session (a
 per-session lock).
 
 ``plan`` and ``compact`` are the session-memory stage of ``compact/auto``: ``plan`` waits for a
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session, Snapshot
 
-__all__ = ["SessionMemoryService", "SessionNotes"]
+__all__ = ["SessionMemory", "SessionMemoryService", "SessionNotes"]
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,9 @@ class _Persisted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tru
 
 @dataclass(eq=False)
 class SessionNotes(Feature["Session"]):
-    """The service's state for one session (a feature, attached to the session)."""
+    """Session memory's state for one session (a feature, attached to the session)."""
 
-    service: SessionMemoryService
+    memory: SessionMemory
     persisted: _Persisted
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     tool_calls_since: int = 0
@@ -72,14 +72,16 @@ class SessionNotes(Feature["Session"]):
     last_error: str | None = None
 
     def on_append(self, session: Session, records: Sequence[Record]) -> None:
-        self.service.observe(session, self, records)
+        self.memory.observe(session, self, records)
 
     def on_compacted(self, session: Session, records: Sequence[Record]) -> None:
         # A compaction just committed: growth is measured from the compacted context.
         self.persisted.tokens_at_last = session.counter.current.tokens
 
 
-class SessionMemoryService:
+class SessionMemory:
+    """Per-daemon owner of note extraction and of the ``SessionNotes`` feature."""
+
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         opts = runtime.options.session_memory or p.SessionMemoryOptions()
@@ -112,7 +114,7 @@ class SessionMemoryService:
             pass
         except (OSError, msgspec.DecodeError, msgspec.ValidationError):
             log.warning("session %s: unreadable session-memory state", session.session_id)
-        return SessionNotes(service=self, persisted=persisted)
+        return SessionNotes(memory=self, persisted=persisted)
 
     def _read_notes(self, session: Session) -> str | None:
         try:
@@ -350,3 +352,8 @@ def _floor(snap: Snapshot, context: list[Record]) -> int:
 
 def _or(value: int | None, default: int) -> int:
     return default if value is None else value
+
+
+# The former name, still imported by engine/auto.py; it goes once that module imports
+# ``SessionMemory``.
+SessionMemoryService = SessionMemory

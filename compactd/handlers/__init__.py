@@ -24,7 +24,7 @@ from compactd.handlers import (
     stats,
     tokens,
 )
-from compactd.handlers.base import Context, Handler
+from compactd.handlers.base import Context, Handler, check_writable, decode_params
 
 if TYPE_CHECKING:
     from compactd.app import App
@@ -56,59 +56,10 @@ async def invoke(
         handler = HANDLERS.get(method)
         if handler is None:
             raise p.CompactdError(p.ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}")
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, f"{method} takes its params as an object")
-    if _nested_deeper(params, p.MAX_PARAMS_DEPTH):
-        raise p.CompactdError(
-            p.ErrorCode.INVALID_PARAMS,
-            f"invalid params for {method}: nested deeper than {p.MAX_PARAMS_DEPTH} levels",
-        )
-    try:
-        decoded = msgspec.convert(params, p.REQUESTS[method][0])
-    except RecursionError as exc:
-        raise p.CompactdError(
-            p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: nested too deeply"
-        ) from exc
-    except msgspec.ValidationError as exc:
-        raise p.CompactdError(
-            p.ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
-        ) from exc
-    if method not in p.READ_ONLY_METHODS:
-        # A session opened read-only answers reads only (docs/durability.md#ownership); the
-        # writers check again (``Session.check_writable``), this refuses before any work.
-        session = app.sessions.get(getattr(decoded, "session_id", None) or "")
-        if session is not None:
-            session.check_writable()
-            if method != p.SESSION_CLOSE and app.follow.following(session.session_id):
-                raise p.CompactdError(
-                    p.ErrorCode.SESSION_FOLLOWED,
-                    f"{method}: session {session.session_id!r} follows "
-                    f"{session.meta.imported_from}, which its agent writes; a change made here "
-                    "would never reach that agent. To compact a Claude Code session, use "
-                    "claudeCode/compact (`compactd compact FILE`) and resume the new session; "
-                    "or reopen this one with follow: false to work on compactd's copy",
-                    sessionId=session.session_id,
-                )
+    decoded = decode_params(method, params)
+    check_writable(app, method, decoded)
     result = await handler(app, decoded, ctx)
     return msgspec.to_builtins(result)
-
-
-def _nested_deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests deeper than ``limit``, found without recursion."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in item.values() if isinstance(v, (dict, list)))
-        elif isinstance(item, list):
-            if depth >= limit:
-                return True
-            stack.extend((v, depth + 1) for v in item if isinstance(v, (dict, list)))
-    return False
 
 
 __all__ = ["HANDLERS", "Context", "Handler", "invoke"]

@@ -35,7 +35,14 @@ if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session
 
-__all__ = ["check_online", "compact_to_claude_code", "last_turn_start", "read_source"]
+__all__ = [
+    "check_online",
+    "compact_to_claude_code",
+    "import_cwd",
+    "last_turn_start",
+    "read_resumable",
+    "read_source",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +75,30 @@ async def read_source(path: Path) -> cc.SourceFacts:
             p.ErrorCode.TRANSCRIPT_UNREADABLE, f"cannot read transcript {path}: {exc.strerror}"
         ) from exc
     return cc.source_facts(str(path), lines)
+
+
+async def read_resumable(path: Path, shown: str) -> cc.SourceFacts:
+    """``read_source``, refusing a file that is not a Claude Code transcript or that has no
+    assistant response yet (nothing to compact or resume from); ``shown`` names it in errors."""
+    source = await read_source(path)
+    if source.session_id is None:
+        raise p.CompactdError(
+            p.ErrorCode.TRANSCRIPT_UNREADABLE,
+            f"{shown} is not a Claude Code transcript (no line names a sessionId)",
+        )
+    if not source.has_assistant:
+        raise p.CompactdError(
+            p.ErrorCode.NOT_ENOUGH_MESSAGES,
+            f"{shown} has no assistant response yet: there is nothing to compact or resume from",
+        )
+    return source
+
+
+def import_cwd(source: cc.SourceFacts, path: Path) -> str:
+    """The directory to import ``source`` in: the agent's cwd when it still exists (file paths
+    in the transcript are relative to it), else the transcript's folder (the import needs an
+    existing directory)."""
+    return source.cwd if source.cwd and Path(source.cwd).is_dir() else str(path.parent)
 
 
 def last_turn_start(context: list[Record]) -> str | None:

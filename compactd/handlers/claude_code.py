@@ -19,10 +19,8 @@ if TYPE_CHECKING:
     from compactd.app import App
 
 
-async def compact(
-    app: App, params: p.ClaudeCodeCompactParams, ctx: Context
-) -> p.ClaudeCodeCompactResult:
-    raw = params.transcript_path
+def _transcript_path(raw: str) -> Path:
+    """``transcriptPath`` as an absolute path to an existing file, else the error to answer."""
     if not raw.strip() or "\x00" in raw:
         raise p.CompactdError(p.ErrorCode.INVALID_PARAMS, "transcriptPath must be a non-empty path")
     path = Path(raw).expanduser()
@@ -36,22 +34,18 @@ async def compact(
         raise p.CompactdError(
             p.ErrorCode.TRANSCRIPT_UNREADABLE, f"transcript {raw} does not exist or is not a file"
         )
+    return path
+
+
+async def compact(
+    app: App, params: p.ClaudeCodeCompactParams, ctx: Context
+) -> p.ClaudeCodeCompactResult:
+    path = _transcript_path(params.transcript_path)
     engine.check_online(app, bool(params.online))
-    source = await engine.read_source(path)
-    if source.session_id is None:
-        raise p.CompactdError(
-            p.ErrorCode.TRANSCRIPT_UNREADABLE,
-            f"{raw} is not a Claude Code transcript (no line names a sessionId)",
-        )
-    if not source.has_assistant:
-        raise p.CompactdError(
-            p.ErrorCode.NOT_ENOUGH_MESSAGES,
-            f"{raw} has no assistant response yet: there is nothing to compact or resume from",
-        )
-    # The agent's cwd when it still exists (file paths in the transcript are relative to it),
-    # else the transcript's folder: the import needs an existing directory.
-    cwd = source.cwd if source.cwd and Path(source.cwd).is_dir() else str(path.parent)
-    opened = await app.open_session(p.OpenParams(cwd=cwd, transcript_path=str(path)))
+    source = await engine.read_resumable(path, params.transcript_path)
+    opened = await app.open_session(
+        p.OpenParams(cwd=engine.import_cwd(source, path), transcript_path=str(path))
+    )
     session = await app.get_session(opened.session_id)
     return await engine.compact_to_claude_code(
         app,

@@ -11,7 +11,7 @@ when it can still be read) and the reader finds the next header, so no byte sequ
 - a length that was too long swallows the next frame's header: the body is searched for it,
   the message before it is still delivered when it parses, and reading resumes there. A body
   that ends with the start of a header (``...}Conte``) is judged only once the rest has been
-  read, so where the pipe happens to split the bytes changes nothing (issue 26);
+  read, so where the pipe happens to split the bytes changes nothing;
 - garbage that runs on into a header (``ab: cdContent-Length: 9``) costs only the garbage;
 - an id that JSON-RPC allows but LSP does not (``1.5``, ``1e3``) is refused with that id.
 

@@ -256,7 +256,7 @@ class SessionMemoryOptions(
 class BackgroundCompactionOptions(
     msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True
 ):
-    """Zero-wait compaction (issue 28): a summary prepared in the background from a snapshot
+    """Zero-wait compaction: a summary prepared in the background from a snapshot
     before the auto-compact threshold, applied at once when the threshold comes.
 
     docs/background.md. ``enabled`` (default true; false: compaction behaves as without it);

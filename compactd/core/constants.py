@@ -119,7 +119,7 @@ COMPACT_MAX_OUTPUT_TOKENS: Final = 20_000
 COMPACT_MAX_PTL_RETRIES: Final = 3
 
 # A stream that broke after it started, or ended without message_stop, is retried once
-# (issue 6; the SDK retries neither: docs/anthropic-api.md#retries).
+# (the SDK retries neither: docs/anthropic-api.md#retries).
 SUMMARIZER_STREAM_RETRIES: Final = 1
 
 # Retries of 429 / 5xx / 529 answers before a stream starts, done by the SDK itself (its

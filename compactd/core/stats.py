@@ -40,10 +40,10 @@ __all__ = [
     "session_stats",
 ]
 
-# A compaction that refills past the auto-compact threshold within 3 turns is thrash (issue 12;
-# Claude Code's own "rapid refill" breaker also counts 3,
-# docs/compaction.md#fixed-prefix-and-rapid-refill). A turn is a user prompt: the refill counts
-# as rapid while at most this many prompts followed the compaction.
+# A compaction that refills past the auto-compact threshold within 3 turns is thrash: Claude
+# Code's own "rapid refill" breaker also counts 3
+# (docs/compaction.md#fixed-prefix-and-rapid-refill). A turn is a user prompt: the refill
+# counts as rapid while at most this many prompts followed the compaction.
 THRASH_REFILL_TURNS: Final = 3
 
 # How many contributors to a refill the stats name.

@@ -35,6 +35,8 @@ from compactd.core.cachebreak.detector import (
     CACHE_BREAK_MIN_DROP_FRACTION,
     CACHE_BREAK_MIN_DROP_TOKENS,
     DEFAULT_QUERY_SOURCE,
+    MAX_RECORDED_BREAKS,
+    MAX_TRACKED_SOURCES,
     CacheBreakDetector,
     CacheBreakFinding,
     DetectorConfig,
@@ -42,8 +44,11 @@ from compactd.core.cachebreak.detector import (
     is_break,
 )
 from compactd.core.cachebreak.fingerprint import (
+    CACHE_DEFAULT_TTL_SECONDS,
+    CACHE_LONG_TTL_SECONDS,
     Fingerprint,
     Marker,
+    SystemPrint,
     fingerprint,
     stable_hash,
 )
@@ -51,6 +56,8 @@ from compactd.core.cachebreak.fingerprint import (
 __all__ = [
     "CACHE_BREAK_MIN_DROP_FRACTION",
     "CACHE_BREAK_MIN_DROP_TOKENS",
+    "CACHE_DEFAULT_TTL_SECONDS",
+    "CACHE_LONG_TTL_SECONDS",
     "CAUSE_BETAS",
     "CAUSE_CACHE_CONTROL",
     "CAUSE_EFFORT",
@@ -65,8 +72,11 @@ __all__ = [
     "DEFAULT_QUERY_SOURCE",
     "DetectorConfig",
     "Fingerprint",
+    "MAX_RECORDED_BREAKS",
+    "MAX_TRACKED_SOURCES",
     "Marker",
     "ResponseOutcome",
+    "SystemPrint",
     "describe_changes",
     "fingerprint",
     "is_break",

@@ -35,6 +35,7 @@ __all__ = [
     "pointer",
     "pointer_uuids",
     "search",
+    "snippet_at",
 ]
 
 # Hits returned when the request names no limit, and the most it may ask for (the protocol's
@@ -100,7 +101,8 @@ def entry_text(record: Record) -> str:
     return "\n".join(text for text, _ in _parts(record))
 
 
-def _snippet(text: str, at: int, length: int) -> str:
+def snippet_at(text: str, at: int, length: int) -> str:
+    """The text around ``length`` characters at ``at``, on one line, with ``...`` where cut."""
     start = max(0, at - SNIPPET_CONTEXT_CHARS)
     stop = min(len(text), at + length + SNIPPET_CONTEXT_CHARS)
     core = " ".join(text[start:stop].split())
@@ -135,7 +137,7 @@ def search(
             at = text.casefold().find(needle)
             if at >= 0:
                 cleared = tool_id is not None and tool_id in cleared_tool_ids
-                hits.append(Hit(record, _snippet(text, at, len(query)), cleared))
+                hits.append(Hit(record, snippet_at(text, at, len(query)), cleared))
                 break
         if len(hits) >= limit:
             break
@@ -164,5 +166,5 @@ def fetch(records: Sequence[Record], uuids: Sequence[str]) -> list[Hit]:
     for uid in dict.fromkeys(uuids):
         hit = found.get(uid)
         if hit is not None:
-            out.append(Hit(hit, _snippet(entry_text(hit), 0, 0), False))
+            out.append(Hit(hit, snippet_at(entry_text(hit), 0, 0), False))
     return out

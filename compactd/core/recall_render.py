@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from compactd.core.recall import snippet_at
+
 __all__ = [
     "ANSWER_BUDGET_TOKENS",
     "CHARS_PER_TOKEN",
@@ -27,6 +29,7 @@ __all__ = [
     "cut_around",
     "render_fetch",
     "render_hits",
+    "snippet",
 ]
 
 # compactd's own choices, well under Claude Code's MCP output cap of 25,000 tokens.
@@ -49,6 +52,7 @@ class Stored:
     timestamp: str | None
     text: str
     line: int  # its line in the transcript, from 0
+    tool_use_id: str | None = None  # of a tool result: the call it answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,13 @@ def _first_at(text: str, terms: Sequence[str]) -> int:
     folded = text.casefold()
     found = [at for at in (folded.find(t) for t in terms if t) if at >= 0]
     return min(found) if found else 0
+
+
+def snippet(text: str, terms: Sequence[str]) -> str:
+    """A one-line window of ``text`` around the first of ``terms`` it holds."""
+    at = _first_at(text, terms)
+    length = next((len(t) for t in terms if text.casefold().startswith(t, at)), 0)
+    return snippet_at(text, at, length)
 
 
 def cut_around(text: str, terms: Sequence[str], limit: int, uuid: str | None) -> str:

@@ -39,7 +39,8 @@ Role = Literal["user", "assistant", "tool", "summary", "system"]
 _POINTER: Final = re.compile(r"^\s*recall:([0-9A-Za-z][0-9A-Za-z_-]*)(?:\+(\d+))?\s*$")
 # An apostrophe (straight or typographic) between two letters: "don't", "it’s".
 _INNER_APOSTROPHE: Final = re.compile(r"(?<=\w)['\u2019](?=\w)")
-_WORD: Final = re.compile(r"\w+")
+# A word as FTS5's unicode61 tokenizer cuts them: letters and digits ("mod_0" is two words).
+_WORD: Final = re.compile(r"[^\W_]+")
 _QUOTED: Final = re.compile(r'"([^"]*)"')
 
 # Tools whose call writes the file it names (Claude Code's built-in tools).
@@ -71,7 +72,7 @@ def fold(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text`` after ``fold``, in order (letters, digits and ``_`` runs)."""
+    """The words of ``text`` after ``fold``, in order (runs of letters and digits)."""
     return _WORD.findall(fold(text))
 
 
@@ -265,7 +266,7 @@ def parse_query(text: str) -> Query:
     rest = _QUOTED.sub(" ", text)
     for chunk in rest.split():
         found = words(chunk)
-        if len(found) > 1 and not re.fullmatch(r"\W*\w+\W*", fold(chunk)):
+        if len(found) > 1:
             phrases.append(found)
         else:
             loose.extend(found)

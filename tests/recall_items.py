@@ -14,7 +14,7 @@ its first two words and the last argument of its first line
 (``git diff src/app.py``). It counts as found when one of the first ``TOP`` results is the item's own
 entry: the message's entry (its uuid), or a tool call or result whose text holds the command or
 the file name. The baseline is the exact-substring search recall/search had before the index
-(``compactd.core.recall.search``: the query as one case-insensitive string, most recent first).
+(``substring_search``: the query as one case-insensitive string, most recent first).
 """
 
 from __future__ import annotations
@@ -131,9 +131,17 @@ def found_by_index(index: RecallIndex, item: Item) -> bool:
     return any(is_item(item, f.entry.uuid, f.entry.text) for f in outcome.found)
 
 
+def substring_search(records: list[Record], query: str, limit: int) -> list[Record]:
+    """The baseline: recall/search before the index, the query as one case-insensitive string
+    in an entry's text, most recent first."""
+    needle = query.casefold()
+    hits = [r for r in reversed(records) if needle in recall.entry_text(r).casefold()]
+    return hits[:limit]
+
+
 def found_by_substring(records: list[Record], item: Item) -> bool:
-    hits = recall.search(records, item.query, limit=TOP)
-    return any(is_item(item, h.record.uuid, recall.entry_text(h.record)) for h in hits)
+    hits = substring_search(records, item.query, TOP)
+    return any(is_item(item, r.uuid, recall.entry_text(r)) for r in hits)
 
 
 @dataclass

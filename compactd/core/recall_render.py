@@ -113,10 +113,11 @@ def cut_around(text: str, terms: Sequence[str], limit: int, uuid: str | None) ->
     return ("…" if start else "") + text[start:stop] + f"… [{len(text):,} characters; cut: {where}]"
 
 
-def _head(n: int, e: Stored) -> str:
+def _who(e: Stored) -> str:
+    """Who said it, when, and how to fetch it: ``user · 2026-01-02T10:00:00Z · recall:<uuid>``."""
     when = e.timestamp or "no time"
     where = f"recall:{e.uuid}" if e.uuid else f"line {e.line + 1}"
-    return f"[{n}] {e.role} · {when} · {where}"
+    return f"{e.role} · {when} · {where}"
 
 
 def render_hits(
@@ -134,11 +135,11 @@ def render_hits(
     shown = 0
     for n, hit in enumerate(found, 1):
         parts = [
-            f"{_head(n, hit.entry)} · matched {hit.match}",
+            f"[{n}] {_who(hit.entry)} · matched {hit.match}",
             cut_around(hit.entry.text, terms, HIT_CHARS, hit.entry.uuid),
         ]
         for rev in hit.revisions:
-            parts.append(f"  ↳ {rev.reason}: {_head(n, rev.entry)[len(str(n)) + 3 :]}")
+            parts.append(f"  ↳ {rev.reason}: {_who(rev.entry)}")
             parts.append("    " + cut_around(rev.entry.text, terms, REVISION_CHARS, rev.entry.uuid))
         if not budget.take("\n".join(parts) + "\n"):
             break
@@ -159,7 +160,7 @@ def render_fetch(
     that continues it (``recall:<uuid>+<offset>``)."""
     room = budget_tokens * CHARS_PER_TOKEN
     text = entry.text[start:]
-    lines = [header, _head(1, entry)[4:]]
+    lines = [header, _who(entry)]
     if start:
         lines.append(f"(from character {start:,} of {len(entry.text):,})")
     if len(text) > room:

@@ -15,7 +15,6 @@ later entry that changed what it was about (docs/recall.md#revisions).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -225,10 +224,6 @@ def is_correction(text: str) -> bool:
 def file_key(path: str) -> str:
     """How the revision rule compares paths: by file name, case folded."""
     return os.path.basename(path.rstrip("/")).casefold()
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
 
 
 # -- queries ----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from compactd.cli.synthetic import make_session
 from compactd.core.recall_render import (
     ANSWER_BUDGET_TOKENS,
     CHARS_PER_TOKEN,
@@ -115,6 +116,30 @@ def test_substring_fallback_for_punctuation(tmp_path: Path) -> None:
     with RecallIndex(tmp_path / "data", path) as index:
         assert _search(index, "=>").found[0].match == "substring"
         assert _search(index, "@@").found == []
+
+
+def test_case_quotes_backslashes_and_diacritics(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    text = 'a "quoted" word \\ with backslash and ünïcode'
+    _write(path, [_user("d", text), _user("a", "The Quick brown fox")])
+    with RecallIndex(tmp_path / "data", path) as index:
+        assert _uuids(_search(index, '"quoted" word \\ with')) == ["d"]
+        assert _uuids(_search(index, "ÜNÏCODE")) == ["d"]
+        assert _uuids(_search(index, "unicode")) == ["d"]
+        assert _uuids(_search(index, "QUICK")) == ["a"]
+        assert _search(index, "absent").found == []
+
+
+def test_a_long_transcript_finds_its_oldest_message(tmp_path: Path) -> None:
+    entries = make_session(entries=3000, target_tokens=200_000, seed=3)
+    path = tmp_path / "t.jsonl"
+    _write(path, entries)
+    first = next(
+        e for e in entries if e["type"] == "user" and isinstance(e["message"]["content"], str)
+    )
+    with RecallIndex(tmp_path / "data", path) as index:
+        found = _search(index, first["message"]["content"][:40], limit=200)
+        assert first["uuid"] in _uuids(found)
 
 
 def test_revision_rule(tmp_path: Path, transcript: Path) -> None:

@@ -102,9 +102,13 @@ class RecallIndex:
         self.path = index_path(data_dir, transcript)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.create_function("casefold", 1, str.casefold, deterministic=True)
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.create_function("casefold", 1, str.casefold, deterministic=True)
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
 
     def __enter__(self) -> RecallIndex:
         return self
@@ -321,8 +325,7 @@ class RecallIndex:
                 yield Revision(_stored(after), "the person's next message corrects it")
 
 
-def open_index(data_dir: Path, transcript: Path) -> RecallIndex:
-    """An index of ``transcript`` brought up to date (OSError when it cannot be read)."""
+def _open(data_dir: Path, transcript: Path) -> RecallIndex:
     index = RecallIndex(data_dir, transcript)
     try:
         index.refresh()
@@ -330,3 +333,18 @@ def open_index(data_dir: Path, transcript: Path) -> RecallIndex:
         index.close()
         raise
     return index
+
+
+def open_index(data_dir: Path, transcript: Path) -> RecallIndex:
+    """An index of ``transcript`` brought up to date (OSError when it cannot be read).
+
+    The index is a cache of the transcript: one SQLite cannot open (a damaged or foreign file)
+    is removed and built again.
+    """
+    try:
+        return _open(data_dir, transcript)
+    except sqlite3.DatabaseError:
+        path = index_path(data_dir, transcript)
+        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            stale.unlink(missing_ok=True)
+        return _open(data_dir, transcript)

@@ -20,7 +20,7 @@ from compactd.core.recall_render import (
     render_hits,
 )
 from compactd.core.recall_words import is_correction, parse_query
-from compactd.services.recall_index import RecallIndex, SearchOutcome, index_path
+from compactd.services.recall_index import RecallIndex, SearchOutcome, index_path, open_index
 from tests.recall_items import dropped, found_by_index, transcripts
 
 
@@ -194,6 +194,15 @@ def test_replaced_or_truncated_transcript_is_indexed_again(
     # The index lives under the data dir, not beside the transcript.
     assert index_path(data, transcript).is_relative_to(data)
     assert sorted(p.name for p in transcript.parent.iterdir()) == ["data", "t.jsonl"]
+
+
+def test_a_damaged_index_is_built_again(tmp_path: Path, transcript: Path) -> None:
+    data = tmp_path / "data"
+    path = index_path(data, transcript)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"this is not a database" * 100)
+    with open_index(data, transcript) as index:
+        assert _uuids(index.search(parse_query("staging"), 5)) == ["u2"]
 
 
 def test_a_uuid_written_twice_is_one_entry(tmp_path: Path) -> None:

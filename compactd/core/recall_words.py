@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 __all__ = [
+    "ALL_WORDS",
+    "PREFIXES",
+    "SOME_WORDS",
+    "SUBSTRING",
     "Indexed",
     "Query",
     "Role",
@@ -236,8 +240,17 @@ class Query:
     text: str
     fetch_uuid: str | None = None
     fetch_from: int = 0  # a character offset into the fetched entry (``recall:<uuid>+N``)
-    stages: tuple[str, ...] = ()
+    # (name, FTS5 expression), in the order the index tries them; the names are ALL_WORDS,
+    # PREFIXES and SOME_WORDS (docs/recall.md#ranking).
+    stages: tuple[tuple[str, str], ...] = ()
     terms: tuple[str, ...] = ()  # the folded words, for snippets and the substring fallback
+
+
+# The search stages, by the name a hit reports (docs/recall.md#ranking).
+ALL_WORDS: Final = "all words"
+PREFIXES: Final = "prefixes"
+SUBSTRING: Final = "substring"
+SOME_WORDS: Final = "some words"
 
 
 def _phrase(tokens: list[str]) -> str:
@@ -272,10 +285,10 @@ def parse_query(text: str) -> Query:
     terms = tuple(dict.fromkeys([w for p in phrases for w in p] + loose))
     if not every:
         return Query(text, terms=terms)
-    stages = [" AND ".join(every)]
+    stages = [(ALL_WORDS, " AND ".join(every))]
+    prefixed = fixed + [_phrase([w]) + "*" for w in loose]
     if loose:
-        stages.append(" AND ".join(fixed + [_phrase([w]) + "*" for w in loose]))
-    alternatives = fixed + [_phrase([w]) + "*" for w in loose]
-    if len(alternatives) > 1:
-        stages.append(" OR ".join(alternatives))
-    return Query(text, stages=tuple(dict.fromkeys(stages)), terms=terms)
+        stages.append((PREFIXES, " AND ".join(prefixed)))
+    if len(prefixed) > 1:
+        stages.append((SOME_WORDS, " OR ".join(prefixed)))
+    return Query(text, stages=tuple(stages), terms=terms)

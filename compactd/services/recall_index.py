@@ -31,7 +31,7 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core.recall_render import Found, Revision, Stored
-from compactd.core.recall_words import Query, file_key, fold, indexed
+from compactd.core.recall_words import SOME_WORDS, SUBSTRING, Query, file_key, fold, indexed
 
 __all__ = ["RecallIndex", "SearchOutcome", "index_path", "open_index"]
 
@@ -59,7 +59,6 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     body, tokenize = 'porter unicode61 remove_diacritics 2');
 """
 
-_STAGE_NAMES: Final = ("all words", "prefixes", "some words")
 _COLUMNS: Final = "e.uuid, e.role, e.type, e.timestamp, e.text, e.line, e.tool_use_id, e.id"
 # Where the entry's row id and what follows the columns sit in a row.
 _ID: Final = 7
@@ -252,16 +251,16 @@ class RecallIndex:
         words, all of them as prefixes, the query as one case-insensitive string (most recent
         first), any of the words. Within a word stage BM25 ranks, then the most recent wins.
         """
-        word_stages = list(zip(_STAGE_NAMES, query.stages, strict=False))
-        some = [s for s in word_stages if s[0] == "some words"]
-        for name, stage in [s for s in word_stages if s not in some]:
-            outcome = self._match(name, stage, limit)
-            if outcome.found:
-                return outcome
+        for name, stage in query.stages:
+            if name != SOME_WORDS:
+                outcome = self._match(name, stage, limit)
+                if outcome.found:
+                    return outcome
         outcome = self._substring(query.text, limit)
-        if outcome.found or not some:
-            return outcome
-        return self._match(*some[0], limit)
+        for name, stage in query.stages:
+            if name == SOME_WORDS and not outcome.found:
+                outcome = self._match(name, stage, limit)
+        return outcome
 
     def _finish(self, rows: Sequence[Sequence[Any]], match: str, total: int) -> SearchOutcome:
         found = [Found(_stored(row), match, tuple(self._revisions(row))) for row in rows]
@@ -289,7 +288,7 @@ class RecallIndex:
             "ORDER BY e.line DESC",
             (needle,),
         ).fetchall()
-        return self._finish(rows[:limit], "substring", len(rows))
+        return self._finish(rows[:limit], SUBSTRING, len(rows))
 
     # -- the revision rule (docs/recall.md#revisions) -----------------------------------------
 

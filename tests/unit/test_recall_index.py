@@ -232,7 +232,13 @@ def test_query_parsing() -> None:
     assert (q.fetch_uuid, q.fetch_from) == ("abc-123", 0)
     assert parse_query("recall:abc+500").fetch_from == 500
     q = parse_query('fix "the parser" src/app.py')
-    assert q.stages[0] == '"the parser" AND "src app py" AND "fix"'
+    assert q.stages == (
+        ("all words", '"the parser" AND "src app py" AND "fix"'),
+        ("prefixes", '"the parser" AND "src app py" AND "fix"*'),
+        ("some words", '"the parser" OR "src app py" OR "fix"*'),
+    )
+    # Phrases alone: no prefix stage, and "some words" is named as such.
+    assert [name for name, _ in parse_query('"a b" c.d').stages] == ["all words", "some words"]
     assert parse_query("don't").terms == ("dont",)
     assert parse_query("!!").stages == ()
 

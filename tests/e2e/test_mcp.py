@@ -55,11 +55,9 @@ async def mcp_session(
 
 def _place(config_dir: Path, cwd: str, source: Path, name: str) -> Path:
     """A copy of ``source`` where Claude Code keeps ``cwd``'s transcripts."""
-    os.environ["CLAUDE_CONFIG_DIR"] = str(config_dir)
-    try:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CLAUDE_CONFIG_DIR", str(config_dir))
         folder = claude_state.project_dir(cwd)
-    finally:
-        del os.environ["CLAUDE_CONFIG_DIR"]
     folder.mkdir(parents=True, exist_ok=True)
     return Path(shutil.copy(source, folder / f"{name}.jsonl"))
 

@@ -15,6 +15,7 @@ from compactd.core.recall_render import (
     ANSWER_BUDGET_TOKENS,
     CHARS_PER_TOKEN,
     Found,
+    Revision,
     Stored,
     render_fetch,
     render_hits,
@@ -259,6 +260,15 @@ def test_output_stays_within_its_budget() -> None:
     hit = [Found(_stored(1, "a " * 3000 + "needle " + "b " * 3000), "all words")]
     cut = render_hits(hit, ["needle"], header="h", total=1)
     assert "needle" in cut and "recall:id1 returns it whole" in cut
+    # A revision is shown under its hit.
+    later = Revision(
+        _stored(9, "No, use the other bucket"), "the person's next message corrects it"
+    )
+    shown = render_hits(
+        [Found(_stored(1, "use the bucket"), "all words", (later,))], [], header="h", total=1
+    )
+    assert "  ↳ the person's next message corrects it: user · no time · recall:id9" in shown
+    assert "No, use the other bucket" in shown
     # A fetch gives the whole, or says where it continues.
     whole = render_fetch(_stored(2, "z" * 100_000), 0, header="h")
     assert "recall:id2+" in whole and len(whole) < 100_000

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
 
+import msgspec
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
@@ -100,13 +101,13 @@ class _Target:
 def _named(config: McpConfig, name: str) -> _Target:
     store = Store(config.data_dir)
     if valid_session_id(name) and store.transcript_path(name).is_file():
-        meta = store.read_meta(name)
+        try:
+            meta = store.read_meta(name)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            # Without its meta the transcript still answers; the model comes from its lines.
+            return _Target(store.transcript_path(name), name, "compactd session")
         return _Target(
-            store.transcript_path(name),
-            name,
-            "compactd session",
-            meta.model,
-            meta.context_window,
+            store.transcript_path(name), name, "compactd session", meta.model, meta.context_window
         )
     claude = claude_state.project_dir(config.cwd) / f"{name}.jsonl"
     if valid_session_id(name) and claude.is_file():

@@ -27,7 +27,6 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from compactd import __version__
-from compactd.core.outlook import outlook
 from compactd.core.recall import RECALL_MAX_LIMIT
 from compactd.core.recall_render import render_fetch, render_hits
 from compactd.core.recall_words import parse_query
@@ -179,6 +178,10 @@ def recall_answer(config: McpConfig, query: str, limit: int, session: str | None
 
 def context_answer(config: McpConfig, session: str | None) -> str:
     """The ``context`` tool's answer (text), or ToolError."""
+    # Token counting imports a good part of the core: paid by the first `context` call, not by
+    # every start of the server (docs/recall.md#mcp-tools).
+    from compactd.core.outlook import outlook
+
     target = find_target(config, session)
     try:
         data = target.transcript.read_bytes()

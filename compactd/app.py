@@ -20,7 +20,6 @@ from typing import Any
 
 import anyio
 import msgspec
-import platformdirs
 
 from compactd import protocol as p
 from compactd.core import constants as c
@@ -38,6 +37,7 @@ from compactd.services.store import (
     MAX_IMPORT_BYTES,
     LoadedTranscript,
     SessionMeta,
+    default_data_dir,
     valid_session_id,
 )
 from compactd.transcript.model import (
@@ -48,10 +48,6 @@ from compactd.transcript.model import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def default_data_dir() -> Path:
-    return Path(platformdirs.user_data_dir("compactd", appauthor=False))
 
 
 class App(Runtime):

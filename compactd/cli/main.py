@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -64,6 +65,18 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--data-dir", help="where sessions are stored (default: user data dir)")
     serve.add_argument("--log-file", help="log here instead of stderr")
     serve.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv)")
+
+    mcp = sub.add_parser(
+        "mcp",
+        help="an MCP server on stdio: the recall and context tools for an agent",
+        description="Serve the MCP tools `recall` (search this session's whole history) and "
+        "`context` (how full its window is) on stdio (docs/recall.md).",
+    )
+    mcp.add_argument("--data-dir", help="compactd's data dir (default: user data dir)")
+    mcp.add_argument("--session", help="serve this session (default: the current Claude Code one)")
+    mcp.add_argument("--cwd", help="the project folder (default: the working directory)")
+    mcp.add_argument("--log-file", help="log here instead of stderr")
+    mcp.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv)")
 
     # Every report can be asked for as plain text or as JSON.
     output = argparse.ArgumentParser(add_help=False)
@@ -186,6 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         from compactd.server import run_stdio
 
         return run_stdio(Path(args.data_dir) if args.data_dir else None)
+    if args.command == "mcp":
+        _setup_logging(args.verbose, args.log_file)
+        from compactd.mcp_server import McpConfig, run
+        from compactd.services.store import default_data_dir
+
+        data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+        return run(McpConfig(data_dir, args.cwd or os.getcwd(), args.session))
     _setup_logging(0, None)
     # A report piped into `head` ends quietly when the pipe closes, as other tools do.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import platformdirs
 
 from compactd.services import ownership
 from compactd.transcript.history import History, boundary_indices
@@ -59,6 +60,12 @@ _LOCK_ATTEMPTS = 5
 # choice). Real sessions reach tens of MB; this guards the daemon's memory against a wrong path
 # (a disk image, a log file).
 MAX_IMPORT_BYTES = 1 << 30
+
+
+def default_data_dir() -> Path:
+    """compactd's data dir when none is configured: the platform's user data dir."""
+    return Path(platformdirs.user_data_dir("compactd", appauthor=False))
+
 
 # Session ids become directory names: keep them to a conservative alphabet.
 _SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

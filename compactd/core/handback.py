@@ -43,6 +43,7 @@ __all__ = [
     "HANDBACK_TITLE",
     "Compaction",
     "Handback",
+    "compaction_in_progress",
     "hand_back",
     "last_compaction",
 ]
@@ -113,14 +114,7 @@ def last_compaction(records: Sequence[Record], *, whole: bool = True) -> Compact
     if summary_at is None or not _is_summary(records[summary_at]):
         return None  # none, or a boundary whose summary is still being written
     boundary_at = _boundary_of(records, summary_at)
-    start = 0
-    previous: str | None = None
-    for i in range(boundary_at - 1, -1, -1):
-        if _is_boundary(records[i]) or _is_summary(records[i]):
-            start = i
-            opened = _boundary_of(records, i) if _is_summary(records[i]) else i
-            previous = records[opened].entry.uuid or records[i].entry.uuid
-            break
+    start, previous = _span_start(records, boundary_at)
     kept = {r.entry.uuid for r in preserved_records(records, boundary_at)}
     span = [
         r
@@ -138,6 +132,38 @@ def last_compaction(records: Sequence[Record], *, whole: bool = True) -> Compact
         whole=whole or previous is not None,
         pre_tokens=meta.pre_tokens if meta is not None else None,
         post_tokens=meta.post_tokens if meta is not None else None,
+    )
+
+
+def _span_start(records: Sequence[Record], end: int) -> tuple[int, str | None]:
+    """Where the span before ``end`` starts: the latest summary before it (an earlier
+    compaction's, kept in the span for what it carries) with its boundary's id, or the start."""
+    for i in range(end - 1, -1, -1):
+        if _is_boundary(records[i]) or _is_summary(records[i]):
+            opened = _boundary_of(records, i) if _is_summary(records[i]) else i
+            return i, records[opened].entry.uuid or records[i].entry.uuid
+    return 0, None
+
+
+def compaction_in_progress(
+    records: Sequence[Record], summary: str, trigger: str, *, whole: bool = True
+) -> Compaction:
+    """The compaction whose ``summary`` Claude Code has written but not yet put in its file.
+
+    Claude Code runs its PostCompact and SessionStart hooks before it appends the boundary and
+    the summary (docs/claude-code.md#sessionstart-after-a-compaction): the span is everything
+    since the latest compaction in the file. The messages Claude Code keeps after its summary
+    are not named yet, so they count as replaced.
+    """
+    start, previous = _span_start(records, len(records))
+    span = [r for r in records[start:] if not _is_boundary(r)]
+    return Compaction(
+        boundary_id="",
+        trigger=trigger,
+        summary=summary,
+        replaced=main_thread(span),
+        previous_boundary_id=previous,
+        whole=whole or previous is not None,
     )
 
 

@@ -124,7 +124,8 @@ HANDED_BACK_KEPT = 64
 class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
     """What the SessionStart hook gave the model after one compaction."""
 
-    boundary_id: str
+    boundary_id: str = ""
+    after: str = ""
     at: float = 0.0
     #: what the summary kept, in words ("1 of 2 user messages, ...")
     kept: str = ""
@@ -137,17 +138,26 @@ class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True)
     post_tokens: int | None = None
 
 
+class Compacted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """A compaction whose items were handed back: its boundary's id when it was filed then,
+    else the id of the compaction it followed (``after``; empty: the session's first)."""
+
+    boundary_id: str = ""
+    after: str = ""
+
+
 class SessionState(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
     """One Claude Code session's state kept by the hooks, read by the status line."""
 
     session_id: str
-    #: compactions (boundary ids) whose dropped items were handed back, oldest first
-    handed_back: list[str] = msgspec.field(default_factory=list)
+    #: compactions whose dropped items were handed back, oldest first
+    handed_back: list[Compacted] = msgspec.field(default_factory=list)
     #: the latest hand-back
     last: Restored | None = None
-    #: the ledger folded at the latest hand-back, checked again at the next compaction
+    #: the ledger folded at the latest hand-back, checked again at the next compaction, and
+    #: the compaction it belongs to (a boundary id, or ``after:<id>`` before it was filed)
     carry: dict[str, Any] | None = None
-    carry_boundary_id: str | None = None
+    carry_after: str = ""
     #: the threshold level last warned about, with the compaction it was in ("<id>:<level>")
     warned: str = ""
 

@@ -85,7 +85,7 @@ def _hook(args: argparse.Namespace) -> int:
 
 
 def _statusline(args: argparse.Namespace) -> int:
-    from compactd.services.claude_hooks import status_line_for
+    from compactd.services.claude_status import status_line_for
 
     print(status_line_for(_stdin(), _data_dir(args.data_dir), os.environ))
     return 0

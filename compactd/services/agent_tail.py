@@ -106,6 +106,8 @@ def read_tail(path: Path, *, need: str = "compaction", limit: int = MAX_TAIL_BYT
     found = format_of(lines)
     if found is None:
         if not any(line.strip() for line in lines):
+            if pos > 0:
+                raise TailError(f"{path} ends in a line longer than the {cap:,} bytes a hook reads")
             raise TailError(f"{path} holds no complete line yet")
         raise TailError(f"{path} is not a session file compactd reads (Claude Code JSONL)")
     fmt, records = found

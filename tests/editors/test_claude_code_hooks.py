@@ -164,7 +164,9 @@ def test_claude_code_with_compactd_installed(tmp_path: Path, emu: Emulator) -> N
     # 2. Claude Code's own /compact: the summary request carries compactd's steering; the
     #    first request after it carries what the summary dropped.
     claude.run("--continue", "-p", "/compact")
-    summarized = [r.body for r in emu.message_requests if CC_SUMMARY_INSTRUCTION in json.dumps(r.body)]
+    summarized = [
+        r.body for r in emu.message_requests if CC_SUMMARY_INSTRUCTION in json.dumps(r.body)
+    ]
     assert summarized and "quote every message the user typed" in json.dumps(summarized[-1])
     assert transcript.read_bytes().startswith(before)  # compactd wrote nothing into it
     stdout, bodies = claude.run("--continue", "-p", "Carry on")

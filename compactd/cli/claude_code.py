@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument(
                 "--replace-compaction",
                 action="store_true",
-                help="not available with Claude Code 2.1.330 run offline (docs/claude-code.md)",
+                help="not available yet (docs/claude-code.md#replacing-claude-codes-compaction)",
             )
     return parser
 
@@ -100,7 +100,8 @@ def _settings(args: argparse.Namespace) -> int:
         if args.action == "install":
             if args.replace_compaction:
                 print(
-                    "compactd: --replace-compaction is not available (docs/claude-code.md)",
+                    "compactd: --replace-compaction is not available yet "
+                    "(docs/claude-code.md#replacing-claude-codes-compaction); nothing was changed",
                     file=sys.stderr,
                 )
                 return 1

@@ -62,7 +62,7 @@ def _due(event: HookEvent, kept: state.SessionState) -> Compaction | None:
 
     Claude Code 2.1.330 runs ``SessionStart`` (``compact``) before it files the compaction and
     before ``PostCompact``, and does not pass the summary: the compaction then is the one in
-    progress, and everything its span holds goes back (docs/claude-code.md#sessionstart).
+    progress, and everything its span holds goes back (docs/claude-code.md#sessionstart-after-a-compaction).
     On ``resume`` it is the latest one filed, checked against its summary.
     """
     tail = read_tail(transcript_of(event))

@@ -644,6 +644,16 @@ class RecallParams(_Params, kw_only=True):
     limit: Count | None = None
 
 
+class RecallRevision(_Wire, kw_only=True):
+    """A later entry that changed what a hit was about (docs/recall.md#revisions)."""
+
+    uuid: str
+    role: str
+    timestamp: str | None
+    reason: str
+    snippet: str
+
+
 class RecallHit(_Wire, kw_only=True):
     uuid: str
     type: str
@@ -651,10 +661,17 @@ class RecallHit(_Wire, kw_only=True):
     compacted: bool
     snippet: str
     entry: dict[str, Any] | None = None
+    # Who said it: user, assistant, tool, summary or system (a search's hits only).
+    role: str | None = None
+    # Which stage of the search found it: all words, prefixes, substring, some words.
+    match: str | None = None
+    revisions: list[RecallRevision] | None = None
 
 
 class RecallResult(_Wire, kw_only=True):
     hits: list[RecallHit]
+    # Entries the search matched, the hits returned included (a search only).
+    total: int | None = None
 
 
 # -- attachments and file state -----------------------------------------------------------------

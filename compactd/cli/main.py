@@ -74,7 +74,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--data-dir", help="compactd's data dir (default: user data dir)")
     mcp.add_argument("--session", help="serve this session (default: the current Claude Code one)")
-    mcp.add_argument("--cwd", help="the project folder (default: the working directory)")
+    mcp.add_argument(
+        "--cwd",
+        help="the project folder (default: $CLAUDE_PROJECT_DIR, else the working directory)",
+    )
     mcp.add_argument("--log-file", help="log here instead of stderr")
     mcp.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv)")
 
@@ -205,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         from compactd.services.store import default_data_dir
 
         data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-        return run(McpConfig(data_dir, args.cwd or os.getcwd(), args.session))
+        # Claude Code names the project in CLAUDE_PROJECT_DIR where it sets it (docs/recall.md).
+        cwd = args.cwd or os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
+        return run(McpConfig(data_dir, cwd, args.session))
     _setup_logging(0, None)
     # A report piped into `head` ends quietly when the pipe closes, as other tools do.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)

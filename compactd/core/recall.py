@@ -1,18 +1,17 @@
-"""Recall: search and fetch any entry of a transcript, including what compactions hid.
+"""Recall: fetch any entry of a transcript by uuid, and the pointers that name entries.
 
 A transcript keeps every original after a compaction or a microcompact, so nothing is really
-gone: ``search`` finds entries whose message text, tool inputs or tool results contain a
-string (case-insensitive), most recent first, with a snippet around the match; ``fetch``
-returns entries by uuid. Each hit says whether the entry is still in the current view.
+gone. Searching it by words is the full-text index's work (``services/recall_index.py``, with
+its pure half in ``core/recall_words.py`` and ``core/recall_render.py``; docs/recall.md);
+``fetch`` returns entries by uuid from a session's records, and ``entry_text`` is the text of
+one entry.
 
 A summary names the originals it shortens by recall pointers, ``recall:<uuid>`` (``pointer``);
 ``pointer_uuids`` finds them in a text, and ``recall/search`` given a pointer as its query
 fetches the entry, as if the uuid had been asked for.
 
-Speed: on a long transcript most entries do not match, so a query made only of characters that
-JSON writes unescaped is first looked for in the raw line bytes (lower-cased), and only the
-lines that pass are turned into text. Pure: no I/O of its own; released lines of a ``History``
-come back through its reader, so the server runs these in a worker thread.
+Pure: no I/O of its own; released lines of a ``History`` come back through its reader, so the
+server runs these in a worker thread.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ __all__ = [
     "fetch",
     "pointer",
     "pointer_uuids",
-    "search",
+    "snippet_at",
 ]
 
 # Hits returned when the request names no limit, and the most it may ask for (the protocol's
@@ -100,46 +99,12 @@ def entry_text(record: Record) -> str:
     return "\n".join(text for text, _ in _parts(record))
 
 
-def _snippet(text: str, at: int, length: int) -> str:
+def snippet_at(text: str, at: int, length: int) -> str:
+    """The text around ``length`` characters at ``at``, on one line, with ``...`` where cut."""
     start = max(0, at - SNIPPET_CONTEXT_CHARS)
     stop = min(len(text), at + length + SNIPPET_CONTEXT_CHARS)
     core = " ".join(text[start:stop].split())
     return ("..." if start > 0 else "") + core + ("..." if stop < len(text) else "")
-
-
-def _raw_prefilter(query: str) -> bytes | None:
-    """The lower-cased bytes to look for in raw lines, or None when JSON may escape them."""
-    if not query.isascii() or any(ch in query for ch in '"\\') or not query.isprintable():
-        return None
-    return query.lower().encode()
-
-
-def search(
-    records: Sequence[Record],
-    query: str,
-    *,
-    limit: int = RECALL_DEFAULT_LIMIT,
-    cleared_tool_ids: frozenset[str] = frozenset(),
-) -> list[Hit]:
-    """Entries containing ``query`` (case-insensitive), most recent first, at most ``limit``."""
-    needle = query.casefold()
-    raw_needle = _raw_prefilter(query)
-    hits: list[Hit] = []
-    # The prefilter reads a released line's bytes without making a record of it.
-    raw_line = records.raw_line if isinstance(records, History) else lambda i: records[i].raw
-    for i in range(len(records) - 1, -1, -1):
-        if raw_needle is not None and raw_needle not in raw_line(i).lower():
-            continue
-        record = records[i]
-        for text, tool_id in _parts(record):
-            at = text.casefold().find(needle)
-            if at >= 0:
-                cleared = tool_id is not None and tool_id in cleared_tool_ids
-                hits.append(Hit(record, _snippet(text, at, len(query)), cleared))
-                break
-        if len(hits) >= limit:
-            break
-    return hits
 
 
 def fetch(records: Sequence[Record], uuids: Sequence[str]) -> list[Hit]:
@@ -164,5 +129,5 @@ def fetch(records: Sequence[Record], uuids: Sequence[str]) -> list[Hit]:
     for uid in dict.fromkeys(uuids):
         hit = found.get(uid)
         if hit is not None:
-            out.append(Hit(hit, _snippet(entry_text(hit), 0, 0), False))
+            out.append(Hit(hit, snippet_at(entry_text(hit), 0, 0), False))
     return out

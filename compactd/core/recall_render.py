@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from compactd.core.recall import snippet_at
+
 __all__ = [
     "ANSWER_BUDGET_TOKENS",
     "CHARS_PER_TOKEN",
@@ -27,6 +29,7 @@ __all__ = [
     "cut_around",
     "render_fetch",
     "render_hits",
+    "snippet",
 ]
 
 # compactd's own choices, well under Claude Code's MCP output cap of 25,000 tokens.
@@ -49,6 +52,7 @@ class Stored:
     timestamp: str | None
     text: str
     line: int  # its line in the transcript, from 0
+    tool_use_id: str | None = None  # of a tool result: the call it answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,13 @@ def _first_at(text: str, terms: Sequence[str]) -> int:
     return min(found) if found else 0
 
 
+def snippet(text: str, terms: Sequence[str]) -> str:
+    """A one-line window of ``text`` around the first of ``terms`` it holds."""
+    at = _first_at(text, terms)
+    length = next((len(t) for t in terms if text.casefold().startswith(t, at)), 0)
+    return snippet_at(text, at, length)
+
+
 def cut_around(text: str, terms: Sequence[str], limit: int, uuid: str | None) -> str:
     """``text`` whole when it fits ``limit``, else the part around the first word asked for,
     with the pointer that fetches the rest."""
@@ -102,10 +113,11 @@ def cut_around(text: str, terms: Sequence[str], limit: int, uuid: str | None) ->
     return ("…" if start else "") + text[start:stop] + f"… [{len(text):,} characters; cut: {where}]"
 
 
-def _head(n: int, e: Stored) -> str:
+def _who(e: Stored) -> str:
+    """Who said it, when, and how to fetch it: ``user · 2026-01-02T10:00:00Z · recall:<uuid>``."""
     when = e.timestamp or "no time"
     where = f"recall:{e.uuid}" if e.uuid else f"line {e.line + 1}"
-    return f"[{n}] {e.role} · {when} · {where}"
+    return f"{e.role} · {when} · {where}"
 
 
 def render_hits(
@@ -123,11 +135,11 @@ def render_hits(
     shown = 0
     for n, hit in enumerate(found, 1):
         parts = [
-            f"{_head(n, hit.entry)} · matched {hit.match}",
+            f"[{n}] {_who(hit.entry)} · matched {hit.match}",
             cut_around(hit.entry.text, terms, HIT_CHARS, hit.entry.uuid),
         ]
         for rev in hit.revisions:
-            parts.append(f"  ↳ {rev.reason}: {_head(n, rev.entry)[len(str(n)) + 3 :]}")
+            parts.append(f"  ↳ {rev.reason}: {_who(rev.entry)}")
             parts.append("    " + cut_around(rev.entry.text, terms, REVISION_CHARS, rev.entry.uuid))
         if not budget.take("\n".join(parts) + "\n"):
             break
@@ -148,7 +160,7 @@ def render_fetch(
     that continues it (``recall:<uuid>+<offset>``)."""
     room = budget_tokens * CHARS_PER_TOKEN
     text = entry.text[start:]
-    lines = [header, _head(1, entry)[4:]]
+    lines = [header, _who(entry)]
     if start:
         lines.append(f"(from character {start:,} of {len(entry.text):,})")
     if len(text) > room:

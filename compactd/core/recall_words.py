@@ -15,7 +15,6 @@ later entry that changed what it was about (docs/recall.md#revisions).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -24,6 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 __all__ = [
+    "ALL_WORDS",
+    "PREFIXES",
+    "SOME_WORDS",
+    "SUBSTRING",
     "Indexed",
     "Query",
     "Role",
@@ -39,7 +42,8 @@ Role = Literal["user", "assistant", "tool", "summary", "system"]
 _POINTER: Final = re.compile(r"^\s*recall:([0-9A-Za-z][0-9A-Za-z_-]*)(?:\+(\d+))?\s*$")
 # An apostrophe (straight or typographic) between two letters: "don't", "it’s".
 _INNER_APOSTROPHE: Final = re.compile(r"(?<=\w)['\u2019](?=\w)")
-_WORD: Final = re.compile(r"\w+")
+# A word as FTS5's unicode61 tokenizer cuts them: letters and digits ("mod_0" is two words).
+_WORD: Final = re.compile(r"[^\W_]+")
 _QUOTED: Final = re.compile(r'"([^"]*)"')
 
 # Tools whose call writes the file it names (Claude Code's built-in tools).
@@ -71,7 +75,7 @@ def fold(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text`` after ``fold``, in order (letters, digits and ``_`` runs)."""
+    """The words of ``text`` after ``fold``, in order (runs of letters and digits)."""
     return _WORD.findall(fold(text))
 
 
@@ -226,10 +230,6 @@ def file_key(path: str) -> str:
     return os.path.basename(path.rstrip("/")).casefold()
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
 # -- queries ----------------------------------------------------------------------------------
 
 
@@ -240,8 +240,17 @@ class Query:
     text: str
     fetch_uuid: str | None = None
     fetch_from: int = 0  # a character offset into the fetched entry (``recall:<uuid>+N``)
-    stages: tuple[str, ...] = ()
+    # (name, FTS5 expression), in the order the index tries them; the names are ALL_WORDS,
+    # PREFIXES and SOME_WORDS (docs/recall.md#ranking).
+    stages: tuple[tuple[str, str], ...] = ()
     terms: tuple[str, ...] = ()  # the folded words, for snippets and the substring fallback
+
+
+# The search stages, by the name a hit reports (docs/recall.md#ranking).
+ALL_WORDS: Final = "all words"
+PREFIXES: Final = "prefixes"
+SUBSTRING: Final = "substring"
+SOME_WORDS: Final = "some words"
 
 
 def _phrase(tokens: list[str]) -> str:
@@ -265,7 +274,7 @@ def parse_query(text: str) -> Query:
     rest = _QUOTED.sub(" ", text)
     for chunk in rest.split():
         found = words(chunk)
-        if len(found) > 1 and not re.fullmatch(r"\W*\w+\W*", fold(chunk)):
+        if len(found) > 1:
             phrases.append(found)
         else:
             loose.extend(found)
@@ -276,10 +285,10 @@ def parse_query(text: str) -> Query:
     terms = tuple(dict.fromkeys([w for p in phrases for w in p] + loose))
     if not every:
         return Query(text, terms=terms)
-    stages = [" AND ".join(every)]
+    stages = [(ALL_WORDS, " AND ".join(every))]
+    prefixed = fixed + [_phrase([w]) + "*" for w in loose]
     if loose:
-        stages.append(" AND ".join(fixed + [_phrase([w]) + "*" for w in loose]))
-    alternatives = fixed + [_phrase([w]) + "*" for w in loose]
-    if len(alternatives) > 1:
-        stages.append(" OR ".join(alternatives))
-    return Query(text, stages=tuple(dict.fromkeys(stages)), terms=terms)
+        stages.append((PREFIXES, " AND ".join(prefixed)))
+    if len(prefixed) > 1:
+        stages.append((SOME_WORDS, " OR ".join(prefixed)))
+    return Query(text, stages=tuple(stages), terms=terms)

@@ -31,7 +31,7 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core.recall_render import Found, Revision, Stored
-from compactd.core.recall_words import Query, file_key, fold, indexed
+from compactd.core.recall_words import SOME_WORDS, SUBSTRING, Query, file_key, fold, indexed
 
 __all__ = ["RecallIndex", "SearchOutcome", "index_path", "open_index"]
 
@@ -59,8 +59,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     body, tokenize = 'porter unicode61 remove_diacritics 2');
 """
 
-_STAGE_NAMES: Final = ("all words", "prefixes", "some words")
-_COLUMNS: Final = "e.uuid, e.role, e.type, e.timestamp, e.text, e.line, e.id"
+_COLUMNS: Final = "e.uuid, e.role, e.type, e.timestamp, e.text, e.line, e.tool_use_id, e.id"
+# Where the entry's row id and what follows the columns sit in a row.
+_ID: Final = 7
+_EXTRA: Final = 8
 
 
 def index_path(data_dir: Path, transcript: Path) -> Path:
@@ -76,7 +78,15 @@ class SearchOutcome:
 
 
 def _stored(row: Sequence[Any]) -> Stored:
-    return Stored(uuid=row[0], role=row[1], type=row[2], timestamp=row[3], text=row[4], line=row[5])
+    return Stored(
+        uuid=row[0],
+        role=row[1],
+        type=row[2],
+        timestamp=row[3],
+        text=row[4],
+        line=row[5],
+        tool_use_id=row[6],
+    )
 
 
 def _hash(data: bytes) -> str:
@@ -91,8 +101,13 @@ class RecallIndex:
         self.path = index_path(data_dir, transcript)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.create_function("casefold", 1, str.casefold, deterministic=True)
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            self._db.close()
+            raise
 
     def __enter__(self) -> RecallIndex:
         return self
@@ -230,52 +245,55 @@ class RecallIndex:
         return None if row is None else _stored(row)
 
     def search(self, query: Query, limit: int) -> SearchOutcome:
-        """The entries matching ``query``, best first: the hits of each stage in turn (BM25
-        rank, then the most recent), then, when no stage found anything, a case-insensitive
-        substring match, most recent first."""
-        rows: dict[int, tuple[Sequence[Any], str]] = {}
-        total = 0
-        for name, stage in zip(_STAGE_NAMES, query.stages, strict=False):
-            try:
-                total = max(
-                    total,
-                    int(
-                        self._db.execute(
-                            "SELECT count(*) FROM fts WHERE fts MATCH ?", (stage,)
-                        ).fetchone()[0]
-                    ),
-                )
-                found = self._db.execute(
-                    f"SELECT {_COLUMNS} FROM fts JOIN entries e ON e.id = fts.rowid "  # noqa: S608
-                    "WHERE fts MATCH ? ORDER BY bm25(fts), e.line DESC LIMIT ?",
-                    (stage, limit),
-                ).fetchall()
-            except sqlite3.OperationalError:
-                continue  # an expression FTS5 rejects: the next stage, or the substring
-            for row in found:
-                rows.setdefault(int(row[6]), (row, name))
-            if len(rows) >= limit:
-                break
-        if not rows:
-            needle = " ".join(query.text.split()).casefold()
-            if needle:
-                found = self._db.execute(
-                    f"SELECT {_COLUMNS} FROM entries e WHERE instr(lower(e.text), ?) "  # noqa: S608
-                    "ORDER BY e.line DESC",
-                    (needle,),
-                ).fetchall()
-                total = len(found)
-                rows = {int(r[6]): (r, "substring") for r in found[:limit]}
-        hits = [
-            Found(_stored(row), match, tuple(self._revisions(row)))
-            for row, match in list(rows.values())[:limit]
-        ]
-        return SearchOutcome(hits, max(total, len(hits)))
+        """The entries matching ``query``, best first (docs/recall.md#ranking).
+
+        The stages are tried in order and the first that finds anything answers: all the
+        words, all of them as prefixes, the query as one case-insensitive string (most recent
+        first), any of the words. Within a word stage BM25 ranks, then the most recent wins.
+        """
+        for name, stage in query.stages:
+            if name != SOME_WORDS:
+                outcome = self._match(name, stage, limit)
+                if outcome.found:
+                    return outcome
+        outcome = self._substring(query.text, limit)
+        for name, stage in query.stages:
+            if name == SOME_WORDS and not outcome.found:
+                outcome = self._match(name, stage, limit)
+        return outcome
+
+    def _finish(self, rows: Sequence[Sequence[Any]], match: str, total: int) -> SearchOutcome:
+        found = [Found(_stored(row), match, tuple(self._revisions(row))) for row in rows]
+        return SearchOutcome(found, max(total, len(found)))
+
+    def _match(self, name: str, stage: str, limit: int) -> SearchOutcome:
+        try:
+            total = self._db.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (stage,))
+            count = int(total.fetchone()[0])
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM fts JOIN entries e ON e.id = fts.rowid "  # noqa: S608
+                "WHERE fts MATCH ? ORDER BY bm25(fts), e.line DESC LIMIT ?",
+                (stage, limit),
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return SearchOutcome([], 0)  # an expression FTS5 rejects: the next stage answers
+        return self._finish(rows, name, count)
+
+    def _substring(self, text: str, limit: int) -> SearchOutcome:
+        needle = text.casefold()
+        if not needle.strip():
+            return SearchOutcome([], 0)
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM entries e WHERE instr(casefold(e.text), ?) "  # noqa: S608
+            "ORDER BY e.line DESC",
+            (needle,),
+        ).fetchall()
+        return self._finish(rows[:limit], SUBSTRING, len(rows))
 
     # -- the revision rule (docs/recall.md#revisions) -----------------------------------------
 
     def _revisions(self, row: Sequence[Any]) -> Iterator[Revision]:
-        entry_id, line, role = int(row[6]), int(row[5]), str(row[1])
+        entry_id, line, role = int(row[_ID]), int(row[5]), str(row[1])
         # A tool result is about the files its call named.
         about = self._db.execute(
             "SELECT coalesce((SELECT c.entry FROM calls c WHERE c.call_id = e.tool_use_id), e.id) "
@@ -295,19 +313,18 @@ class RecallIndex:
                 (*names, line),
             ).fetchone()
             if later is not None:
-                yield Revision(_stored(later), f"changed later ({later[7]})")
+                yield Revision(_stored(later), f"changed later ({later[_EXTRA]})")
         if role in ("user", "assistant"):
             after = self._db.execute(
                 f"SELECT {_COLUMNS}, e.correction FROM entries e "  # noqa: S608
                 "WHERE e.role = 'user' AND e.line > ? ORDER BY e.line LIMIT 1",
                 (line,),
             ).fetchone()
-            if after is not None and after[7]:
+            if after is not None and after[_EXTRA]:
                 yield Revision(_stored(after), "the person's next message corrects it")
 
 
-def open_index(data_dir: Path, transcript: Path) -> RecallIndex:
-    """An index of ``transcript`` brought up to date (OSError when it cannot be read)."""
+def _open(data_dir: Path, transcript: Path) -> RecallIndex:
     index = RecallIndex(data_dir, transcript)
     try:
         index.refresh()
@@ -315,3 +332,18 @@ def open_index(data_dir: Path, transcript: Path) -> RecallIndex:
         index.close()
         raise
     return index
+
+
+def open_index(data_dir: Path, transcript: Path) -> RecallIndex:
+    """An index of ``transcript`` brought up to date (OSError when it cannot be read).
+
+    The index is a cache of the transcript: one SQLite cannot open (a damaged or foreign file)
+    is removed and built again.
+    """
+    try:
+        return _open(data_dir, transcript)
+    except sqlite3.DatabaseError:
+        path = index_path(data_dir, transcript)
+        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            stale.unlink(missing_ok=True)
+        return _open(data_dir, transcript)

@@ -60,6 +60,22 @@ def _tokens(records: list[Any]) -> tuple[int, str | None, str] | None:
     return None
 
 
+def _filed(kept: state.SessionState, records: list[Any]) -> bool:
+    """Complete the latest hand-back with what Claude Code filed since: its compaction's
+    boundary id and its count right after (``postTokens``, which the status line shows).
+    Whether anything changed."""
+    last = kept.last
+    if last is None or last.boundary_id:
+        return False
+    boundary = next((r.entry for r in reversed(records) if r.entry.is_compact_boundary), None)
+    if boundary is None or boundary.uuid is None or boundary.uuid == last.after:
+        return False
+    meta = boundary.compact_metadata
+    last.boundary_id = boundary.uuid
+    last.post_tokens = meta.post_tokens if meta is not None else None
+    return True
+
+
 def _warning(event: HookEvent, data_dir: Path, env: Mapping[str, str]) -> HookAnswer:
     if env.get(ENV_NO_WARNING, "").strip() not in ("", "0"):
         return HookAnswer()
@@ -67,16 +83,17 @@ def _warning(event: HookEvent, data_dir: Path, env: Mapping[str, str]) -> HookAn
     from compactd.core.agent_gauge import gauge, warning_text
     from compactd.services.agent_tail import read_tail
 
-    found = _tokens(read_tail(transcript_of(event), need="usage").records)
+    records = read_tail(transcript_of(event), need="usage").records
+    kept = state.load_session(data_dir, event.session_id)
+    if _filed(kept, records):
+        state.save_session(data_dir, kept)
+    found = _tokens(records)
     if found is None:
         return HookAnswer()
     tokens, model, boundary = found
     g = gauge(tokens, model, env)
-    if g.level is None:
-        return HookAnswer()
-    kept = state.load_session(data_dir, event.session_id)
     mark = f"{boundary}:{g.level}"
-    if kept.warned == mark:
+    if g.level is None or kept.warned == mark:
         return HookAnswer()
     kept.warned = mark
     state.save_session(data_dir, kept)

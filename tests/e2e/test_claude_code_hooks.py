@@ -99,10 +99,22 @@ def test_compact_hands_back_the_span_before_claude_code_files_it(tmp_path: Path)
                 compact_summary="1. The user asked to run echo steps."))  # fmt: skip
     assert post.stdout.decode().startswith("compactd: Claude Code's summary kept 0 of 1 user")
     assert "gave the model 1 user messages" in post.stdout.decode()
-    # Claude Code files it; the resume that follows gives nothing again.
-    transcript.write_bytes(R2.read_bytes())
+    # Claude Code files it (here with a count right after it that leaves little room); the
+    # resume that follows gives nothing again.
+    filed = [json.loads(line) for line in R2.read_bytes().splitlines()]
+    for entry in filed:
+        if entry.get("subtype") == "compact_boundary":
+            entry["compactMetadata"]["postTokens"] = 150_000
+    transcript.write_text("".join(json.dumps(e) + "\n" for e in filed))
     resumed = _run(tmp_path, "hook", stdin=_event("SessionStart", transcript, source="resume"))
     assert resumed.returncode == 0 and resumed.stdout == b""
+    # The next prompt's hook notes the filed compaction; the status line then warns.
+    _run(tmp_path, "hook", stdin=_event("UserPromptSubmit", transcript, prompt="go on"))
+    status = {"session_id": "sess-1", "context_window": {"context_window_size": 200_000,
+              "current_usage": {"input_tokens": 151_000}}}  # fmt: skip
+    line = _run(tmp_path, "statusline", stdin=json.dumps(status).encode()).stdout.decode()
+    assert "last compaction: restored 1 msgs, 1 cmds, 1 files" in line  # the kept Read too
+    assert "⚠ 150,000 tok right after compacting" in line
 
 
 def test_precompact_steers_and_never_blocks_unless_asked(tmp_path: Path) -> None:

@@ -294,3 +294,33 @@ def test_transcript_being_written(tmp_path: Path) -> None:
     text = json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]
     assert "Read notes.txt then run echo steps" in text
     assert _stat(transcript) == before
+
+
+@pytest.mark.parametrize(
+    "args,event",
+    [
+        (["hook"], {"hook_event_name": "SessionStart", "source": "resume"}),
+        (["hook"], {"hook_event_name": "UserPromptSubmit", "prompt": "x"}),
+        (["hook"], {"hook_event_name": "PreCompact", "trigger": "auto"}),
+        (["statusline"], {"session_id": "sess-1"}),
+    ],
+)
+def test_short_processes_import_no_sdk_daemon_or_event_loop(
+    tmp_path: Path, args: list[str], event: dict[str, Any]
+) -> None:
+    transcript = _copy(tmp_path)
+    stdin = (
+        _event(event.pop("hook_event_name"), transcript, **event)
+        if args == ["hook"]
+        else json.dumps(event).encode()
+    )
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "compactd", "claude-code", *args],
+        input=stdin, env=_env(tmp_path), cwd=tmp_path, capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    imported = {
+        line.split("|")[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line
+    }
+    assert "compactd.cli.claude_code" in imported
+    heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd.cli.main"}
+    assert not heavy & imported, heavy & imported

@@ -132,6 +132,10 @@ def test_claude_code_with_compactd_installed(tmp_path: Path, emu: Emulator) -> N
     claude = Claude(exe, emu, home, project, out / "claude.log")
     data_home = tmp_path / "data"
     claude.env["XDG_DATA_HOME"] = str(data_home)
+    # How long Claude Code waits for an MCP server to connect (ms): on a loaded machine the
+    # server's start (the MCP SDK's imports) can take longer than Claude Code's default wait,
+    # and a headless run then starts without its tools.
+    claude.env["MCP_TIMEOUT"] = "120000"
     # Trusted folder: Claude Code keeps the trust answer in its global config.
     config = {"projects": {str(project): {"hasTrustDialogAccepted": True}}}
     (home / ".claude").mkdir()

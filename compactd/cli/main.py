@@ -180,10 +180,18 @@ def _build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--rounds-per-batch", type=int, default=1, help="API rounds appended per batch"
     )
+    sub.add_parser(
+        "claude-code", add_help=False, help="hooks, status line and install for Claude Code"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["claude-code"]:  # its own parser: compactd/cli/claude_code.py
+        from compactd.cli.claude_code import main as claude_code
+
+        return claude_code(argv[1:])
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -7,7 +7,7 @@ the session it last ran for, per project folder, in a small JSON file under comp
 has run yet for a folder, the newest transcript in Claude Code's project folder for it stands in
 (docs/claude-code.md#current-session).
 
-This module imports only the standard library and msgspec: the processes that use it start
+This module imports only the standard library, msgspec and platformdirs: the processes that use it start
 often and must start fast.
 """
 
@@ -19,8 +19,10 @@ import re
 import secrets
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import platformdirs
 
 #: Claude Code names a project's folder under ``~/.claude/projects/`` after its working
 #: directory with every character outside ``[A-Za-z0-9]`` replaced by ``-``.
@@ -54,18 +56,22 @@ def _state_file(data_dir: Path, cwd: str) -> Path:
     return data_dir / "claude-code" / "current" / f"{key[:24]}.json"
 
 
-def record_current(data_dir: Path, session: CurrentSession) -> None:
-    """Remember ``session`` as the one running in its folder (replaced whole, never torn)."""
-    path = _state_file(data_dir, session.cwd)
+def _write_whole(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` in one rename: a reader sees the old file or the new."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    stamped = msgspec.structs.replace(session, updated_at=time.time(), found_by="hook")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        tmp.write_bytes(msgspec.json.encode(stamped))
+        tmp.write_bytes(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def record_current(data_dir: Path, session: CurrentSession) -> None:
+    """Remember ``session`` as the one running in its folder (replaced whole, never torn)."""
+    stamped = msgspec.structs.replace(session, updated_at=time.time(), found_by="hook")
+    _write_whole(_state_file(data_dir, session.cwd), msgspec.json.encode(stamped))
 
 
 def find_current(data_dir: Path, cwd: str) -> CurrentSession | None:
@@ -100,3 +106,78 @@ def find_current(data_dir: Path, cwd: str) -> CurrentSession | None:
         updated_at=newest[0],
         found_by="newest",
     )
+
+
+def default_data_dir() -> Path:
+    """compactd's data dir when none is given: the platform's user data dir (the daemon's
+    default too), found without importing the daemon."""
+    return Path(platformdirs.user_data_dir("compactd", appauthor=False))
+
+
+# -- per session: what the hooks handed back -------------------------------------------------
+
+#: How many compactions a session remembers as handed back (older ones are long out of the
+#: context); compactd's own bound, so the file stays small.
+HANDED_BACK_KEPT = 64
+
+
+class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """What the SessionStart hook gave the model after one compaction."""
+
+    boundary_id: str = ""
+    after: str = ""
+    at: float = 0.0
+    #: what the summary kept, in words ("1 of 2 user messages, ...")
+    kept: str = ""
+    #: how many user messages, commands and files it handed back
+    messages: int = 0
+    commands: int = 0
+    files: int = 0
+    chars: int = 0
+    #: Claude Code's count right after the compaction (its boundary's ``postTokens``)
+    post_tokens: int | None = None
+
+
+class Compacted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """A compaction whose items were handed back: its boundary's id when it was filed then,
+    else the id of the compaction it followed (``after``; empty: the session's first)."""
+
+    boundary_id: str = ""
+    after: str = ""
+
+
+class SessionState(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """One Claude Code session's state kept by the hooks, read by the status line."""
+
+    session_id: str
+    #: compactions whose dropped items were handed back, oldest first
+    handed_back: list[Compacted] = msgspec.field(default_factory=list)
+    #: the latest hand-back
+    last: Restored | None = None
+    #: the ledger folded at the latest hand-back, checked again at the next compaction, and
+    #: the compaction it belongs to (a boundary id, or ``after:<id>`` before it was filed)
+    carry: dict[str, Any] | None = None
+    carry_after: str = ""
+    #: the threshold level last warned about, with the compaction it was in ("<id>:<level>")
+    warned: str = ""
+
+
+def _session_file(data_dir: Path, session_id: str) -> Path:
+    key = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return data_dir / "claude-code" / "sessions" / f"{key[:24]}.json"
+
+
+def load_session(data_dir: Path, session_id: str) -> SessionState:
+    """The state kept for ``session_id`` (empty when none, or when the file is unreadable)."""
+    try:
+        raw = _session_file(data_dir, session_id).read_bytes()
+        state = msgspec.json.decode(raw, type=SessionState)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return SessionState(session_id=session_id)
+    return state if state.session_id == session_id else SessionState(session_id=session_id)
+
+
+def save_session(data_dir: Path, state: SessionState) -> None:
+    """Write ``state`` whole (one rename)."""
+    del state.handed_back[:-HANDED_BACK_KEPT]
+    _write_whole(_session_file(data_dir, state.session_id), msgspec.json.encode(state))

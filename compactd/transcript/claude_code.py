@@ -13,15 +13,18 @@ Pure: the caller reads the source and writes the lines.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from compactd.transcript.entries import COMPACTION_CONTENT, new_uuid
-from compactd.transcript.model import COMPACT_BOUNDARY, transcript_timestamp
+from compactd.transcript.model import COMPACT_BOUNDARY, Record, parse_lines, transcript_timestamp
 
 __all__ = [
+    "CLAUDE_CODE",
+    "ClaudeCodeFormat",
     "SESSION_FIELDS",
     "SourceFacts",
     "resume_command",
@@ -210,3 +213,30 @@ def resume_command(session_id: str, cwd: str | None, *, here: str | None = None)
     if cwd and cwd != here:
         return f"cd {shlex.quote(cwd)} && {command}"
     return command
+
+
+# -- reading a running Claude Code session --------------------------------------------------------
+
+
+class ClaudeCodeFormat:
+    """Claude Code's JSONL transcript, as the readers of another agent's session take it
+    (``compactd.transcript.agents.AgentFormat``)."""
+
+    name: Final = "Claude Code"
+    # A compaction's lines: the boundary and its summary (docs/claude-code.md#the-lines). The
+    # quotes are JSON's own, so the same words inside a string (escaped quotes) never match.
+    compaction_marks: Final = re.compile(
+        rb'"subtype"\s*:\s*"compact_boundary"|"isCompactSummary"\s*:\s*true'
+    )
+    boundary_mark: Final = re.compile(rb'"subtype"\s*:\s*"compact_boundary"')
+
+    def records(self, lines: Iterable[bytes]) -> list[Record]:
+        return list(parse_lines(lines))
+
+    def recognizes(self, records: Iterable[Record]) -> bool:
+        """Whether the lines are Claude Code's: messages and system lines with uuids."""
+        return any(r.entry.type in _CLAUDE_CODE_KINDS and r.entry.uuid is not None for r in records)
+
+
+_CLAUDE_CODE_KINDS: Final = frozenset({"user", "assistant", "system", "attachment"})
+CLAUDE_CODE: Final = ClaudeCodeFormat()

@@ -4,7 +4,8 @@
  * session on display (`sessions.ts`), compaction on demand (`compaction.ts`), the token breakdown
  * (`breakdown.ts`), the context panel (`panel.ts`, drawn by `contextview.ts`), following the
  * workspace's running Claude Code session (`follow.ts`), compacting it into a new Claude Code
- * session and resuming that in a terminal (`resume.ts`) and the daemon's own work-done progress
+ * session and resuming that in a terminal (`resume.ts`), installing compactd into the workspace's Claude Code
+ * settings (`install.ts`) and the daemon's own work-done progress
  * (`progress.ts`), with what they share in `ui.ts`. Everything protocol-shaped lives in `core.ts`, everything person-facing in
  * `format.ts`, finding the daemon in `locate.ts` and Claude Code's folders in `transcripts.ts`.
  * Other extensions (the agent itself) get the running client and can choose the session to
@@ -19,6 +20,7 @@ import type { CompactdClient } from "./core";
 import { Daemon } from "./daemon";
 import { Follow } from "./follow";
 import { Gauge } from "./gauge";
+import { ClaudeCodeInstall } from "./install";
 import { ContextPanel } from "./panel";
 import { ProgressView } from "./progress";
 import { Resume } from "./resume";
@@ -83,6 +85,7 @@ function register(context: vscode.ExtensionContext, f: Features): void {
   command("compactd.selectSession", "Opening the session", () => f.sessions.select());
   command("compactd.refresh", "Refreshing the token status", () => f.sessions.refresh());
   command("compactd.restart", "Starting compactd", () => f.daemon.restart());
+  command("compactd.installClaudeCode", "Installing compactd into Claude Code", () => new ClaudeCodeInstall(f.ui).run());
   f.daemon.watchSettings();
   context.subscriptions.push(f.daemon, f.gauge, f.panel, f.follow, f.ui);
 }

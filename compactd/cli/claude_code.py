@@ -1,0 +1,134 @@
+"""``compactd claude-code hook|statusline|install|uninstall``: compactd inside Claude Code.
+
+``hook`` and ``statusline`` are what Claude Code runs, often and in short processes: they import
+only what they need (``python -m compactd`` reaches this module without the rest of the CLI),
+read the event on stdin, and print the answer. They never fail the user's session: any error is
+one line on stderr and exit 0 (docs/claude-code.md#hooks). ``install`` and ``uninstall`` edit
+Claude Code's settings (``services.claude_settings``) and print what they changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Final
+
+__all__ = ["main"]
+
+# The most a hook reads from stdin: Claude Code's events are small, a PostCompact event holds a
+# summary; anything larger is not an event.
+MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compactd claude-code",
+        description="compactd inside a running Claude Code session: hooks that give the model "
+        "back what Claude Code's summary dropped, a status line, and their installation.",
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    hook = sub.add_parser("hook", help="answer a Claude Code hook event (JSON on stdin)")
+    hook.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
+    hook.add_argument(
+        "--block-compaction",
+        action="store_true",
+        help="PreCompact blocks Claude Code's compaction instead of steering it",
+    )
+    status = sub.add_parser("statusline", help="print the status line (statusLine JSON on stdin)")
+    status.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
+    for name, what in (("install", "put compactd into"), ("uninstall", "take compactd out of")):
+        cmd = sub.add_parser(name, help=f"{what} Claude Code's settings")
+        cmd.add_argument("--scope", choices=("user", "project", "local"), default="project")
+        cmd.add_argument(
+            "--dry-run", action="store_true", help="say what would change, change nothing"
+        )
+        cmd.add_argument("--project", default=".", help="the project folder (default: here)")
+        cmd.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
+        if name == "install":
+            cmd.add_argument(
+                "--no-threshold-warning",
+                action="store_true",
+                help="no warning to the model before Claude Code's automatic compaction",
+            )
+            cmd.add_argument(
+                "--replace-compaction",
+                action="store_true",
+                help="not available yet (docs/claude-code.md#replacing-claude-codes-compaction)",
+            )
+    return parser
+
+
+def _data_dir(arg: str | None) -> Path:
+    from compactd.services.claude_state import default_data_dir
+
+    return Path(arg) if arg else default_data_dir()
+
+
+def _stdin() -> bytes:
+    data = sys.stdin.buffer.read(MAX_EVENT_BYTES + 1)
+    if len(data) > MAX_EVENT_BYTES:
+        raise ValueError(f"more than {MAX_EVENT_BYTES:,} bytes on stdin: not a hook event")
+    return data
+
+
+def _hook(args: argparse.Namespace) -> int:
+    from compactd.services.claude_hooks import answer
+
+    reply = answer(
+        _stdin(), _data_dir(args.data_dir), os.environ, block_compaction=args.block_compaction
+    )
+    if reply.stdout:
+        print(reply.stdout)
+    return reply.exit_code
+
+
+def _statusline(args: argparse.Namespace) -> int:
+    from compactd.services.claude_status import status_line_for
+
+    print(status_line_for(_stdin(), _data_dir(args.data_dir), os.environ))
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> int:
+    from compactd.services import claude_settings as cs
+
+    project = Path(args.project).resolve()
+    data_dir = _data_dir(args.data_dir)
+    try:
+        if args.action == "install":
+            if args.replace_compaction:
+                print(
+                    "compactd: --replace-compaction is not available yet "
+                    "(docs/claude-code.md#replacing-claude-codes-compaction); nothing was changed",
+                    file=sys.stderr,
+                )
+                return 1
+            plan = cs.install(
+                args.scope, project, sys.executable, data_dir,
+                dry_run=args.dry_run, warning=not args.no_threshold_warning,
+            )  # fmt: skip
+        else:
+            plan = cs.uninstall(args.scope, project, data_dir, dry_run=args.dry_run)
+    except cs.InstallError as exc:
+        print(f"compactd: {exc}", file=sys.stderr)
+        return 1
+    verb = "would change" if args.dry_run else "changed"
+    if not plan.changes:
+        print(f"compactd claude-code {args.action}: nothing to change ({args.scope} scope)")
+    for change in plan.changes:
+        print(f"{verb}: {change}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.action in ("install", "uninstall"):
+        return _settings(args)
+    # What Claude Code runs: any failure is one line on stderr, and the session goes on.
+    try:
+        return _hook(args) if args.action == "hook" else _statusline(args)
+    except Exception as exc:  # noqa: BLE001 - a hook must never fail the user's session
+        print(f"compactd claude-code {args.action}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 0

@@ -1,0 +1,326 @@
+"""``compactd claude-code hook|statusline|install|uninstall`` run as Claude Code runs them: a
+process, the event on stdin. The hand-back keeps what the summary dropped and comes once; bad
+input is one line on stderr and exit 0, and the transcript is never written; install and
+uninstall round-trip the settings byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+
+R16 = FIXTURES / "claude-code-2.1.330__r16_manual.jsonl"
+R2 = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
+TITLE = "compactd: what Claude Code's summary above left out"
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "COMPACTD"))}
+    env.update(
+        HOME=str(tmp / "home"),
+        CLAUDE_CONFIG_DIR=str(tmp / "home" / ".claude"),
+        XDG_DATA_HOME=str(tmp / "data"),
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+def _run(
+    tmp: Path, *args: str, stdin: bytes = b"", cwd: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "compactd", "claude-code", *args],
+        input=stdin, env=_env(tmp), cwd=cwd or tmp, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def _event(name: str, transcript: Path | str, **extra: Any) -> bytes:
+    event = {
+        "session_id": "sess-1",
+        "transcript_path": str(transcript),
+        "cwd": "/home/dev/project",
+        "hook_event_name": name,
+        **extra,
+    }
+    return json.dumps(event).encode()
+
+
+def _copy(tmp: Path, source: Path = R16) -> Path:
+    path = tmp / "t.jsonl"
+    shutil.copyfile(source, path)
+    return path
+
+
+def _stat(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def test_resume_hands_back_what_the_summary_dropped_once(tmp_path: Path) -> None:
+    transcript = _copy(tmp_path)
+    before = _stat(transcript)
+    run = _run(tmp_path, "hook", stdin=_event("SessionStart", transcript, source="resume"))
+    assert run.returncode == 0 and run.stderr == b""
+    out = json.loads(run.stdout)["hookSpecificOutput"]
+    assert out["hookEventName"] == "SessionStart" and len(run.stdout) < 10_000
+    text = out["additionalContext"]
+    assert text.startswith(TITLE)
+    assert "Read notes.txt then run echo steps" in text
+    assert "echo step 3; seq 1 200 | tr '\\n' ' '" in text
+    again = _run(tmp_path, "hook", stdin=_event("SessionStart", transcript, source="resume"))
+    assert again.returncode == 0 and again.stdout == b""  # never twice
+    assert _stat(transcript) == before
+    status = {"session_id": "sess-1", "context_window": {"context_window_size": 200_000,
+              "current_usage": {"input_tokens": 5_000, "cache_read_input_tokens": 15_000}}}  # fmt: skip
+    line = _run(tmp_path, "statusline", stdin=json.dumps(status).encode())
+    assert line.returncode == 0
+    assert line.stdout.decode().startswith("compactd · 20,000 tok")
+    assert "last compaction: restored 1 msgs, 2 cmds, 0 files" in line.stdout.decode()
+
+
+def test_compact_hands_back_the_span_before_claude_code_files_it(tmp_path: Path) -> None:
+    # SessionStart(compact) runs before the boundary is in the file: the lines up to it.
+    lines = R2.read_bytes().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if b'"compact_boundary"' in line)
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(b"".join(lines[:at]))
+    run = _run(tmp_path, "hook", stdin=_event("SessionStart", transcript, source="compact"))
+    text = json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "Run echo commands step by step and read notes.txt" in text
+    assert "echo step 1; seq 1 200" in text
+    post = _run(tmp_path, "hook", stdin=_event("PostCompact", transcript, trigger="auto",
+                compact_summary="1. The user asked to run echo steps."))  # fmt: skip
+    assert post.stdout.decode().startswith("compactd: Claude Code's summary kept 0 of 1 user")
+    assert "gave the model 1 user messages" in post.stdout.decode()
+    # Claude Code files it (here with a count right after it that leaves little room); the
+    # resume that follows gives nothing again.
+    filed = [json.loads(line) for line in R2.read_bytes().splitlines()]
+    for entry in filed:
+        if entry.get("subtype") == "compact_boundary":
+            entry["compactMetadata"]["postTokens"] = 150_000
+    transcript.write_text("".join(json.dumps(e) + "\n" for e in filed))
+    resumed = _run(tmp_path, "hook", stdin=_event("SessionStart", transcript, source="resume"))
+    assert resumed.returncode == 0 and resumed.stdout == b""
+    # The next prompt's hook notes the filed compaction; the status line then warns.
+    _run(tmp_path, "hook", stdin=_event("UserPromptSubmit", transcript, prompt="go on"))
+    status = {"session_id": "sess-1", "context_window": {"context_window_size": 200_000,
+              "current_usage": {"input_tokens": 151_000}}}  # fmt: skip
+    line = _run(tmp_path, "statusline", stdin=json.dumps(status).encode()).stdout.decode()
+    assert "last compaction: restored 1 msgs, 1 cmds, 1 files" in line  # the kept Read too
+    assert "⚠ 150,000 tok right after compacting" in line
+
+
+def test_precompact_steers_and_never_blocks_unless_asked(tmp_path: Path) -> None:
+    transcript = _copy(tmp_path)
+    run = _run(tmp_path, "hook", stdin=_event("PreCompact", transcript, trigger="auto"))
+    assert run.returncode == 0 and b"word for word" in run.stdout
+    assert len(run.stdout.decode()) < 10_000
+    blocked = _run(tmp_path, "hook", "--block-compaction",
+                   stdin=_event("PreCompact", transcript, trigger="manual"))  # fmt: skip
+    assert json.loads(blocked.stdout)["decision"] == "block"
+
+
+def test_threshold_warning_once_per_level(tmp_path: Path) -> None:
+    transcript = tmp_path / "t.jsonl"
+    usage = {"input_tokens": 10, "cache_read_input_tokens": 160_000, "output_tokens": 100}
+    line = {"type": "assistant", "uuid": "a1", "message": {"role": "assistant", "id": "m1",
+            "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": "hi"}], "usage": usage}}  # fmt: skip
+    transcript.write_text(
+        json.dumps({"type": "user", "uuid": "u1", "message": {"role": "user", "content": "go"}})
+        + "\n"
+        + json.dumps(line)
+        + "\n"
+    )
+    first = _run(tmp_path, "hook", stdin=_event("UserPromptSubmit", transcript, prompt="x"))
+    answer = json.loads(first.stdout)
+    assert "auto-compact threshold" in answer["hookSpecificOutput"]["additionalContext"]
+    assert answer["systemMessage"].startswith("compactd: context at")
+    second = _run(tmp_path, "hook", stdin=_event("UserPromptSubmit", transcript, prompt="x"))
+    assert second.stdout == b""
+
+
+BAD: list[tuple[str, Any, str]] = [
+    ("empty stdin", b"", "no hook event on stdin"),
+    ("not JSON", b"hello", "not JSON"),
+    ("a JSON array", b"[1, 2]", "not one Claude Code sends"),
+    ("unknown event", {"hook_event_name": "Teleport"}, "does not handle the hook event 'Teleport'"),
+    (
+        "no transcript_path",
+        {"hook_event_name": "SessionStart", "source": "resume"},
+        "no transcript_path",
+    ),
+    ("missing transcript", "missing", "does not exist"),
+    ("a directory", "directory", "is a directory"),
+    ("binary transcript", "binary", "is binary"),
+    ("half-written transcript", "half", "no complete line yet"),
+    ("another tool's format", "codex", "not a session file compactd reads"),
+    ("a 50 MB line", "huge", "longer than"),
+]
+
+
+@pytest.mark.parametrize("what,stdin,says", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_one_line_and_exit_zero(
+    tmp_path: Path, what: str, stdin: Any, says: str
+) -> None:
+    transcript = tmp_path / "t.jsonl"
+    if stdin == "missing":
+        pass
+    elif stdin == "directory":
+        transcript.mkdir()
+    elif stdin == "binary":
+        transcript.write_bytes(bytes(range(256)) * 64)
+    elif stdin == "half":
+        transcript.write_bytes(b'{"type": "user", "uuid": "u1", "message": {"role": "us')
+    elif stdin == "codex":
+        rows = [{"timestamp": "2026-01-01T00:00:00Z", "type": "session_meta", "payload": {"id": "x"}},
+                {"timestamp": "2026-01-01T00:00:01Z", "type": "response_item", "payload": {"type": "message"}}]  # fmt: skip
+        transcript.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif stdin == "huge":
+        transcript.write_bytes(
+            b'{"type": "user", "message": {"content": "' + b"x" * 50_000_000 + b'"}}\n'
+        )
+    if isinstance(stdin, str):
+        stdin = _event("SessionStart", transcript, source="resume", unknown_field={"a": 1})
+    elif isinstance(stdin, dict):
+        stdin = json.dumps(stdin).encode()
+    before = _stat(transcript) if transcript.is_file() else None
+    run = _run(tmp_path, "hook", stdin=stdin)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == b""
+    err = run.stderr.decode()
+    assert err.startswith("compactd claude-code hook: ") and err.count("\n") == 1, err
+    assert says in err, err
+    if before is not None:
+        assert _stat(transcript) == before
+
+
+def test_unknown_fields_are_ignored(tmp_path: Path) -> None:
+    transcript = _copy(tmp_path)
+    run = _run(tmp_path, "hook", stdin=_event("SessionStart", transcript, source="resume",
+               brand_new={"x": [1]}, permission_mode="default"))  # fmt: skip
+    assert run.returncode == 0 and TITLE.encode() in run.stdout
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("scope", ["user", "project", "local"])
+def test_install_uninstall_round_trip(tmp_path: Path, scope: str) -> None:
+    home, project = tmp_path / "home", tmp_path / "project"
+    (home / ".claude").mkdir(parents=True)
+    (project / ".claude").mkdir(parents=True)
+    # What the user already has, in their own formatting.
+    (home / ".claude" / "settings.json").write_bytes(b'{"model":"opus",\n "hooks": {"Stop": []}}\n')
+    (home / ".claude" / ".claude.json").write_bytes(b'{"numStartups": 3, "projects": {}}')
+    (project / ".claude" / "settings.json").write_bytes(b'{ "permissions": {"allow": []} }')
+    before = {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}}
+
+    dry = _run(tmp_path, "install", "--scope", scope, "--dry-run", cwd=project)
+    assert dry.returncode == 0 and b"would change" in dry.stdout
+    assert {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}} == before
+    run = _run(tmp_path, "install", "--scope", scope, cwd=project)
+    assert run.returncode == 0 and b"changed: " in run.stdout, run.stderr
+    installed = {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}}
+    assert installed != before
+    again = _run(tmp_path, "install", "--scope", scope, cwd=project)
+    assert b"nothing to change" in again.stdout
+    assert {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}} == installed
+    settings_file = {
+        "user": home / ".claude" / "settings.json",
+        "project": project / ".claude" / "settings.json",
+        "local": project / ".claude" / "settings.local.json",
+    }[scope]
+    settings = json.loads(settings_file.read_text())
+    hook = settings["hooks"]["SessionStart"][-1]
+    assert hook["matcher"] == "compact|resume"
+    assert hook["hooks"][0]["command"].endswith("-m compactd claude-code hook")
+    assert hook["hooks"][0]["command"].startswith(sys.executable)
+    assert "compactd claude-code statusline" in settings["statusLine"]["command"]
+    mcp_file, at = {
+        "user": (home / ".claude" / ".claude.json", []),
+        "project": (project / ".mcp.json", []),
+        "local": (home / ".claude" / ".claude.json", ["projects", str(project.resolve())]),
+    }[scope]
+    servers = json.loads(mcp_file.read_text())
+    for key in at:
+        servers = servers[key]
+    assert servers["mcpServers"]["compactd"]["alwaysLoad"] is True
+    assert servers["mcpServers"]["compactd"]["args"] == ["-m", "compactd", "mcp"]
+
+    out = _run(tmp_path, "uninstall", "--scope", scope, cwd=project)
+    assert out.returncode == 0, out.stderr
+    assert {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}} == before
+
+
+def test_uninstall_after_the_user_edited_takes_out_only_compactds_entries(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".claude").mkdir(parents=True)
+    assert _run(tmp_path, "install", "--scope", "project", cwd=project).returncode == 0
+    settings_file = project / ".claude" / "settings.json"
+    settings = json.loads(settings_file.read_text())
+    settings["model"] = "sonnet"
+    settings_file.write_text(json.dumps(settings))
+    assert _run(tmp_path, "uninstall", "--scope", "project", cwd=project).returncode == 0
+    assert json.loads(settings_file.read_text()) == {"model": "sonnet"}
+    assert not (project / ".mcp.json").exists()
+
+
+def test_install_refuses_a_settings_file_it_cannot_parse(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".claude").mkdir(parents=True)
+    broken = project / ".claude" / "settings.json"
+    broken.write_bytes(b'{"hooks": {,}')
+    run = _run(tmp_path, "install", "--scope", "project", cwd=project)
+    assert run.returncode == 1
+    assert str(broken).encode() in run.stderr and b"nothing was changed" in run.stderr
+    assert broken.read_bytes() == b'{"hooks": {,}' and not (project / ".mcp.json").exists()
+
+
+def test_transcript_being_written(tmp_path: Path) -> None:
+    # Claude Code is in the middle of appending a line: the complete ones are read.
+    transcript = _copy(tmp_path)
+    with transcript.open("ab") as fh:
+        fh.write(b'{"type": "assistant", "uuid": "zz", "message": {"role": "assis')
+    before = _stat(transcript)
+    run = _run(tmp_path, "hook", stdin=_event("SessionStart", transcript, source="resume"))
+    text = json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "Read notes.txt then run echo steps" in text
+    assert _stat(transcript) == before
+
+
+@pytest.mark.parametrize(
+    "args,event",
+    [
+        (["hook"], {"hook_event_name": "SessionStart", "source": "resume"}),
+        (["hook"], {"hook_event_name": "UserPromptSubmit", "prompt": "x"}),
+        (["hook"], {"hook_event_name": "PreCompact", "trigger": "auto"}),
+        (["statusline"], {"session_id": "sess-1"}),
+    ],
+)
+def test_short_processes_import_no_sdk_daemon_or_event_loop(
+    tmp_path: Path, args: list[str], event: dict[str, Any]
+) -> None:
+    transcript = _copy(tmp_path)
+    stdin = (
+        _event(event.pop("hook_event_name"), transcript, **event)
+        if args == ["hook"]
+        else json.dumps(event).encode()
+    )
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "compactd", "claude-code", *args],
+        input=stdin, env=_env(tmp_path), cwd=tmp_path, capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    imported = {
+        line.split("|")[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line
+    }
+    assert "compactd.cli.claude_code" in imported
+    heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd.cli.main"}
+    assert not heavy & imported, heavy & imported

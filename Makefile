@@ -4,14 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit fuzz protocol-check protocol bench node-test test-editors screenshots clean
+.PHONY: demo test lint typecheck unit fuzz protocol-check protocol bench node-test test-editors vscode-screenshots screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml
+# The Python client is a package of its own (clients/python): installed beside the daemon,
+# editable, so that the CLI, the tests and examples/agent.py use the checkout's copy.
+$(STAMP): $(BIN)/python pyproject.toml clients/python/pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e clients/python -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -43,8 +43,10 @@ fuzz: $(STAMP)
 		KILL_TRIALS=50 $(BIN)/python -m pytest -q --timeout=900 \
 		tests/e2e/test_fuzz.py tests/e2e/test_durability.py
 
+# The TypeScript client package, then the VS Code extension built on it, against the real daemon.
 node-test: $(STAMP)
-	@if [ -d clients/vscode ]; then $(MAKE) -C clients/vscode test PYTHON=$(abspath $(BIN)/python); fi
+	$(MAKE) -C clients/typescript test PYTHON=$(abspath $(BIN)/python)
+	$(MAKE) -C clients/vscode test PYTHON=$(abspath $(BIN)/python)
 
 # The extension in a real VS Code (code-server, driven by Playwright with Debian's chromium) and
 # the daemon under Neovim's LSP client. tests/editors/setup.sh installs what they need (apt-get,

@@ -57,12 +57,19 @@ CODE_SERVER_VERSION := 4.100.3
 # The Claude Code CLI tests/editors/test_claude_code.py resumes compactd's sessions in.
 CLAUDE_CODE_VERSION := 2.1.330
 
+EDITOR_TESTS ?= tests/editors
+
 test-editors: $(STAMP)
 	-tests/editors/setup.sh "$(EDITORS_CACHE)" $(CODE_SERVER_VERSION) $(CLAUDE_CODE_VERSION)
 	$(MAKE) -C clients/vscode package
 	CODE_SERVER=$(EDITORS_CACHE)/code-server-$(CODE_SERVER_VERSION)/node_modules/.bin/code-server \
 	CLAUDE_CODE=$(EDITORS_CACHE)/claude-code-$(CLAUDE_CODE_VERSION)/node_modules/.bin/claude \
-		$(BIN)/python -m pytest -q -rs tests/editors
+		$(BIN)/python -m pytest -q -rs $(EDITOR_TESTS)
+
+# The real-editor tests again, this time copying the shots the VS Code extension's README shows
+# into clients/vscode/media/ (a plain `make test-editors` leaves the checkout as it was).
+vscode-screenshots: $(STAMP)
+	COMPACTD_VSCODE_MEDIA=1 $(MAKE) test-editors EDITOR_TESTS=tests/editors/test_vscode.py
 
 test: lint typecheck protocol-check unit node-test test-editors
 

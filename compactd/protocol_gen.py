@@ -13,6 +13,7 @@ test`` runs so that no client drifts from the code.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -320,12 +321,33 @@ def build_ts_methods(schema: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+@functools.cache
+def _structs() -> dict[str, type[msgspec.Struct]]:
+    """Every Struct the schema names, by name, wherever it is defined (a params type may hold a
+    Struct of another module)."""
+    found: dict[str, type[msgspec.Struct]] = {}
+    pending: list[Any] = list(msgspec.inspect.multi_type_info(_all_types()))
+    while pending:
+        info = pending.pop()
+        if isinstance(info, msgspec.inspect.StructType):
+            if info.cls.__name__ in found:
+                continue
+            found[info.cls.__name__] = info.cls
+            pending += [f.type for f in info.fields]
+        else:
+            # Unions, lists, dicts and constrained types hold their members in these attributes.
+            for attr in ("types", "item_type", "key_type", "value_type", "type"):
+                inner = getattr(info, attr, None)
+                pending += list(inner) if isinstance(inner, tuple) else [inner] if inner else []
+    return found
+
+
 def _py_fields(schema: dict[str, Any], name: str) -> list[tuple[str, str, str | None]]:
     """(python name, type, default or None when required) of a type's fields, the Python names
     taken from the daemon's Struct so that the client's attributes are the daemon's."""
     comp = schema["$defs"][name]
     required = set(comp.get("required", []))
-    py_names = {f.encode_name: f.name for f in msgspec.structs.fields(getattr(p, name))}
+    py_names = {f.encode_name: f.name for f in msgspec.structs.fields(_structs()[name])}
     fields = []
     for wire, fschema in comp.get("properties", {}).items():
         default = None if wire in required else repr(fschema.get("default"))

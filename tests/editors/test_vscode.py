@@ -109,13 +109,13 @@ def wait_http(url: str, process: subprocess.Popen[bytes], log: Path, timeout: fl
     pytest.fail(f"code-server did not answer on {url}: {log.read_text()}")
 
 
-@dataclass
 def _publish(shot: Path, picture: Path) -> None:
     """Copy ``shot`` over the README's ``picture`` when retaking them (``RETAKE_MEDIA``)."""
     if RETAKE_MEDIA:
         shutil.copy(shot, picture)
 
 
+@dataclass
 class Editor:
     """One code-server window in chromium, and what the steps need around it."""
 

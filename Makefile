@@ -4,14 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit fuzz protocol-check protocol bench node-test test-editors screenshots clean
+.PHONY: demo test lint typecheck unit fuzz protocol-check protocol bench node-test test-editors vscode-screenshots screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml
+# The Python client is a package of its own (clients/python): installed beside the daemon,
+# editable, so that the CLI, the tests and examples/agent.py use the checkout's copy.
+$(STAMP): $(BIN)/python pyproject.toml clients/python/pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e clients/python -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -41,8 +43,10 @@ fuzz: $(STAMP)
 		KILL_TRIALS=50 $(BIN)/python -m pytest -q --timeout=900 \
 		tests/e2e/test_fuzz.py tests/e2e/test_durability.py
 
+# The TypeScript client package, then the VS Code extension built on it, against the real daemon.
 node-test: $(STAMP)
-	@if [ -d clients/vscode ]; then $(MAKE) -C clients/vscode test PYTHON=$(abspath $(BIN)/python); fi
+	$(MAKE) -C clients/typescript test PYTHON=$(abspath $(BIN)/python)
+	$(MAKE) -C clients/vscode test PYTHON=$(abspath $(BIN)/python)
 
 # The extension in a real VS Code (code-server, driven by Playwright with Debian's chromium) and
 # the daemon under Neovim's LSP client. tests/editors/setup.sh installs what they need (apt-get,
@@ -53,12 +57,19 @@ CODE_SERVER_VERSION := 4.100.3
 # The Claude Code CLI tests/editors/test_claude_code.py resumes compactd's sessions in.
 CLAUDE_CODE_VERSION := 2.1.330
 
+EDITOR_TESTS ?= tests/editors
+
 test-editors: $(STAMP)
 	-tests/editors/setup.sh "$(EDITORS_CACHE)" $(CODE_SERVER_VERSION) $(CLAUDE_CODE_VERSION)
 	$(MAKE) -C clients/vscode package
 	CODE_SERVER=$(EDITORS_CACHE)/code-server-$(CODE_SERVER_VERSION)/node_modules/.bin/code-server \
 	CLAUDE_CODE=$(EDITORS_CACHE)/claude-code-$(CLAUDE_CODE_VERSION)/node_modules/.bin/claude \
-		$(BIN)/python -m pytest -q -rs tests/editors
+		$(BIN)/python -m pytest -q -rs $(EDITOR_TESTS)
+
+# The real-editor tests again, this time copying the shots the VS Code extension's README shows
+# into clients/vscode/media/ (a plain `make test-editors` leaves the checkout as it was).
+vscode-screenshots: $(STAMP)
+	COMPACTD_VSCODE_MEDIA=1 $(MAKE) test-editors EDITOR_TESTS=tests/editors/test_vscode.py
 
 test: lint typecheck protocol-check unit node-test test-editors
 

@@ -1,18 +1,24 @@
 """Generate the protocol files the clients read from ``compactd.protocol``.
 
-``protocol/schema.json`` (the contract), ``protocol/compactd.d.ts`` (its TypeScript types, with
-``ProtocolVersion``) and ``clients/vscode/src/protocol-version.ts`` (the one value the VS Code
-extension needs at run time, ``PROTOCOL_VERSION``: a declaration file carries no values, and the
-extension compiles only what lies under its own folder). ``python -m compactd.protocol_gen``
-writes them; ``--check`` exits non-zero when any is stale, which ``make test`` runs so the
-contract the clients read never drifts from the code.
+``protocol/schema.json`` (the contract) and ``protocol/compactd.d.ts`` (its TypeScript types),
+then what each client package compiles from that schema so that it holds its own copy and never
+imports the daemon: the TypeScript client's ``src/protocol.ts`` (the types, with the method table
+and the constants as values) and ``src/methods.ts`` (one typed function per request, one typed
+subscription per notification), the Python client's ``protocol.py`` (msgspec Structs, the method
+table) and ``_methods.py`` (the typed methods and subscriptions). ``python -m
+compactd.protocol_gen`` writes them; ``--check`` exits non-zero when any is stale, which ``make
+test`` runs so that no client drifts from the code.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +29,8 @@ from compactd import protocol as p
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_PATH = ROOT / "protocol" / "schema.json"
 TS_PATH = ROOT / "protocol" / "compactd.d.ts"
-VSCODE_VERSION_PATH = ROOT / "clients" / "vscode" / "src" / "protocol-version.ts"
+TS_CLIENT_DIR = ROOT / "clients" / "typescript" / "src"
+PY_CLIENT_DIR = ROOT / "clients" / "python" / "compactd_client"
 
 
 def _all_types() -> list[type[msgspec.Struct]]:
@@ -64,46 +71,108 @@ def build_schema() -> dict[str, Any]:
     }
 
 
-def _ts_type(schema: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class _Syntax:
+    """How one language spells the schema's types."""
+
+    scalars: dict[str, str]  # JSON Schema type -> the language's type
+    unknown: str
+    literal: Callable[[list[Any]], str]  # a union of constants
+    array: str  # a format with one {}: the item type
+    mapping: str  # a format with one {}: the value type
+
+
+_TS = _Syntax(
+    scalars={
+        "string": "string",
+        "integer": "number",
+        "number": "number",
+        "boolean": "boolean",
+        "null": "null",
+    },
+    unknown="unknown",
+    literal=lambda values: " | ".join(json.dumps(v) for v in values),
+    array="Array<{}>",
+    mapping="Record<string, {}>",
+)
+_PY = _Syntax(
+    scalars={
+        "string": "str",
+        "integer": "int",
+        "number": "float",
+        "boolean": "bool",
+        "null": "None",
+    },
+    unknown="Any",
+    literal=lambda values: "Literal[" + ", ".join(json.dumps(v) for v in values) + "]",
+    array="list[{}]",
+    mapping="dict[str, {}]",
+)
+
+
+def _type(schema: dict[str, Any], syntax: _Syntax) -> str:
+    """The type a schema describes, in ``syntax``."""
     if "$ref" in schema:
         return str(schema["$ref"]).rsplit("/", 1)[-1]
     if "anyOf" in schema:
-        return " | ".join(dict.fromkeys(_ts_type(s) for s in schema["anyOf"]))
+        return " | ".join(dict.fromkeys(_type(s, syntax) for s in schema["anyOf"]))
     if "enum" in schema:
-        return " | ".join(json.dumps(v) for v in schema["enum"])
+        return syntax.literal(schema["enum"])
     if "const" in schema:
-        return json.dumps(schema["const"])
+        return syntax.literal([schema["const"]])
     kind = schema.get("type")
-    if kind == "string":
-        return "string"
-    if kind in ("integer", "number"):
-        return "number"
-    if kind == "boolean":
-        return "boolean"
-    if kind == "null":
-        return "null"
+    if kind in syntax.scalars:
+        return syntax.scalars[kind]
     if kind == "array":
         items = schema.get("items")
-        inner = _ts_type(items) if isinstance(items, dict) else "unknown"
-        return f"Array<{inner}>"
+        return syntax.array.format(
+            _type(items, syntax) if isinstance(items, dict) else syntax.unknown
+        )
     if kind == "object":
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict) and extra:
-            return f"Record<string, {_ts_type(extra)}>"
-        return "Record<string, unknown>"
-    return "unknown"
+            return syntax.mapping.format(_type(extra, syntax))
+        return syntax.mapping.format(syntax.unknown)
+    return syntax.unknown
 
 
-def build_typescript(schema: dict[str, Any]) -> str:
+def _ts_type(schema: dict[str, Any]) -> str:
+    return _type(schema, _TS)
+
+
+def _py_type(schema: dict[str, Any]) -> str:
+    return _type(schema, _PY)
+
+
+GENERATED = "generated by `python -m compactd.protocol_gen` from compactd/protocol.py; do not edit."
+
+
+def _method_constants() -> list[tuple[str, str]]:
+    """The wire names ``protocol.py`` defines (``SESSION_OPEN = "session/open"``, ...)."""
+    return [
+        (const, value)
+        for const, value in sorted(vars(p).items())
+        if const.isupper() and isinstance(value, str) and "/" in value
+    ]
+
+
+def build_typescript(schema: dict[str, Any], *, declarations: bool = True) -> str:
+    """The schema as TypeScript. ``declarations``: a ``.d.ts`` (constants declared, no values);
+    otherwise a module that also carries the constants and the method table as values."""
     out = [
-        "// compactd protocol v" + p.PROTOCOL_VERSION + " -- generated by "
-        "`python -m compactd.protocol_gen`; do not edit.",
+        f"// compactd protocol v{p.PROTOCOL_VERSION} -- {GENERATED}",
         "/* eslint-disable */",
         "",
         "/** The protocol version these types describe (`PROTOCOL_VERSION` in compactd/protocol.py). */",
         f"export type ProtocolVersion = {json.dumps(p.PROTOCOL_VERSION)};",
         "",
     ]
+    if not declarations:
+        out += [
+            "/** The protocol version this client speaks. */",
+            f"export const PROTOCOL_VERSION: ProtocolVersion = {json.dumps(p.PROTOCOL_VERSION)};",
+            "",
+        ]
     for name, comp in schema["$defs"].items():
         if comp.get("type") != "object":
             out.append(f"export type {name} = {_ts_type(comp)};")
@@ -128,34 +197,336 @@ def build_typescript(schema: dict[str, Any]) -> str:
         out.append(f"  {json.dumps(method)}: {_ts_type(spec['params'])};")
     out.append("}")
     out.append("")
-    out.append("export declare const METHODS: {")
-    for const, value in sorted(vars(p).items()):
-        if const.isupper() and isinstance(value, str) and "/" in value:
-            out.append(f"  readonly {const}: {json.dumps(value)};")
-    out.append("};")
+    error_type = " | ".join(json.dumps(c) for c in schema["errorCodes"])
+    out.append(f"export type ErrorCode = {error_type};")
     out.append("")
-    codes = ", ".join(json.dumps(c) for c in schema["errorCodes"])
-    out.append(
-        f"export type ErrorCode = {' | '.join(json.dumps(c) for c in schema['errorCodes'])};"
-    )
-    out.append(f"export declare const ERROR_CODES: readonly ErrorCode[]; // {codes}")
+    if declarations:
+        out.append("export declare const METHODS: {")
+        for const, value in _method_constants():
+            out.append(f"  readonly {const}: {json.dumps(value)};")
+        out.append("};")
+        out.append("")
+        codes = ", ".join(json.dumps(c) for c in schema["errorCodes"])
+        out.append(f"export declare const ERROR_CODES: readonly ErrorCode[]; // {codes}")
+        out.append("")
+        return "\n".join(out)
+    out.append("/** Every wire name, by its constant's name in compactd/protocol.py. */")
+    out.append("export const METHODS = {")
+    for const, value in _method_constants():
+        out.append(f"  {const}: {json.dumps(value)},")
+    out.append("} as const;")
+    out.append("")
+    out.append("/** The stable `error.data.code` strings. */")
+    out.append("export const ERROR_CODES: readonly ErrorCode[] = [")
+    for code in schema["errorCodes"]:
+        out.append(f"  {json.dumps(code)},")
+    out.append("];")
+    out.append("")
+    out.append("/** Each request's params and result type, by name (the schema's `methods`). */")
+    out.append("export const METHOD_TYPES = {")
+    for method, spec in schema["methods"].items():
+        params = _ts_type(spec["params"])
+        result = _ts_type(spec["result"])
+        out.append(
+            f"  {json.dumps(method)}: {{ params: {json.dumps(params)}, result: {json.dumps(result)} }},"
+        )
+    out.append("} as const;")
+    out.append("")
+    out.append("/** Each notification's params type, by name (the schema's `notifications`). */")
+    out.append("export const NOTIFICATION_TYPES = {")
+    for method, spec in schema["notifications"].items():
+        out.append(f"  {json.dumps(method)}: {json.dumps(_ts_type(spec['params']))},")
+    out.append("} as const;")
     out.append("")
     return "\n".join(out)
 
 
-def build_vscode_version() -> str:
-    return "\n".join(
-        [
-            "// compactd protocol v" + p.PROTOCOL_VERSION + " -- generated by "
-            "`python -m compactd.protocol_gen`; do not edit.",
-            "",
-            'import type { ProtocolVersion } from "../../../protocol/compactd";',
-            "",
-            "/** The protocol version this client speaks (`PROTOCOL_VERSION` in compactd/protocol.py). */",
-            f"export const PROTOCOL_VERSION: ProtocolVersion = {json.dumps(p.PROTOCOL_VERSION)};",
-            "",
-        ]
+def _words(wire: str) -> list[str]:
+    """``claudeCode/compact`` -> ``["claude", "code", "compact"]``."""
+    spaced = re.sub(r"([A-Z])", r" \1", wire.replace("/", " "))
+    return [w.lower() for w in spaced.split()]
+
+
+def _camel(words: list[str]) -> str:
+    return words[0] + "".join(w.capitalize() for w in words[1:])
+
+
+def _description(schema: dict[str, Any], name: str) -> str:
+    """The first line of a type's docstring, for a generated doc comment."""
+    text = str(schema["$defs"].get(name, {}).get("description", "")).strip()
+    return text.split("\n\n", 1)[0].replace("\n", " ").replace("  ", " ")
+
+
+def build_ts_methods(schema: dict[str, Any]) -> str:
+    """One typed function per request (``session/open`` -> ``sessionOpen``) and one typed
+    subscription per notification (``compact/status`` -> ``onCompactStatus``)."""
+    names = sorted(
+        {_ts_type(s["params"]) for s in schema["methods"].values()}
+        | {_ts_type(s["result"]) for s in schema["methods"].values()}
+        | {_ts_type(s["params"]) for s in schema["notifications"].values()}
     )
+    out = [
+        f"// compactd protocol v{p.PROTOCOL_VERSION} -- {GENERATED}",
+        "/* eslint-disable */",
+        "",
+        'import type { Disposable, RequestOptions } from "./types";',
+        "import type {",
+        *(f"  {n}," for n in names),
+        "  Methods,",
+        "  Notifications,",
+        '} from "./protocol";',
+        "",
+        "/**",
+        " * The typed surface of protocol v1: each request as a method taking its params object and",
+        " * resolving with its result, each notification as an `on...` subscription. The transport",
+        " * (`CompactdClient`) provides `request` and `listen`.",
+        " */",
+        "export abstract class ProtocolMethods {",
+        "  /** Send any request of the protocol, typed by its name. */",
+        "  abstract request<M extends keyof Methods>(",
+        "    method: M,",
+        '    params: Methods[M]["params"],',
+        "    options?: RequestOptions,",
+        '  ): Promise<Methods[M]["result"]>;',
+        "",
+        "  /** Call `listener` with each notification `method` until the subscription is disposed. */",
+        "  abstract listen<N extends keyof Notifications>(",
+        "    method: N,",
+        "    listener: (params: Notifications[N]) => void,",
+        "  ): Disposable;",
+    ]
+    for method, spec in schema["methods"].items():
+        params = _ts_type(spec["params"])
+        result = _ts_type(spec["result"])
+        about = _description(schema, params)
+        default = " = {}" if not schema["$defs"].get(params, {}).get("required") else ""
+        out += [
+            "",
+            f"  /** `{method}`: {params} -> {result}.{(' ' + about) if about else ''} */",
+            f"  {_camel(_words(method))}(params: {params}{default}, options?: RequestOptions): Promise<{result}> {{",
+            f"    return this.request({json.dumps(method)}, params, options);",
+            "  }",
+        ]
+    for method, spec in schema["notifications"].items():
+        params = _ts_type(spec["params"])
+        name = "on" + "".join(w.capitalize() for w in _words(method))
+        out += [
+            "",
+            f"  /** `{method}` notifications ({params}). */",
+            f"  {name}(listener: (params: {params}) => void): Disposable {{",
+            f"    return this.listen({json.dumps(method)}, listener);",
+            "  }",
+        ]
+    out += ["}", ""]
+    return "\n".join(out)
+
+
+@functools.cache
+def _structs() -> dict[str, type[msgspec.Struct]]:
+    """Every Struct the schema names, by name, wherever it is defined (a params type may hold a
+    Struct of another module)."""
+    found: dict[str, type[msgspec.Struct]] = {}
+    pending: list[Any] = list(msgspec.inspect.multi_type_info(_all_types()))
+    while pending:
+        info = pending.pop()
+        if isinstance(info, msgspec.inspect.StructType):
+            if info.cls.__name__ in found:
+                continue
+            found[info.cls.__name__] = info.cls
+            pending += [f.type for f in info.fields]
+        else:
+            # Unions, lists, dicts and constrained types hold their members in these attributes.
+            for attr in ("types", "item_type", "key_type", "value_type", "type"):
+                inner = getattr(info, attr, None)
+                pending += list(inner) if isinstance(inner, tuple) else [inner] if inner else []
+    return found
+
+
+def _py_fields(schema: dict[str, Any], name: str) -> list[tuple[str, str, str | None]]:
+    """(python name, type, default or None when required) of a type's fields, the Python names
+    taken from the daemon's Struct so that the client's attributes are the daemon's."""
+    comp = schema["$defs"][name]
+    required = set(comp.get("required", []))
+    py_names = {f.encode_name: f.name for f in msgspec.structs.fields(_structs()[name])}
+    fields = []
+    for wire, fschema in comp.get("properties", {}).items():
+        default = None if wire in required else repr(fschema.get("default"))
+        fields.append((py_names[wire], _py_type(fschema), default))
+    return fields
+
+
+def build_python_protocol(schema: dict[str, Any]) -> str:
+    out = [
+        f'"""compactd protocol v{p.PROTOCOL_VERSION}: the wire types as msgspec Structs.',
+        "",
+        GENERATED.capitalize(),
+        "Fields are snake_case here and camelCase on the wire; unknown fields in what the daemon",
+        "sends are ignored (a newer daemon may add some), and fields left at their default are",
+        'not sent."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from typing import Any, Literal",
+        "",
+        "import msgspec",
+        "",
+        f"PROTOCOL_VERSION = {json.dumps(p.PROTOCOL_VERSION)}",
+        "",
+    ]
+    for const, value in _method_constants():
+        out.append(f"{const} = {json.dumps(value)}")
+    out += [
+        "",
+        "# The stable ``error.data.code`` strings.",
+        "ERROR_CODES: frozenset[str] = frozenset(",
+    ]
+    out.append("    {")
+    for code in schema["errorCodes"]:
+        out.append(f"        {json.dumps(code)},")
+    out += ["    }", ")", ""]
+    for name in schema["$defs"]:
+        fields = _py_fields(schema, name)
+        out += [
+            "",
+            f'class {name}(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):',
+        ]
+        about = str(schema["$defs"][name].get("description", "")).strip()
+        if about:
+            out.append(f'    """{about}"""')
+            if fields:
+                out.append("")
+        for py_name, kind, default in fields:
+            out.append(f"    {py_name}: {kind}" + ("" if default is None else f" = {default}"))
+        if not fields and not about:
+            out.append("    pass")
+        out.append("")
+    out += [
+        "",
+        "# Each request's params and result Structs, by wire name.",
+        "REQUESTS: dict[str, tuple[type[msgspec.Struct], type[msgspec.Struct]]] = {",
+    ]
+    for method, spec in schema["methods"].items():
+        out.append(
+            f"    {json.dumps(method)}: ({_py_type(spec['params'])}, {_py_type(spec['result'])}),"
+        )
+    out += ["}", "", "# Each notification's params Struct, by wire name."]
+    out.append("NOTIFICATIONS: dict[str, type[msgspec.Struct]] = {")
+    for method, spec in schema["notifications"].items():
+        out.append(f"    {json.dumps(method)}: {_py_type(spec['params'])},")
+    out += ["}", ""]
+    return "\n".join(out)
+
+
+# The Python client's names for the methods and notifications it had before they were
+# generated (its users call these); a method or notification added later is named from its wire
+# name (``session/open`` -> ``session_open``, ``compact/status`` -> ``compact_status_updates``).
+PY_METHOD_NAMES = {
+    p.SESSION_OPEN: "open_session",
+    p.SESSION_APPEND: "append",
+    p.SESSION_MESSAGES: "messages",
+    p.SESSION_LIST: "list_sessions",
+    p.SESSION_CLOSE: "close_session",
+    p.SESSION_STATS: "stats",
+    p.RECALL_SEARCH: "recall",
+    p.ATTACHMENTS_REHYDRATE: "rehydrate",
+    p.ATTACHMENTS_PENDING: "pending_attachments",
+    p.FILESTATE_RECORD: "record_file",
+    p.FILESTATE_LIST: "file_state",
+    p.CACHE_BEFORE_REQUEST: "cache_before",
+    p.CACHE_AFTER_RESPONSE: "cache_after",
+    p.SESSION_MEMORY_GET: "session_memory",
+    p.SESSION_MEMORY_EXTRACT: "extract_session_memory",
+}
+PY_NOTIFICATION_NAMES = {
+    p.NOTIFY_COMPACT_STATUS: "status_updates",
+    p.NOTIFY_TOKENS_THRESHOLD: "threshold_crossings",
+    p.NOTIFY_MEMORY_CHANGED: "memory_changes",
+    p.NOTIFY_CACHE_BREAK: "cache_breaks",
+    p.NOTIFY_SESSION_FOLLOWED: "follow_updates",
+}
+
+
+def _py_call(opening: str, args: list[str], closing: str) -> list[str]:
+    """``opening`` + the args + ``closing`` on one line, or one arg a line when too long (the
+    way ruff formats it)."""
+    line = opening + ", ".join(args) + closing
+    if len(line) <= 100:
+        return [line]
+    indent = " " * (len(opening) - len(opening.lstrip()) + 4)
+    return [opening, *(f"{indent}{a}," for a in args), indent[4:] + closing]
+
+
+def build_python_methods(schema: dict[str, Any]) -> str:
+    methods = schema["methods"]
+    notes = schema["notifications"]
+    out = [
+        "",
+        "",
+        "",
+        "class TypedMethods(Transport):",
+        '    """A method per request of the protocol, a subscription per notification."""',
+    ]
+    py_names: dict[str, str] = {}
+    for method, spec in methods.items():
+        params = _py_type(spec["params"])
+        result = _py_type(spec["result"])
+        name = PY_METHOD_NAMES.get(method) or "_".join(_words(method))
+        py_names[method] = name
+        fields = _py_fields(schema, params)
+        ordered = [f for f in fields if f[2] is None] + [f for f in fields if f[2] is not None]
+        args = [f"{n}: {t}" + ("" if d is None else f" = {d}") for n, t, d in ordered]
+        about = _description(schema, params)
+        out += [
+            "",
+            *_py_call(f"    async def {name}(", ["self", *args], f") -> {result}:"),
+            f'        """``{method}``{(": " + about) if about else "."}"""',
+            *_py_call(f"        params = {params}(", [f"{n}={n}" for n, _, _ in fields], ")"),
+            f"        return await self.call({json.dumps(method)}, params, {result})",
+        ]
+    note_names: dict[str, str] = {}
+    for method, spec in notes.items():
+        kind = _py_type(spec["params"])
+        name = PY_NOTIFICATION_NAMES.get(method) or "_".join(_words(method)) + "_updates"
+        note_names[method] = name
+        out += [
+            "",
+            f"    def {name}(self, session_id: str | None = None) -> Subscription[{kind}]:",
+            f'        """``{method}`` notifications ({kind}); with ``session_id``, that session\'s only."""',
+            f"        return Subscription(self, {json.dumps(method)}, {kind}, session_id)",
+        ]
+    out += [
+        "",
+        "",
+        "# The typed method of each request, by wire name.",
+        "TYPED_METHODS: dict[str, str] = {",
+    ]
+    out += [f"    {json.dumps(m)}: {json.dumps(n)}," for m, n in py_names.items()]
+    out += ["}", "", "# The typed subscription of each notification, by wire name."]
+    out += ["TYPED_NOTIFICATIONS: dict[str, str] = {"]
+    out += [f"    {json.dumps(m)}: {json.dumps(n)}," for m, n in note_names.items()]
+    out += ["}", ""]
+    body = "\n".join(out)
+    typing = [t for t in ("Any", "Literal") if re.search(rf"\b{t}\b", body)]
+    names = [n for n in schema["$defs"] if re.search(rf"\b{n}\b", body)]
+    head = [
+        '"""The typed methods of the Python client: one per request, one subscription per',
+        "notification, each building its params Struct and decoding the answer.",
+        "",
+        GENERATED.capitalize(),
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        *([f"from typing import {', '.join(typing)}", ""] if typing else []),
+        "from compactd_client._subscriptions import Subscription",
+        "from compactd_client._transport import Transport",
+        "from compactd_client.protocol import (",
+        *(f"    {n}," for n in names),
+        ")",
+        "",
+        '__all__ = ["TYPED_METHODS", "TYPED_NOTIFICATIONS", "TypedMethods"]',
+    ]
+    return "\n".join(head) + body
 
 
 def render() -> dict[Path, str]:
@@ -163,7 +534,10 @@ def render() -> dict[Path, str]:
     return {
         SCHEMA_PATH: json.dumps(schema, indent=2, sort_keys=False) + "\n",
         TS_PATH: build_typescript(schema),
-        VSCODE_VERSION_PATH: build_vscode_version(),
+        TS_CLIENT_DIR / "protocol.ts": build_typescript(schema, declarations=False),
+        TS_CLIENT_DIR / "methods.ts": build_ts_methods(schema),
+        PY_CLIENT_DIR / "protocol.py": build_python_protocol(schema),
+        PY_CLIENT_DIR / "_methods.py": build_python_methods(schema),
     }
 
 

@@ -22,7 +22,6 @@ import asyncio
 import functools
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-from compactd_client import Client
-
-from compactd import protocol as p
+from compactd_client import Client, default_command
+from compactd_client import protocol as p
 
 MODEL = "claude-sonnet-4-6"
 SYSTEM = "You are a coding agent in {cwd}. Look with your tools before you answer; be brief."
@@ -165,7 +163,8 @@ async def main() -> None:
         "--synchronous", action="store_true", help="no summary prepared in the background"
     )
     args = parser.parse_args()
-    serve = [sys.executable, "-m", "compactd", "serve"]
+    # The daemon installed beside this interpreter, else the `compactd` on PATH.
+    serve = default_command()
     if args.data_dir:
         serve += ["--data-dir", args.data_dir]
     options = {"backgroundCompaction": {"enabled": not args.synchronous}}

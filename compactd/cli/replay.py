@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from compactd_client import Client
+from compactd_client import protocol as p
 from rich.console import RenderableType
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
 import compactd.cli.report as report
 from compactd import __version__
-from compactd import protocol as p
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
 from compactd.cli.report import ReplayEvent
 from compactd.cli.synthetic import make_session, to_jsonl

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compactd import protocol as p
+from compactd_client import protocol as p
+
 from compactd.cli.term import Terminal, gauge, gauge_limit
 from compactd.core import tokens as tk
 

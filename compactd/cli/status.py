@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from compactd_client import Client, RpcError, Subscription
+from compactd_client import protocol as p
 
 import compactd.cli.report as report
-from compactd import protocol as p
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
 from compactd.cli.term import Terminal, gauge
 

@@ -13,13 +13,12 @@ import sys
 from typing import IO, Any
 
 import msgspec
+from compactd_client import protocol as p
 from rich import box
 from rich.console import Console, RenderableType
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
-
-from compactd import protocol as p
 
 # A gauge's width in characters (the bar only, without its figures).
 GAUGE_WIDTH = 20

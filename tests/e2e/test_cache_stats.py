@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 from compactd_client import Client, RpcError
+from compactd_client import protocol as cp
 
 from compactd import protocol as p
 from compactd.cli.synthetic import make_session
@@ -111,7 +112,7 @@ async def test_changed_tool_list_produces_one_break_naming_the_tools(app_client:
         sent = drain(breaks)
     assert ack.cache_break is not None
     assert len(sent) == 1
-    note = msgspec.convert(sent[0], p.CacheBreak)
+    note = msgspec.convert(sent[0], cp.CacheBreak)  # the client's type, as ack.cache_break
     assert note == ack.cache_break
     assert note.session_id == sid and note.query_source == "main"
     assert (note.previous_cache_read, note.cache_read, note.dropped_tokens) == (

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 from compactd_client import TYPED_METHODS, TYPED_NOTIFICATIONS, Client, RpcError
+from compactd_client import protocol as cp
 
 from compactd import protocol as p
 from compactd.cli.synthetic import make_session
@@ -38,6 +39,23 @@ def test_every_request_and_notification_has_a_typed_counterpart() -> None:
         names = set(signature.parameters) - {"self"}
         # Each typed method takes exactly the fields of its params Struct.
         assert names == fields, (method, names ^ fields)
+
+
+def test_the_client_types_are_the_daemons() -> None:
+    """The client's Structs (generated from the schema) have the daemon's fields, by Python
+    name and by wire name, and each method's params and result have the same names."""
+    assert set(cp.REQUESTS) == set(p.REQUESTS)
+    pairs = [
+        (ours, theirs)
+        for m in p.REQUESTS
+        for ours, theirs in zip(cp.REQUESTS[m], p.REQUESTS[m], strict=True)
+    ]
+    pairs += [(cp.NOTIFICATIONS[m], t) for m, t in p.NOTIFICATIONS.items()]
+    for ours, theirs in pairs:
+        assert ours.__name__ == theirs.__name__
+        mine = [(f.name, f.encode_name) for f in msgspec.structs.fields(ours)]
+        daemon = [(f.name, f.encode_name) for f in msgspec.structs.fields(theirs)]
+        assert mine == daemon, ours.__name__
 
 
 # -- attach mode --------------------------------------------------------------------------------
@@ -97,7 +115,7 @@ async def test_session_family(daemon: Client, tmp_path: Path) -> None:
         agent_kind="main",
         cache_safe_params=p.CacheSafeParams(system="You are terse.", tools=TOOLS),
     )
-    assert isinstance(opened, p.OpenResult) and opened.entry_count == 0
+    assert isinstance(opened, cp.OpenResult) and opened.entry_count == 0
     assert opened.status.context_window == 120_000
     sid = opened.session_id
     appended = await daemon.append(
@@ -128,7 +146,7 @@ async def test_tokens_family_and_threshold_crossings(daemon: Client) -> None:
         result = await daemon.append(sid, [user("word " * 8_000, uuid="u1")])
         first = await crossings.next(within=5)
         second = await crossings.next(within=5)
-    assert isinstance(first, p.ThresholdNotification)
+    assert isinstance(first, cp.ThresholdNotification)
     assert {first.level, second.level} == {"warning", "error"}
     assert first.session_id == sid and first.tokens == result.status.tokens
     assert first.status == result.status
@@ -148,7 +166,7 @@ async def test_compaction_family_and_status_updates(spawn_daemon: SpawnDaemon) -
         below = await client.compact_auto(sid)
         assert below.was_compacted is False and below.reason and "below" in below.reason
         micro = await client.compact_micro(sid, strategy="count")
-        assert isinstance(micro, p.MicroResult) and micro.strategy == "count"
+        assert isinstance(micro, cp.MicroResult) and micro.strategy == "count"
         assert micro.post_tokens == micro.pre_tokens - micro.tokens_saved
         async with client.status_updates(sid) as updates:
             full = await client.compact_full(sid, custom_instructions="keep the file names")
@@ -200,7 +218,7 @@ async def test_files_family_and_memory_changes(spawn_daemon: SpawnDaemon, tmp_pa
         assert str(ws / "plan.md") in {f.path for f in recorded.files}
         pending = await client.pending_attachments(sid)
         assert [a["attachment"]["type"] for a in pending.attachments] == ["nested_memory"]
-        extras = p.RehydrationExtras(
+        extras = cp.RehydrationExtras(
             plan_file_path="plan.md",
             announcements=[{"type": "mcp_instructions_delta", "addedNames": ["db"]}],
         )
@@ -215,7 +233,7 @@ async def test_files_family_and_memory_changes(spawn_daemon: SpawnDaemon, tmp_pa
         async with client.memory_changes(sid) as changes:
             (ws / "CLAUDE.md").write_text("project rules, edited\n")
             note = await changes.next(within=5)
-        assert note == p.MemoryChangedNotification(session_id=sid, path=memory, change="modified")
+        assert note == cp.MemoryChangedNotification(session_id=sid, path=memory, change="modified")
 
 
 async def test_cache_family_and_cache_breaks(daemon: Client) -> None:
@@ -234,7 +252,7 @@ async def test_cache_family_and_cache_breaks(daemon: Client) -> None:
         assert (await turn(t0 + 10, 30_000, TOOLS)).cache_break is None
         ack = await turn(t0 + 20, 1_000, TOOLS[:1])
         note = await breaks.next(within=5)
-    assert isinstance(note, p.CacheBreak) and note == ack.cache_break
+    assert isinstance(note, cp.CacheBreak) and note == ack.cache_break
     assert note.causes == ["tools"] and note.dropped_tokens == 29_000
     assert (await daemon.stats(sid)).cache_breaks == [note]
 

@@ -51,6 +51,10 @@ EARLIER = "fe5e1c67-53e7-4862-81ae-d0e013e3270b"
 # Claude Code appends when it compacts.
 CLAUDE_COMPACT_FIXTURE = "claude-code-2.1.330__r16_manual.jsonl"
 MEDIA = ROOT / "clients" / "vscode" / "media"
+# Set (by `make vscode-screenshots`) to retake the README's pictures: the shots that illustrate
+# it are copied into MEDIA. Otherwise a run writes only under tests/editors/out/ and leaves the
+# checkout as it was.
+RETAKE_MEDIA = os.environ.get("COMPACTD_VSCODE_MEDIA") == "1"
 VSIX = ROOT / "clients" / "vscode" / "compactd-vscode.vsix"
 # Flags that let chromium run headless as root in a container, with nothing phoning home.
 CHROMIUM_FLAGS = [
@@ -103,6 +107,12 @@ def wait_http(url: str, process: subprocess.Popen[bytes], log: Path, timeout: fl
         except OSError:
             time.sleep(0.2)
     pytest.fail(f"code-server did not answer on {url}: {log.read_text()}")
+
+
+def _publish(shot: Path, picture: Path) -> None:
+    """Copy ``shot`` over the README's ``picture`` when retaking them (``RETAKE_MEDIA``)."""
+    if RETAKE_MEDIA:
+        shutil.copy(shot, picture)
 
 
 @dataclass
@@ -330,7 +340,7 @@ def test_the_session_picker_and_the_gauge(editor: Editor) -> None:
     tooltip = editor.page.locator(".monaco-hover", has_text=f"compactd: {SESSION}")
     expect(tooltip).to_be_visible()
     expect(tooltip).to_contain_text("tokens used")
-    shutil.copy(
+    _publish(
         editor.shot("04-gauge", clip={"x": 760, "y": 560, "width": 520, "height": 240}),
         MEDIA / "gauge.png",
     )
@@ -343,7 +353,7 @@ def test_breakdown_from_its_command(editor: Editor) -> None:
     expect(picker.locator(".monaco-list-row").first).to_contain_text("tokens ·")
     expect(picker).to_contain_text("tool requests")
     expect(picker).to_contain_text("tool use: ")
-    shutil.copy(
+    _publish(
         editor.shot("05-breakdown", clip={"x": 290, "y": 0, "width": 700, "height": 420}),
         MEDIA / "breakdown.png",
     )
@@ -424,7 +434,7 @@ def test_compact_with_progress(editor: Editor) -> None:
     time.sleep(2.5)
     expect(progress).not_to_contain_text("Still summarizing")
     expect(progress).not_to_contain_text(" ms)")
-    shutil.copy(
+    _publish(
         editor.shot(
             "07-compaction-in-progress", clip={"x": 780, "y": 560, "width": 500, "height": 240}
         ),
@@ -650,14 +660,14 @@ def test_context_panel_from_the_gauge(editor: Editor) -> None:
     expect(body.locator('svg.history circle[data-kind="response"]').first).to_be_attached()
     expect(body).to_contain_text("What compact/auto would do next")
     editor.page.mouse.move(0, 0)
-    shutil.copy(editor.shot("09-context-panel-light"), MEDIA / "context-panel.png")
+    _publish(editor.shot("09-context-panel-light"), MEDIA / "context-panel.png")
     _theme(editor, "Dark Modern")
     expect(editor.page.locator(".monaco-workbench.vs-dark")).to_be_attached()
     expect(body.locator('svg.bar rect[data-part="tool:Read"]')).to_have_count(1)
     editor.page.mouse.move(0, 0)
     # The theme change re-activates extensions for a moment: the status bar says so until done.
     expect(editor.page.locator(".part.statusbar")).not_to_contain_text("Activating Extensions")
-    shutil.copy(editor.shot("10-context-panel-dark"), MEDIA / "context-panel-dark.png")
+    _publish(editor.shot("10-context-panel-dark"), MEDIA / "context-panel-dark.png")
     _theme(editor, "Light Modern")
     # It refreshes as the session grows.
     count = _append(editor.transcript, _answer(8, "And the tests?", "They pass."))

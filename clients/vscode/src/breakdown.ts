@@ -23,7 +23,7 @@ export class Breakdown {
       return;
     }
     const client = await this.daemon.ensureClient();
-    const bd = await client.breakdown(sessionId);
+    const bd = await client.tokensBreakdown({ sessionId });
     const output = this.ui.output;
     output.appendLine(`\ntoken breakdown of session ${sessionId}`);
     output.appendLine(breakdownTable(bd));

@@ -62,7 +62,7 @@ export class Compaction {
       async (progress, token) => {
         let compactionId: string | undefined;
         let shown: string | undefined;
-        const listener = client.onStatus((note: StatusNotification) => {
+        const listener = client.onCompactStatus((note: StatusNotification) => {
           // Only this session's manual compaction; an auto one may run for another session, and a
           // background preparation (`background: true`) is no compaction the user waits for.
           if (note.background || note.sessionId !== sessionId || (compactionId !== undefined && note.compactionId !== compactionId)) {
@@ -78,12 +78,12 @@ export class Compaction {
         // This notification shows the compaction: the daemon's own progress for it is not shown.
         const claim = this.progressView.claim();
         try {
-          const result = await client.compactFull(sessionId, instructions, token);
+          const result = await client.compactFull({ sessionId, ...(instructions ? { customInstructions: instructions } : {}) }, { token });
           void vscode.window.showInformationMessage(compactionOutcome(result));
         } catch (err) {
           if (err instanceof CompactdError && err.cancelled) {
             void vscode.window.showInformationMessage("Compaction cancelled; the conversation is unchanged.");
-          } else if (err instanceof CompactdError && err.code === "sessionFollowed") {
+          } else if (err instanceof CompactdError && err.dataCode === "sessionFollowed") {
             // The daemon follows it after all (the display was behind): the same offer.
             void this.offerResume(sessionId);
           } else {

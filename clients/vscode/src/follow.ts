@@ -86,7 +86,7 @@ export class Follow implements vscode.Disposable {
     if (previous !== undefined && previousId !== undefined && previous !== file && client) {
       // Claude Code has moved on from it; reading it on would only cost.
       await client
-        .openSession({ sessionId: previousId, cwd: workspaceDir(), follow: false })
+        .sessionOpen({ sessionId: previousId, cwd: workspaceDir(), follow: false })
         .catch((err: unknown) => this.ui.output.appendLine(`could not stop following ${previous}: ${err instanceof Error ? err.message : String(err)}`));
     }
   }

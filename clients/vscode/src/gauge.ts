@@ -51,14 +51,14 @@ export class Gauge implements vscode.Disposable {
         }
       }
     });
-    client.onStatus((note) => {
+    client.onCompactStatus((note) => {
       // A background preparation started, finished or failed: the tooltip says whether a summary
       // is ready, so the status is asked for again (the count itself did not change).
       if (note.background && note.sessionId === this.sessionId && ["preparing", "prepared", "failed"].includes(note.phase)) {
-        void client.status(note.sessionId).catch(() => undefined);
+        void client.tokensStatus({ sessionId: note.sessionId }).catch(() => undefined);
       }
     });
-    client.onThreshold((note) => {
+    client.onTokensThreshold((note) => {
       // One append can cross several levels at once: warn for the highest one only.
       const highest = note.level === "blocking" || (note.level === "error" && !note.status.isAtBlockingLimit);
       const warning = thresholdWarning(note.status);

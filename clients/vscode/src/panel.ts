@@ -117,10 +117,10 @@ export class ContextPanel implements vscode.Disposable {
     // Each part is optional: a picture without the preview beats no picture.
     const [status, breakdown, history, preview, listed] = await Promise.all([
       client.request("tokens/status", { sessionId }),
-      client.breakdown(sessionId).catch(() => undefined),
-      client.history(sessionId).catch(() => undefined),
-      client.preview(sessionId, "auto").catch(() => undefined),
-      client.listSessions().catch(() => undefined),
+      client.tokensBreakdown({ sessionId }).catch(() => undefined),
+      client.tokensHistory({ sessionId }).catch(() => undefined),
+      client.compactPreview({ sessionId, mechanism: "auto" }).catch(() => undefined),
+      client.sessionList().catch(() => undefined),
     ]);
     const following = listed?.sessions.find((s) => s.sessionId === sessionId)?.following ?? false;
     const data: ContextData = { sessionId, status, following };

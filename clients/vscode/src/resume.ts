@@ -37,7 +37,7 @@ export function resumeNotice(r: ClaudeCodeCompactResult): string {
 export function resumeError(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err);
   if (err instanceof CompactdError) {
-    switch (err.code) {
+    switch (err.dataCode) {
       case "notEnoughMessages":
         return `Nothing to compact yet: ${message}. Let Claude Code answer at least once, then try again.`;
       case "transcriptUnreadable":
@@ -85,7 +85,7 @@ export class Resume {
     try {
       result = await vscode.window.withProgress(
         { location: vscode.ProgressLocation.Notification, title: "compactd: compacting the Claude Code session", cancellable: true },
-        (_progress, token) => client.claudeCodeCompact({ transcriptPath, ...(online ? { online } : {}) }, token),
+        (_progress, token) => client.claudeCodeCompact({ transcriptPath, ...(online ? { online } : {}) }, { token }),
       );
     } catch (err) {
       if (err instanceof CompactdError && err.cancelled) {

@@ -91,7 +91,7 @@ export class Sessions {
     try {
       opened = await this.request(sessionId, transcriptPath, follow, false);
     } catch (err) {
-      if (!(err instanceof CompactdError && err.code === "sessionLocked")) throw err;
+      if (!(err instanceof CompactdError && err.dataCode === "sessionLocked")) throw err;
       if (follow === true && transcriptPath) {
         await this.openFollowed(transcriptPath);
         return;
@@ -117,10 +117,10 @@ export class Sessions {
         return id;
       } catch (err) {
         // Held by another window (or, rarely, an id taken by another import): try the next.
-        const next = err instanceof CompactdError && (err.code === "sessionLocked" || err.code === "sessionExists") && i + 1 < ids.length;
+        const next = err instanceof CompactdError && (err.dataCode === "sessionLocked" || err.dataCode === "sessionExists") && i + 1 < ids.length;
         if (!next) throw err;
         this.ui.output.appendLine(
-          err.code === "sessionLocked"
+          err.dataCode === "sessionLocked"
             ? `${id} is followed by another compactd (pid ${String(err.data["holderPid"])}); this window follows the same transcript as ${ids[i + 1]!}`
             : `${id} is another session of the data dir; trying ${ids[i + 1]!}`,
         );
@@ -135,7 +135,7 @@ export class Sessions {
     const contextWindow = config.get<number | null>("contextWindow") || undefined;
     // No model set: the daemon takes the one the transcript names, else the session's own.
     const model = config.get<string>("model")?.trim() || undefined;
-    return client.openSession({
+    return client.sessionOpen({
       sessionId,
       cwd: workspaceDir(),
       ...(model ? { model } : {}),
@@ -161,7 +161,7 @@ export class Sessions {
   async select(): Promise<void> {
     const client = await this.daemon.ensureClient();
     type Pick = vscode.QuickPickItem & { sessionId?: string; transcript?: string; browse?: boolean };
-    const listed = await client.listSessions();
+    const listed = await client.sessionList();
     const transcripts = await workspaceTranscripts(os.homedir(), workspaceDir());
     const items: Pick[] = [];
     let group: string | undefined;
@@ -200,7 +200,7 @@ export class Sessions {
     const configured = settings().get<string>("sessionId");
     if (remembered) {
       const client = await this.daemon.ensureClient(false);
-      if ((await client.listSessions()).sessions.some((s) => s.sessionId === remembered)) {
+      if ((await client.sessionList()).sessions.some((s) => s.sessionId === remembered)) {
         this.ui.output.appendLine(`showing session ${remembered}, as in the last window of this workspace`);
         await this.open(remembered);
         return;
@@ -225,7 +225,7 @@ export class Sessions {
   async refresh(): Promise<void> {
     const client = this.daemon.current();
     if (this.sessionId && client) {
-      await client.status(this.sessionId);
+      await client.tokensStatus({ sessionId: this.sessionId });
     }
   }
 }

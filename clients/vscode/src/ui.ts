@@ -46,7 +46,7 @@ export class Ui implements vscode.Disposable {
     }
     const message = err instanceof Error ? err.message : String(err);
     // A write the daemon refused on a followed or another window's session: say what to do.
-    const refusal = err instanceof CompactdError ? writeRefusal(err.code, err.data) : undefined;
+    const refusal = err instanceof CompactdError ? writeRefusal(err.dataCode, err.data) : undefined;
     if (refusal !== undefined) {
       this.output.appendLine(`${what}: ${message}`);
       void vscode.window.showWarningMessage(refusal);

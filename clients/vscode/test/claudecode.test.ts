@@ -242,7 +242,7 @@ describe("the extension beside a running Claude Code session", () => {
   it("refuses to compact compactd's copy of a followed session, offering Compact and resume instead", async () => {
     const before = fake.statusItem.text;
     const progressBefore = fake.progress.length;
-    const compactions = (await api.client()!.history(FIXTURE_SESSION)).compactions.length;
+    const compactions = (await api.client()!.tokensHistory({ sessionId: FIXTURE_SESSION })).compactions.length;
     const running = run("compactd.compact");
     const warning = await waitFor(
       () => fake.shown.find((s) => s.kind === "warning" && s.open && s.message.includes("follows Claude Code's transcript")),
@@ -257,7 +257,7 @@ describe("the extension beside a running Claude Code session", () => {
     assert.equal(fake.progress.length, progressBefore);
     assert.equal(fake.terminals.length, 0);
     assert.equal(fake.statusItem.text, before);
-    assert.equal((await api.client()!.history(FIXTURE_SESSION)).compactions.length, compactions);
+    assert.equal((await api.client()!.tokensHistory({ sessionId: FIXTURE_SESSION })).compactions.length, compactions);
     assert.deepEqual(fake.shown.filter((s) => s.kind === "error"), [], fake.output);
   });
 
@@ -300,7 +300,7 @@ describe("the extension beside a running Claude Code session", () => {
     assert.equal(api.activeSession(), newer);
     assert.equal(api.followedTranscript(), file);
     // The daemon reads only the session on display.
-    const following = (await api.client()!.listSessions()).sessions.filter((s) => s.following).map((s) => s.sessionId);
+    const following = (await api.client()!.sessionList()).sessions.filter((s) => s.following).map((s) => s.sessionId);
     assert.deepEqual(following, [newer]);
   });
 
@@ -308,7 +308,7 @@ describe("the extension beside a running Claude Code session", () => {
     const shown = api.activeSession();
     fake.setSetting("compactd.followClaudeCode", false);
     const listed = async (): Promise<boolean | undefined> =>
-      (await api.client()!.listSessions()).sessions.find((s) => s.sessionId === shown)?.following;
+      (await api.client()!.sessionList()).sessions.find((s) => s.sessionId === shown)?.following;
     // `following` is left out of the answer when false.
     await waitFor(async () => ((await listed()) !== true ? true : undefined), 10_000, "the daemon to stop following");
     assert.equal(api.followedTranscript(), undefined);

@@ -23,7 +23,7 @@ const WORDS_PER_RESULT = 1_500;
 const SUMMARY_DELAY_S = 20;
 
 function isNotImplemented(err: unknown): boolean {
-  return err instanceof CompactdError && err.code === "notImplemented";
+  return err instanceof CompactdError && err.dataCode === "notImplemented";
 }
 
 describe("compaction through the client core", () => {
@@ -39,12 +39,12 @@ describe("compaction through the client core", () => {
     cleanups.push(() => daemon.close());
     const { client } = daemon;
     const sid = "offline-full";
-    await client.openSession({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5" });
-    await client.append(sid, conversation(TURNS, sid, WORDS_PER_RESULT));
-    const before = await client.status(sid);
+    await client.sessionOpen({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5" });
+    await client.sessionAppend({ sessionId: sid, entries: conversation(TURNS, sid, WORDS_PER_RESULT) });
+    const before = await client.tokensStatus({ sessionId: sid });
 
     const notes: StatusNotification[] = [];
-    client.onStatus((n) => notes.push(n));
+    client.onCompactStatus((n) => notes.push(n));
     const freshTokens: number[] = [];
     client.onTokens((e) => {
       if (e.sessionId === sid) {
@@ -54,7 +54,7 @@ describe("compaction through the client core", () => {
 
     let result: CompactResult;
     try {
-      result = await client.compactFull(sid, "Keep the names of the files that were fixed.");
+      result = await client.compactFull({ sessionId: sid, customInstructions: "Keep the names of the files that were fixed." });
     } catch (err) {
       if (isNotImplemented(err)) {
         t.skip(NOT_IMPLEMENTED);
@@ -86,11 +86,11 @@ describe("compaction through the client core", () => {
     assert.ok(!mine.some((n) => n.phase === "failed" || n.phase === "cancelled"));
 
     // compactFull refreshes the status, so listeners (the status bar) see the freed space.
-    const after = await client.status(sid);
+    const after = await client.tokensStatus({ sessionId: sid });
     assert.ok(after.tokens < before.tokens, `tokens ${after.tokens} should be below ${before.tokens}`);
     assert.ok(after.percentLeft > before.percentLeft);
     assert.equal(freshTokens[freshTokens.length - 1], after.tokens);
-    const view = await client.messages(sid);
+    const view = await client.sessionMessages({ sessionId: sid });
     assert.equal(view.boundaryUuid, result.boundary["uuid"]);
   });
 
@@ -100,11 +100,11 @@ describe("compaction through the client core", () => {
     const { client } = daemon;
     const sid = "auto";
     // 40K window, 4K output: auto-compaction at 23K (docs/thresholds.md#worked-examples).
-    await client.openSession({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5", contextWindow: 40_000, maxOutputTokens: 4_000 });
-    await client.append(sid, conversation(2, sid));
+    await client.sessionOpen({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5", contextWindow: 40_000, maxOutputTokens: 4_000 });
+    await client.sessionAppend({ sessionId: sid, entries: conversation(2, sid) });
     let below;
     try {
-      below = await client.compactAuto(sid);
+      below = await client.compactAuto({ sessionId: sid });
     } catch (err) {
       if (isNotImplemented(err)) {
         t.skip("compact/auto is not implemented by this daemon yet (it answers notImplemented)");
@@ -115,7 +115,7 @@ describe("compaction through the client core", () => {
     assert.equal(below.wasCompacted, false, "nothing is due below the threshold");
     assert.ok(below.reason, "the daemon should say why it did not compact");
 
-    const appended = await client.append(sid, conversation(TURNS, `${sid}-more`, WORDS_PER_RESULT));
+    const appended = await client.sessionAppend({ sessionId: sid, entries: conversation(TURNS, `${sid}-more`, WORDS_PER_RESULT) });
     assert.ok(appended.status.isAboveAutoCompactThreshold, `only ${appended.status.tokens} tokens; test data too small`);
     const seen: number[] = [];
     client.onTokens((e) => {
@@ -123,10 +123,10 @@ describe("compaction through the client core", () => {
         seen.push(e.status.tokens);
       }
     });
-    const done = await client.compactAuto(sid);
+    const done = await client.compactAuto({ sessionId: sid });
     assert.equal(done.wasCompacted, true, `not compacted: ${done.reason}`);
     assert.ok(done.mechanism, "the result should name the mechanism used");
-    const after = await client.status(sid);
+    const after = await client.tokensStatus({ sessionId: sid });
     assert.ok(after.tokens < appended.status.tokens);
     assert.ok(!after.isAboveAutoCompactThreshold);
     assert.equal(seen[seen.length - 1], after.tokens);
@@ -144,15 +144,15 @@ describe("compaction through the client core", () => {
     cleanups.push(() => daemon.close());
     const { client } = daemon;
     const sid = "cancelled-full";
-    await client.openSession({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5" });
-    await client.append(sid, conversation(TURNS, sid, WORDS_PER_RESULT));
-    const before = await client.status(sid);
-    const viewBefore = await client.messages(sid);
+    await client.sessionOpen({ sessionId: sid, cwd: PROJECT, model: "claude-sonnet-4-5" });
+    await client.sessionAppend({ sessionId: sid, entries: conversation(TURNS, sid, WORDS_PER_RESULT) });
+    const before = await client.tokensStatus({ sessionId: sid });
+    const viewBefore = await client.sessionMessages({ sessionId: sid });
 
     const notes: StatusNotification[] = [];
-    client.onStatus((n) => notes.push(n));
+    client.onCompactStatus((n) => notes.push(n));
     const source = new CancellationTokenSource();
-    const running = client.compactFull(sid, undefined, source.token);
+    const running = client.compactFull({ sessionId: sid }, { token: source.token });
     const settled = running.then(
       () => "resolved" as const,
       (err: unknown) => err,
@@ -178,7 +178,7 @@ describe("compaction through the client core", () => {
     source.cancel();
     const outcome = await withTimeout(settled, 10_000, "compact/full to end after the cancel");
     assert.ok(outcome instanceof CompactdError, `expected a CompactdError, got ${String(outcome)}`);
-    assert.equal(outcome.code, "cancelled");
+    assert.equal(outcome.dataCode, "cancelled");
     assert.ok(outcome.cancelled);
     assert.ok(
       Date.now() - cancelledAt < SUMMARY_DELAY_S * 1_000,
@@ -194,15 +194,15 @@ describe("compaction through the client core", () => {
     assert.ok(!notes.some((n) => n.compactionId === compactionId && n.phase === "completed"));
 
     // Nothing changed: same tokens, same API view, no boundary.
-    const afterCancel = await client.status(sid);
+    const afterCancel = await client.tokensStatus({ sessionId: sid });
     assert.equal(afterCancel.tokens, before.tokens);
-    const viewAfter = await client.messages(sid);
+    const viewAfter = await client.sessionMessages({ sessionId: sid });
     assert.equal(viewAfter.boundaryUuid ?? null, viewBefore.boundaryUuid ?? null);
     assert.equal(viewAfter.messages.length, viewBefore.messages.length);
 
     // And the session is not left locked: the next compaction (answered at once) commits.
-    const result = await client.compactFull(sid);
+    const result = await client.compactFull({ sessionId: sid });
     assert.ok(result.postCompactTokens < result.preCompactTokens);
-    assert.ok((await client.status(sid)).tokens < before.tokens);
+    assert.ok((await client.tokensStatus({ sessionId: sid })).tokens < before.tokens);
   });
 });

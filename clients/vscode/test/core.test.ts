@@ -48,7 +48,7 @@ describe("CompactdClient against the real daemon", () => {
     const seen: TokensChanged[] = [];
     const listener = client.onTokens((e) => seen.push(e));
     try {
-      const opened = await client.openSession({ sessionId: "open-append", cwd: PROJECT, model: "claude-sonnet-4-5" });
+      const opened = await client.sessionOpen({ sessionId: "open-append", cwd: PROJECT, model: "claude-sonnet-4-5" });
       assert.equal(opened.sessionId, "open-append");
       assert.equal(opened.entryCount, 0);
       assert.equal(opened.status.tokens, 0);
@@ -56,11 +56,11 @@ describe("CompactdClient against the real daemon", () => {
       assert.ok(fs.existsSync(opened.transcriptPath), "the transcript should be on disk");
 
       const entries = conversation(5, "open-append");
-      const appended = await client.append("open-append", entries);
+      const appended = await client.sessionAppend({ sessionId: "open-append", entries: entries });
       assert.equal(appended.appended, entries.length);
       assert.ok(appended.status.tokens > 0);
 
-      const status = await client.status("open-append");
+      const status = await client.tokensStatus({ sessionId: "open-append" });
       assert.equal(status.tokens, appended.status.tokens);
       assert.equal(status.exactTokens + status.estimatedTokens, status.tokens);
       // Sonnet 4.5: 200K window, 20K reserved for output, 13K buffer (docs/thresholds.md#worked-examples).
@@ -77,7 +77,7 @@ describe("CompactdClient against the real daemon", () => {
       const forSession = seen.filter((e) => e.sessionId === "open-append").map((e) => e.status.tokens);
       assert.deepEqual(forSession, [0, appended.status.tokens, status.tokens]);
 
-      const listed = await client.listSessions();
+      const listed = await client.sessionList();
       const info = listed.sessions.find((s) => s.sessionId === "open-append");
       assert.ok(info);
       assert.equal(info.entryCount, entries.length);
@@ -88,9 +88,9 @@ describe("CompactdClient against the real daemon", () => {
 
   it("breaks the tokens down by category and tool", async () => {
     const client = daemon.client;
-    await client.openSession({ sessionId: "breakdown", cwd: PROJECT, model: "claude-sonnet-4-5" });
-    await client.append("breakdown", conversation(4, "breakdown"));
-    const bd = await client.breakdown("breakdown");
+    await client.sessionOpen({ sessionId: "breakdown", cwd: PROJECT, model: "claude-sonnet-4-5" });
+    await client.sessionAppend({ sessionId: "breakdown", entries: conversation(4, "breakdown") });
+    const bd = await client.tokensBreakdown({ sessionId: "breakdown" });
     assert.ok(bd.totalTokens > 0);
     const names = bd.categories.map((c) => c.name);
     for (const name of ["human", "assistant", "toolRequests", "toolResults"]) {
@@ -109,17 +109,17 @@ describe("CompactdClient against the real daemon", () => {
   it("forwards tokens/threshold notifications as events", async () => {
     const client = daemon.client;
     const notes: ThresholdNotification[] = [];
-    const listener = client.onThreshold((n) => notes.push(n));
+    const listener = client.onTokensThreshold((n) => notes.push(n));
     try {
       // A small window so a few turns cross the warning level.
-      await client.openSession({
+      await client.sessionOpen({
         sessionId: "threshold",
         cwd: PROJECT,
         model: "claude-sonnet-4-5",
         contextWindow: 40_000,
         maxOutputTokens: 4_000,
       });
-      const result = await client.append("threshold", conversation(12, "threshold", 600));
+      const result = await client.sessionAppend({ sessionId: "threshold", entries: conversation(12, "threshold", 600) });
       assert.ok(result.status.isAboveWarningThreshold, `only ${result.status.tokens} tokens; test data too small`);
       const warning = await waitFor(() => notes.find((n) => n.sessionId === "threshold" && n.level === "warning"), 5_000, "a warning notification");
       assert.equal(warning.threshold, result.status.warningThreshold);
@@ -132,25 +132,25 @@ describe("CompactdClient against the real daemon", () => {
 
   it("turns daemon errors into CompactdError with the stable code, and survives them", async () => {
     const client = daemon.client;
-    await assert.rejects(client.status("no-such-session"), (err: unknown) => {
+    await assert.rejects(client.tokensStatus({ sessionId: "no-such-session" }), (err: unknown) => {
       assert.ok(err instanceof CompactdError);
-      assert.equal(err.code, "sessionNotFound");
+      assert.equal(err.dataCode, "sessionNotFound");
       assert.ok(err.message.includes("no-such-session"), err.message);
       return true;
     });
-    await assert.rejects(client.openSession({ sessionId: "../escape", cwd: "/", model: "claude-sonnet-4-5" }), (err: unknown) => {
+    await assert.rejects(client.sessionOpen({ sessionId: "../escape", cwd: "/", model: "claude-sonnet-4-5" }), (err: unknown) => {
       assert.ok(err instanceof CompactdError);
-      assert.equal(err.code, "invalidParams");
-      assert.equal(err.number, -32602);
+      assert.equal(err.dataCode, "invalidParams");
+      assert.equal(err.code, -32602);
       return true;
     });
     // Wrong types on the wire, bypassing the typed methods.
     await assert.rejects(client.request("tokens/status", { sessionId: 42 } as unknown as { sessionId: string }), (err: unknown) => {
       assert.ok(err instanceof CompactdError);
-      assert.equal(err.code, "invalidParams");
+      assert.equal(err.dataCode, "invalidParams");
       return true;
     });
-    const listed = await client.listSessions();
+    const listed = await client.sessionList();
     assert.ok(!listed.sessions.some((s) => s.sessionId.includes("escape")), "a rejected open must not create a session");
     assert.ok(client.running, "the daemon should still be running");
   });
@@ -169,11 +169,11 @@ describe("memory/changed", () => {
       const { client } = daemon;
       const notes: MemoryChangedNotification[] = [];
       client.onMemoryChanged((n) => notes.push(n));
-      const opened = await client.openSession({ cwd: ws, model: "claude-sonnet-4-5" });
+      const opened = await client.sessionOpen({ cwd: ws, model: "claude-sonnet-4-5" });
       const sid = opened.sessionId;
       // The agent reads a file under the workspace: its CLAUDE.md becomes a watched memory file.
       const now = new Date().toISOString();
-      await client.append(sid, [
+      await client.sessionAppend({ sessionId: sid, entries: [
         {
           type: "assistant",
           uuid: "read-call",
@@ -186,11 +186,11 @@ describe("memory/changed", () => {
           timestamp: now,
           message: { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_read", content: "x = 1" }] },
         },
-      ]);
+      ] });
       try {
         await client.request("attachments/pending", { sessionId: sid });
       } catch (err) {
-        if (err instanceof CompactdError && err.code === "notImplemented") {
+        if (err instanceof CompactdError && err.dataCode === "notImplemented") {
           t.skip("nested memory is not implemented by this daemon yet (attachments/pending answers notImplemented)");
           return;
         }
@@ -225,8 +225,8 @@ describe("CompactdClient lifecycle", () => {
       const first = new CompactdClient({ command: daemonCommand(), dataDir });
       await first.start();
       await first.initialize();
-      await first.openSession({ sessionId: "kept", cwd: PROJECT, model: "claude-sonnet-4-5" });
-      const appended = await first.append("kept", conversation(3, "kept"));
+      await first.sessionOpen({ sessionId: "kept", cwd: PROJECT, model: "claude-sonnet-4-5" });
+      const appended = await first.sessionAppend({ sessionId: "kept", entries: conversation(3, "kept") });
       const exits: boolean[] = [];
       first.onExit((info) => exits.push(info.expected));
       const info = await first.dispose();
@@ -235,14 +235,14 @@ describe("CompactdClient lifecycle", () => {
       assert.equal(info.expected, true);
       assert.deepEqual(exits, [true]);
       assert.equal(first.running, false);
-      await assert.rejects(first.status("kept"), DaemonNotRunningError);
+      await assert.rejects(first.tokensStatus({ sessionId: "kept" }), DaemonNotRunningError);
       assert.equal((await first.dispose())?.code, 0, "a second dispose is harmless");
 
       const second = new CompactdClient({ command: daemonCommand(), dataDir });
       await second.start();
       await second.initialize();
       try {
-        const status = await second.status("kept");
+        const status = await second.tokensStatus({ sessionId: "kept" });
         assert.equal(status.tokens, appended.status.tokens);
       } finally {
         await second.dispose();
@@ -256,10 +256,10 @@ describe("CompactdClient lifecycle", () => {
     const daemon = await startDaemon();
     try {
       const exited = new Promise<boolean>((resolve) => daemon.client.onExit((info) => resolve(info.expected)));
-      await daemon.client.openSession({ sessionId: "crash", cwd: "/", model: "claude-sonnet-4-5" });
+      await daemon.client.sessionOpen({ sessionId: "crash", cwd: "/", model: "claude-sonnet-4-5" });
       process.kill(daemon.client.pid!, "SIGKILL");
       assert.equal(await exited, false);
-      await assert.rejects(daemon.client.status("crash"), DaemonNotRunningError);
+      await assert.rejects(daemon.client.tokensStatus({ sessionId: "crash" }), DaemonNotRunningError);
     } finally {
       await daemon.close();
     }

@@ -78,7 +78,7 @@ describe("the extension in a stand-in VS Code", () => {
   it("follows appends made by another extension through the API", async () => {
     const client = api.client();
     assert.ok(client, "the API should expose the running client");
-    const result = await client.append(SESSION, conversation(10, SESSION, 1_500));
+    const result = await client.sessionAppend({ sessionId: SESSION, entries: conversation(10, SESSION, 1_500) });
     assert.ok(result.status.tokens > 0);
     assert.equal(fake.statusItem.text, `$(fold) ${statusBarText(result.status)}`);
     assert.match(String(fake.statusItem.tooltip), new RegExp(`compactd: ${SESSION}`));
@@ -104,7 +104,7 @@ describe("the extension in a stand-in VS Code", () => {
 
   it("cancels a slow compaction from the progress notification's Cancel button", async (t: TestContext) => {
     const client = api.client()!;
-    const before = await client.status(SESSION);
+    const before = await client.tokensStatus({ sessionId: SESSION });
     await emulator.reset();
     await emulator.script({ delay: 20 });
     const shownBefore = fake.shown.length;
@@ -112,7 +112,7 @@ describe("the extension in a stand-in VS Code", () => {
     const command = run("compactd.compact");
 
     const keepAlives: number[] = [];
-    const listener = client.onStatus((n) => {
+    const listener = client.onCompactStatus((n) => {
       if (n.sessionId === SESSION && n.phase === "keepAlive") {
         keepAlives.push(n.elapsedMs);
       }
@@ -140,12 +140,12 @@ describe("the extension in a stand-in VS Code", () => {
     await command;
     const messages = fake.shown.slice(shownBefore).map((s) => s.message);
     assert.ok(messages.includes("Compaction cancelled; the conversation is unchanged."), messages.join(" | "));
-    assert.equal((await client.status(SESSION)).tokens, before.tokens);
+    assert.equal((await client.tokensStatus({ sessionId: SESSION })).tokens, before.tokens);
   });
 
   it("compacts behind a progress notification and updates the status bar", async (t: TestContext) => {
     const client = api.client()!;
-    const before = await client.status(SESSION);
+    const before = await client.tokensStatus({ sessionId: SESSION });
     const shownBefore = fake.shown.length;
     const runsBefore = fake.progress.length;
     await emulator.reset(); // answer at once, whatever an earlier test scripted
@@ -164,20 +164,20 @@ describe("the extension in a stand-in VS Code", () => {
     assert.equal(new Set(progress.reports).size, progress.reports.length, `a text was written twice: ${progress.reports.join(" | ")}`);
     const shown = fake.shown.slice(shownBefore);
     assert.ok(shown.some((s) => s.kind === "info" && s.message.startsWith("Compacted ")), JSON.stringify(shown));
-    const after = await client.status(SESSION);
+    const after = await client.tokensStatus({ sessionId: SESSION });
     assert.ok(after.tokens < before.tokens);
     assert.equal(fake.statusItem.text, `$(fold) ${statusBarText(after)}`);
   });
 
   it("shows a compaction another extension runs through the API as the daemon's cancellable progress", async () => {
     const client = api.client()!;
-    await client.append(SESSION, conversation(10, SESSION, 1_500, 1_000));
-    const before = await client.status(SESSION);
+    await client.sessionAppend({ sessionId: SESSION, entries: conversation(10, SESSION, 1_500, 1_000) });
+    const before = await client.tokensStatus({ sessionId: SESSION });
     await emulator.reset();
     await emulator.script({ delay: 60 });
     const runsBefore = fake.progress.length;
     // Another extension (the agent) compacts through the client the API hands out.
-    const settled = client.compactFull(SESSION).then(
+    const settled = client.compactFull({ sessionId: SESSION }).then(
       () => "resolved" as const,
       (err: unknown) => err,
     );
@@ -191,9 +191,9 @@ describe("the extension in a stand-in VS Code", () => {
     );
     assert.ok(progress.reports.length > 0, "the daemon's messages should show");
     progress.cancel();
-    const outcome = (await settled) as { code?: string };
-    assert.equal(outcome.code, "cancelled", String(outcome));
-    assert.equal((await client.status(SESSION)).tokens, before.tokens, "the session should be unchanged");
+    const outcome = (await settled) as { dataCode?: string };
+    assert.equal(outcome.dataCode, "cancelled", String(outcome));
+    assert.equal((await client.tokensStatus({ sessionId: SESSION })).tokens, before.tokens, "the session should be unchanged");
     assert.equal(fake.progress.length, runsBefore + 1, "one notification for one compaction");
     await emulator.reset();
   });
@@ -208,7 +208,7 @@ describe("the extension in a stand-in VS Code", () => {
     try {
       await api.setActiveSession("ext-small");
       const shownBefore = fake.shown.length;
-      const result = await api.client()!.append("ext-small", conversation(12, "ext-small", 600));
+      const result = await api.client()!.sessionAppend({ sessionId: "ext-small", entries: conversation(12, "ext-small", 600) });
       assert.ok(result.status.isAboveErrorThreshold, `only ${result.status.tokens} tokens; test data too small`);
       const warning = await waitFor(
         () => fake.shown.slice(shownBefore).find((s) => s.kind === "warning"),
@@ -230,7 +230,7 @@ describe("the extension in a stand-in VS Code", () => {
       }
       assert.ok(fake.progress.length > runsBefore, "the compaction should run behind a progress notification");
       assert.match(outcome.message, /^Compacted /);
-      const after = await api.client()!.status("ext-small");
+      const after = await api.client()!.tokensStatus({ sessionId: "ext-small" });
       assert.ok(after.tokens < result.status.tokens);
       assert.equal(fake.statusItem.text, `$(fold) ${statusBarText(after)}`);
     } finally {
@@ -251,7 +251,7 @@ describe("the extension in a stand-in VS Code", () => {
       let turn = 0;
       const grow = async (until: (s: import("../src/core").TokenStatus) => boolean, what: string): Promise<void> => {
         for (let i = 0; i < 40; i++) {
-          const { status } = await client.append(sid, conversation(1, sid, 400, 4 * turn++));
+          const { status } = await client.sessionAppend({ sessionId: sid, entries: conversation(1, sid, 400, 4 * turn++) });
           if (until(status)) {
             return;
           }
@@ -275,7 +275,7 @@ describe("the extension in a stand-in VS Code", () => {
       await run("compactd.compact");
       // Below the auto-compact threshold: a summary prepared in the background keeps what came
       // after its snapshot and may leave more than a synchronous one (docs/background.md#applying).
-      assert.ok(!(await client.status(sid)).isAboveAutoCompactThreshold);
+      assert.ok(!(await client.tokensStatus({ sessionId: sid })).isAboveAutoCompactThreshold);
       assert.deepEqual(fake.visible("warning"), [], "the stale warning should be withdrawn");
       assert.ok(fake.builtins.filter((b) => b.id === "notifications.hideToasts").length > hidesBefore);
       assert.ok(fake.visible("info").some((m) => m.message.startsWith("Compacted ")), "the outcome stays on screen");
@@ -315,7 +315,7 @@ describe("the extension in a stand-in VS Code", () => {
     // A Claude Code transcript picked is followed as it grows (compactd.followClaudeCode, on by default).
     assert.match(String(second.items.find((i) => i.label === imported)?.description), /^\d[\d,]* tokens · 12 entries · following$/);
     // At the source: the daemon leaves out what it does not know of an unloaded session.
-    const unloaded = (await api.client()!.listSessions()).sessions.filter((info) => !info.open);
+    const unloaded = (await api.client()!.sessionList()).sessions.filter((info) => !info.open);
     assert.ok(unloaded.length > 0);
     for (const info of unloaded) {
       assert.equal(info.entryCount, undefined, JSON.stringify(info));

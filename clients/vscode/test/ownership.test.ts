@@ -63,9 +63,9 @@ describe("a second VS Code window on the same workspace", () => {
     other = new CompactdClient({ command: daemonCommand(), dataDir, cwd: REPO_ROOT });
     await other.start();
     await other.initialize({ summarizer: { offline: true } });
-    await other.openSession({ sessionId: SESSION, cwd: project, transcriptPath: transcript, follow: true });
-    await other.openSession({ sessionId: "mine", cwd: project });
-    await other.append("mine", conversation(3, "mine"));
+    await other.sessionOpen({ sessionId: SESSION, cwd: project, transcriptPath: transcript, follow: true });
+    await other.sessionOpen({ sessionId: "mine", cwd: project });
+    await other.sessionAppend({ sessionId: "mine", entries: conversation(3, "mine") });
     fake.workspaceFolder = project;
     fake.settings["compactd.serverCommand"] = daemonCommand();
     fake.settings["compactd.dataDir"] = dataDir;
@@ -87,14 +87,14 @@ describe("a second VS Code window on the same workspace", () => {
     assert.equal(api.activeSession(), `${SESSION}-2`);
     assert.equal(api.followedTranscript(), transcript);
     assert.match(fake.output, new RegExp(`${SESSION} is followed by another compactd \\(pid ${other.pid}\\)`));
-    const listed = (await api.client()!.listSessions()).sessions;
+    const listed = (await api.client()!.sessionList()).sessions;
     assert.equal(listed.find((s) => s.sessionId === `${SESSION}-2`)?.following, true);
   });
 
   it("moves both windows' gauges as Claude Code appends", async () => {
     fs.appendFileSync(transcript, answer(1, 90_000));
     await waitFor(() => (fake.statusItem.text.includes("90K") ? true : undefined), 10_000, `this window's gauge to show 90K (${fake.statusItem.text})`);
-    await waitFor(async () => ((await other.status(SESSION)).tokens === 90_000 ? true : undefined), 10_000, "the other window's count to follow");
+    await waitFor(async () => ((await other.tokensStatus({ sessionId: SESSION })).tokens === 90_000 ? true : undefined), 10_000, "the other window's count to follow");
   });
 
   it("finds the same id again after a reload", async () => {
@@ -124,6 +124,6 @@ describe("a second VS Code window on the same workspace", () => {
     assert.equal(fake.progress.length, progressBefore, "no compaction ran");
     assert.deepEqual(fake.shown.filter((s) => s.kind === "error"), [], fake.output);
     // The owner's session is as it was.
-    assert.equal((await other.history("mine")).compactions.length, 0);
+    assert.equal((await other.tokensHistory({ sessionId: "mine" })).compactions.length, 0);
   });
 });

@@ -109,7 +109,7 @@ class AutoResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tru
 
 
 class BackgroundCompactionOptions(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
-    """Zero-wait compaction (issue 28): a summary prepared in the background from a snapshot
+    """Zero-wait compaction: a summary prepared in the background from a snapshot
     before the auto-compact threshold, applied at once when the threshold comes.
 
     docs/background.md. ``enabled`` (default true; false: compaction behaves as without it);
@@ -519,6 +519,9 @@ class RecallHit(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True
     compacted: bool
     snippet: str
     entry: dict[str, Any] | None = None
+    role: str | None = None
+    match: str | None = None
+    revisions: list[RecallRevision] | None = None
 
 
 class RecallParams(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -530,6 +533,17 @@ class RecallParams(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=T
 
 class RecallResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
     hits: list[RecallHit]
+    total: int | None = None
+
+
+class RecallRevision(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """A later entry that changed what a hit was about (docs/recall.md#revisions)."""
+
+    uuid: str
+    role: str
+    timestamp: str | None
+    reason: str
+    snippet: str
 
 
 class RehydrateParams(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):

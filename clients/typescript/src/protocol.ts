@@ -403,6 +403,9 @@ export interface RecallHit {
   compacted: boolean;
   snippet: string;
   entry?: Record<string, unknown> | null;
+  role?: string | null;
+  match?: string | null;
+  revisions?: Array<RecallRevision> | null;
 }
 
 export interface RecallParams {
@@ -414,6 +417,15 @@ export interface RecallParams {
 
 export interface RecallResult {
   hits: Array<RecallHit>;
+  total?: number | null;
+}
+
+export interface RecallRevision {
+  uuid: string;
+  role: string;
+  timestamp: string | null;
+  reason: string;
+  snippet: string;
 }
 
 export interface RehydrateParams {

@@ -8,6 +8,8 @@ port nothing listens on.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,14 @@ from compactd_client import Client, RpcError
 
 from compactd import protocol as p
 from tests.conftest import daemon_log, spawn
+from tests.e2e.test_claude_code_export import R2_AUTO, _project
+from tests.e2e.test_cli import SMALL_WINDOW as SMALL_CLI_WINDOW
+from tests.e2e.test_cli import VIEWER
 from tests.e2e.test_compact_support import open_session, session_entries
 from tests.emulator import Emulator, api_error
 from tests.emulator.chat import chat_prompt_tokens
 from tests.fidelity import items_of, recalls, view_text
+from tests.helpers import run_cli
 
 pytestmark = pytest.mark.asyncio
 
@@ -226,3 +232,50 @@ async def test_a_pending_prompt_tips_compact_auto(tmp_path: Path) -> None:
             with pytest.raises(RpcError) as info:
                 await client.request(p.COMPACT_AUTO, {"sessionId": sid, "pendingTokens": -1})
             assert info.value.code == p.ErrorCode.INVALID_PARAMS and info.value.number == -32602
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+async def test_cli_status_says_which_level_is_in_force() -> None:
+    code, out, err = await run_cli("status", str(VIEWER), "--plain")
+    assert code == 0, err
+    assert "(the absolute level)" not in out
+    code, out, err = await run_cli(
+        "status", str(VIEWER), "--plain", "--auto-compact-tokens", "5000"
+    )
+    assert code == 0, err
+    assert "auto-compact at 5,000 (the absolute level)" in out
+    code, out, err = await run_cli("status", str(VIEWER), "--json", "--auto-compact-tokens", "5000")
+    assert json.loads(out)["status"]["autoCompactSource"] == "tokens"
+    code, _, err = await run_cli("status", str(VIEWER), "--auto-compact-tokens", "0")
+    assert code == 1 and "--auto-compact-tokens" in err and "Traceback" not in err
+
+
+async def test_cli_compact_takes_provider_model_and_base_url(tmp_path: Path) -> None:
+    source, _ = _project(tmp_path, R2_AUTO)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    with Emulator() as emu:
+        args = ["--provider", "openai", "--model", "small", "--base-url", f"{emu.base_url}/v1"]
+        code, out, err = await run_cli("compact", str(source), "--json", *args, env=env)
+        assert code == 0, err
+        assert emu.chat_requests and emu.message_requests == []
+        assert {r.body["model"] for r in emu.chat_requests} == {"small"}
+        code, out, err = await run_cli(
+            "replay",
+            str(VIEWER),
+            *SMALL_CLI_WINDOW,
+            "--provider",
+            "openai",
+            "--summarizer-model",
+            "small",
+            "--base-url",
+            f"{emu.base_url}/v1",
+            env=env,
+        )
+        assert code == 0, err
+        assert f"compacting with the Chat Completions API at {emu.base_url}/v1" in out
+    code, _, err = await run_cli("compact", str(source), "--provider", "openai", env=env)
+    assert code == 2 and "--provider openai needs OPENAI_API_KEY or --base-url" in err
+    code, _, err = await run_cli("compact", str(source), "--base-url", "http://x/v1", env=env)
+    assert code == 2 and "--base-url needs --provider" in err

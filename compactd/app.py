@@ -67,7 +67,7 @@ class App(Runtime):
         super().__init__(options, root.expanduser(), base_env)
         if options.auto_compact_tokens is not None:
             # The daemon's absolute auto-compact level reaches every session's limits the way
-            # its environment variable does (docs/thresholds.md#absolute).
+            # its environment variable does (docs/thresholds.md#absolute-level).
             self.env[c.ENV_AUTO_COMPACT_TOKENS] = str(options.auto_compact_tokens)
         self.sessions: dict[str, Session] = {}
         # The OS locks of the sessions this daemon owns (every loaded one not read-only).

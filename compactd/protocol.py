@@ -308,7 +308,7 @@ class InitializationOptions(
     microcompact: MicrocompactOptions | None = None
     session_memory: SessionMemoryOptions | None = None
     background_compaction: BackgroundCompactionOptions | None = None
-    # An absolute auto-compact level in tokens for every session (docs/thresholds.md#absolute):
+    # An absolute auto-compact level in tokens for every session (docs/thresholds.md#absolute-level):
     # the threshold is the lower of it and the share of the window; session/open overrides it.
     auto_compact_tokens: PositiveTokens | None = None
 
@@ -371,7 +371,7 @@ class TokenStatus(_Wire, kw_only=True):
     # A summary prepared in the background, when one is running or ready
     # (docs/background.md#visible).
     preparation: PreparationState | None = None
-    # Which level sets ``autoCompactThreshold`` (docs/thresholds.md#absolute): "window" (the
+    # Which level sets ``autoCompactThreshold`` (docs/thresholds.md#absolute-level): "window" (the
     # share of the window), "tokens" (the absolute level, autoCompactTokens) or "env" (an
     # environment override of the percentage or the window).
     auto_compact_source: AutoCompactSource = "window"
@@ -396,7 +396,7 @@ class OpenParams(_Params, kw_only=True):
     # Open without owning: no lock taken, no byte written; only ``READ_ONLY_METHODS`` answer
     # (docs/durability.md#ownership). The view is the transcript as it was at this open.
     read_only: bool = False
-    # This session's absolute auto-compact level (docs/thresholds.md#absolute); overrides
+    # This session's absolute auto-compact level (docs/thresholds.md#absolute-level); overrides
     # initializationOptions.autoCompactTokens. Omitted on a reopen: keep the stored one.
     auto_compact_tokens: PositiveTokens | None = None
 
@@ -559,7 +559,7 @@ class AutoParams(_Params, kw_only=True):
     session_id: str
     force: bool | None = None
     # The size of what the client is about to send (a new prompt, tool results not appended
-    # yet): counted with the session's tokens in the decision (docs/thresholds.md#pending).
+    # yet): counted with the session's tokens in the decision (docs/thresholds.md#pending-tokens).
     pending_tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
 
 

@@ -187,7 +187,7 @@ def prefix_refusal(
 
 def with_pending(status: p.TokenStatus, pending: int) -> p.TokenStatus:
     """``status`` as it will be once the client sends ``pending`` more tokens (a new prompt,
-    tool results not appended yet): the decision counts them (docs/thresholds.md#pending)."""
+    tool results not appended yet): the decision counts them (docs/thresholds.md#pending-tokens)."""
     if pending <= 0:
         return status
     tokens = status.tokens + pending

@@ -97,7 +97,7 @@ ENV_AUTO_COMPACT_WINDOW: Final = "CLAUDE_CODE_AUTO_COMPACT_WINDOW"
 # window).
 ENV_AUTOCOMPACT_PCT_OVERRIDE: Final = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"
 # compactd's own: an absolute auto-compact level in tokens, the lower of it and the share of
-# the window applies (docs/thresholds.md#absolute); ``initializationOptions.autoCompactTokens``
+# the window applies (docs/thresholds.md#absolute-level); ``initializationOptions.autoCompactTokens``
 # sets it for the daemon and session/open's ``autoCompactTokens`` per session.
 ENV_AUTO_COMPACT_TOKENS: Final = "COMPACTD_AUTO_COMPACT_TOKENS"
 # Replaces the blocking limit (docs/thresholds.md#blocking-limit).

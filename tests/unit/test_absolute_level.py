@@ -1,4 +1,4 @@
-"""The absolute auto-compact level and the pending tokens (docs/thresholds.md#absolute)."""
+"""The absolute auto-compact level and the pending tokens (docs/thresholds.md#absolute-level)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ class Thresholds:
     warning_threshold: int
     error_threshold: int
     blocking_limit: int
-    # Which level set ``auto_compact_threshold`` (docs/thresholds.md#absolute).
+    # Which level set ``auto_compact_threshold`` (docs/thresholds.md#absolute-level).
     auto_compact_source: AutoCompactSource = "window"
 
 

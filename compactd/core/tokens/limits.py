@@ -23,7 +23,7 @@ from compactd.transcript.model import (
 class Limits:
     context_window: int
     max_output_tokens: int
-    # The absolute auto-compact level, when one is set (docs/thresholds.md#absolute).
+    # The absolute auto-compact level, when one is set (docs/thresholds.md#absolute-level).
     auto_compact_tokens: int | None = None
 
 

@@ -215,17 +215,9 @@ async def test_a_pending_prompt_tips_compact_auto(tmp_path: Path) -> None:
             pending = 20_000 - status.tokens + 500
             below = await client.compact_auto(sid)
             assert not below.was_compacted and below.reason_code == "belowThreshold"
-            preview = await client.call(
-                p.COMPACT_PREVIEW,
-                p.PreviewParams(session_id=sid, mechanism="auto", pending_tokens=pending),
-                p.PreviewResult,
-            )
+            preview = await client.compact_preview(sid, "auto", pending_tokens=pending)
             assert preview.would_compact and preview.pre_tokens == status.tokens + pending
-            done = await client.call(
-                p.COMPACT_AUTO,
-                p.AutoParams(session_id=sid, pending_tokens=pending),
-                p.AutoResult,
-            )
+            done = await client.compact_auto(sid, pending_tokens=pending)
             assert done.was_compacted
             assert emu.message_requests  # a summary was written
             # A negative size is refused and changes nothing.

@@ -356,6 +356,7 @@ class Client:
         api_context_management: bool | None = None,
         read_only: bool = False,
         follow: bool | None = None,
+        auto_compact_tokens: int | None = None,
     ) -> p.OpenResult:
         params = p.OpenParams(
             cwd=cwd,
@@ -369,6 +370,7 @@ class Client:
             api_context_management=api_context_management,
             read_only=read_only,
             follow=follow,
+            auto_compact_tokens=auto_compact_tokens,
         )
         return await self.call(p.SESSION_OPEN, params, p.OpenResult)
 
@@ -426,8 +428,12 @@ class Client:
         )
         return await self.call(p.COMPACT_PARTIAL, params, p.CompactResult)
 
-    async def compact_auto(self, session_id: str, force: bool = False) -> p.AutoResult:
-        params = p.AutoParams(session_id=session_id, force=True if force else None)
+    async def compact_auto(
+        self, session_id: str, force: bool = False, pending_tokens: int | None = None
+    ) -> p.AutoResult:
+        params = p.AutoParams(
+            session_id=session_id, force=True if force else None, pending_tokens=pending_tokens
+        )
         return await self.call(p.COMPACT_AUTO, params, p.AutoResult)
 
     async def compact_preview(
@@ -437,6 +443,7 @@ class Client:
         pivot_uuid: str | None = None,
         direction: Literal["from", "upTo"] | None = None,
         force: bool = False,
+        pending_tokens: int | None = None,
     ) -> p.PreviewResult:
         params = p.PreviewParams(
             session_id=session_id,
@@ -444,6 +451,7 @@ class Client:
             pivot_uuid=pivot_uuid,
             direction=direction,
             force=True if force else None,
+            pending_tokens=pending_tokens,
         )
         return await self.call(p.COMPACT_PREVIEW, params, p.PreviewResult)
 

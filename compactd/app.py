@@ -61,6 +61,10 @@ class App(Runtime):
     ) -> None:
         root = Path(options.data_dir) if options.data_dir else (data_dir or default_data_dir())
         super().__init__(options, root.expanduser(), base_env)
+        if options.auto_compact_tokens is not None:
+            # The daemon's absolute auto-compact level reaches every session's limits the way
+            # its environment variable does (docs/thresholds.md#absolute-level).
+            self.env[c.ENV_AUTO_COMPACT_TOKENS] = str(options.auto_compact_tokens)
         self.sessions: dict[str, Session] = {}
         # The OS locks of the sessions this daemon owns (every loaded one not read-only).
         self._owned: dict[str, ownership.OwnerLock] = {}
@@ -319,6 +323,7 @@ class App(Runtime):
             model=model,
             context_window=params.context_window,
             max_output_tokens=params.max_output_tokens,
+            auto_compact_tokens=params.auto_compact_tokens,
             agent_kind=params.agent_kind or "main",
             cache_safe_params=_builtins(params.cache_safe_params),
             api_context_management=params.api_context_management,
@@ -551,6 +556,7 @@ def _updated_meta(meta: SessionMeta, params: p.OpenParams) -> SessionMeta:
         model=params.model or meta.model,
         context_window=params.context_window or meta.context_window,
         max_output_tokens=params.max_output_tokens or meta.max_output_tokens,
+        auto_compact_tokens=params.auto_compact_tokens or meta.auto_compact_tokens,
         agent_kind=params.agent_kind or meta.agent_kind,
         cache_safe_params=_builtins(params.cache_safe_params) or meta.cache_safe_params,
         api_context_management=(

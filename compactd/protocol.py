@@ -134,6 +134,7 @@ MAX_TOKENS = 1 << 31
 MAX_COUNT = 1 << 40
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=MAX_TIMESTAMP)]
 TokenCount = Annotated[int, msgspec.Meta(le=MAX_TOKENS)]
+PositiveTokens = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_COUNT)]
 
 
@@ -202,16 +203,34 @@ class CacheSafeParams(msgspec.Struct, rename="camel", kw_only=True, omit_default
     metadata: dict[str, Any] | None = None
 
 
+SummarizerProvider = Literal["anthropic", "openai", "offline"]
+
+
 class SummarizerOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
+    """Who writes the summaries (docs/providers.md).
+
+    ``provider``: "anthropic" (the Messages API, the default), "openai" (the Chat Completions
+    API: OpenAI, OpenRouter, Ollama, vLLM, llama-server, LM Studio...) or "offline" (no model).
+    ``apiKey`` or ``apiKeyEnv`` (the name of an environment variable holding the key);
+    ``model``: the summarizer's model, independent of the session's (a cheaper one is a
+    setting); ``contextWindow``: the tokens that model accepts (known models have a default):
+    a conversation larger than that is summarized in pieces. ``fallback``: summarizers tried in
+    order when the one before fails. ``offline`` is the legacy spelling of provider "offline".
+    """
+
+    provider: SummarizerProvider | None = None
     api_key: str | None = None
+    api_key_env: str | None = None
     base_url: str | None = None
     model: str | None = None
+    context_window: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] | None = None
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] | None = None
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=100)] | None = None
     offline: bool | None = None
-    # When the API keeps failing (errors, timeouts), summarize offline instead of failing.
-    # Default true; a summary the model returned empty or a context too large still fails.
+    # When every summarizer keeps failing (errors, timeouts), summarize offline instead of
+    # failing. Default true; a summary the model returned empty still fails.
     offline_fallback: bool | None = None
+    fallback: list[SummarizerOptions] | None = None
 
 
 class MicrocompactOptions(msgspec.Struct, rename="camel", kw_only=True, forbid_unknown_fields=True):
@@ -289,12 +308,16 @@ class InitializationOptions(
     microcompact: MicrocompactOptions | None = None
     session_memory: SessionMemoryOptions | None = None
     background_compaction: BackgroundCompactionOptions | None = None
+    # An absolute auto-compact level in tokens for every session (docs/thresholds.md#absolute-level):
+    # the threshold is the lower of it and the share of the window; session/open overrides it.
+    auto_compact_tokens: PositiveTokens | None = None
 
 
 # -- session ------------------------------------------------------------------------------------
 
 
 PrefixSource = Literal["usage", "carried", "none"]
+AutoCompactSource = Literal["window", "tokens", "env"]
 PreparationPhase = Literal["preparing", "ready"]
 
 
@@ -348,6 +371,10 @@ class TokenStatus(_Wire, kw_only=True):
     # A summary prepared in the background, when one is running or ready
     # (docs/background.md#visible).
     preparation: PreparationState | None = None
+    # Which level sets ``autoCompactThreshold`` (docs/thresholds.md#absolute-level): "window" (the
+    # share of the window), "tokens" (the absolute level, autoCompactTokens) or "env" (an
+    # environment override of the percentage or the window).
+    auto_compact_source: AutoCompactSource = "window"
 
 
 class OpenParams(_Params, kw_only=True):
@@ -369,6 +396,9 @@ class OpenParams(_Params, kw_only=True):
     # Open without owning: no lock taken, no byte written; only ``READ_ONLY_METHODS`` answer
     # (docs/durability.md#ownership). The view is the transcript as it was at this open.
     read_only: bool = False
+    # This session's absolute auto-compact level (docs/thresholds.md#absolute-level); overrides
+    # initializationOptions.autoCompactTokens. Omitted on a reopen: keep the stored one.
+    auto_compact_tokens: PositiveTokens | None = None
 
 
 class HolderInfo(_Wire, kw_only=True):
@@ -528,6 +558,9 @@ class PartialParams(_Params, kw_only=True):
 class AutoParams(_Params, kw_only=True):
     session_id: str
     force: bool | None = None
+    # The size of what the client is about to send (a new prompt, tool results not appended
+    # yet): counted with the session's tokens in the decision (docs/thresholds.md#pending-tokens).
+    pending_tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
 
 
 class PreviewParams(_Params, kw_only=True):
@@ -537,6 +570,8 @@ class PreviewParams(_Params, kw_only=True):
     direction: Literal["from", "upTo"] | None = None
     # With mechanism "auto": preview compact/auto with ``force``.
     force: bool | None = None
+    # With mechanism "auto": as compact/auto's ``pendingTokens``.
+    pending_tokens: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
 
 
 class HookResult(_Wire, kw_only=True):
@@ -567,6 +602,37 @@ class PartialInfo(_Wire, kw_only=True):
     kept_entries: int
 
 
+class PassedOver(_Wire, kw_only=True):
+    """A summarizer of the chain that did not write the summary, and why."""
+
+    provider: SummarizerProvider
+    model: str | None = None
+    reason: str
+
+
+class SummarizerReport(_Wire, kw_only=True):
+    """Which summarizer wrote a summary (docs/providers.md#fallback): its provider and model,
+    the requests it took (``pieces``: more than one when the conversation did not fit its
+    window), and the summarizers tried before it."""
+
+    provider: SummarizerProvider
+    model: str | None = None
+    pieces: int = 0
+    passed_over: list[PassedOver] = msgspec.field(default_factory=list)
+
+
+class ProviderUsage(_Wire, kw_only=True):
+    """What one summarizer spent on a session since the daemon loaded it."""
+
+    provider: SummarizerProvider
+    model: str | None = None
+    requests: int = 0
+    failures: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
 class CompactResult(_Wire, kw_only=True):
     compaction_id: str
     boundary: dict[str, Any]
@@ -588,6 +654,8 @@ class CompactResult(_Wire, kw_only=True):
     # The summary was prepared in the background before it was needed (docs/background.md):
     # no model call was made for it now.
     prepared: bool = False
+    # Which summarizer wrote the summary and why the others were passed over.
+    summarized_by: SummarizerReport | None = None
 
 
 class AutoResult(_Wire, kw_only=True):
@@ -817,6 +885,9 @@ class StatsResult(_Wire, kw_only=True):
     # loaded it: tokens spent on summaries never applied, and preparations that failed.
     preparation_tokens_unused: int = 0
     preparation_failures: int = 0
+    # The summarizers' requests and tokens for this session, per provider and model, since the
+    # daemon loaded it (docs/providers.md#usage).
+    summarizer_usage: list[ProviderUsage] = msgspec.field(default_factory=list)
 
 
 # -- session memory -----------------------------------------------------------------------------

@@ -9,7 +9,6 @@ that resumes the new session.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,8 @@ import msgspec
 from compactd_client import Client
 
 from compactd.cli.inputs import daemon_args, unreadable
+from compactd.cli.providers import SummarizerChoice
 from compactd.cli.term import Terminal
-from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
 from compactd.transcript.claude_code import resume_command
 
 
@@ -27,7 +26,7 @@ async def compact(
     term: Terminal,
     transcript: str,
     *,
-    online: bool,
+    summarizer: SummarizerChoice | str,
     instructions: str | None,
     as_json: bool,
 ) -> int:
@@ -38,11 +37,12 @@ async def compact(
     if problem is not None:
         term.error(f"{transcript}: {problem}")
         return 1
-    if online and not (os.environ.get(ENV_API_KEY) or os.environ.get(ENV_AUTH_TOKEN)):
-        term.error(f"--online needs {ENV_API_KEY} in the environment")
+    if isinstance(summarizer, str):
+        term.error(summarizer)
         return 2
-    # Without --online the summary is the offline one even when a key is set.
-    options: dict[str, Any] = {} if online else {"summarizer": {"offline": True}}
+    # Without --online or --provider the summary is the offline one even when a key is set.
+    options: dict[str, Any] = {"summarizer": summarizer.options}
+    online = summarizer.online
     with tempfile.TemporaryDirectory(prefix="compactd-compact-") as tmp:
         async with Client.spawn(daemon_args(tmp), initialization_options=options) as client:
             result = await client.claude_code_compact(

@@ -20,9 +20,9 @@ from compactd_client import RpcError
 
 from compactd import __version__
 from compactd.cli.inputs import DEFAULT_MODEL
+from compactd.cli.providers import add_summarizer_flags, summarizer_choice
 from compactd.cli.term import Terminal
 from compactd.core.tokens import known_model, model_limits
-from compactd.services.summarizer import ENV_API_KEY
 
 # Exit codes: 1 for a failure, 2 for a wrong command line (argparse's own), 128 + the signal
 # for an interruption, as shells report it.
@@ -120,6 +120,7 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="output tokens reserved per request (default: the model's)",
     )
+    _add_level_flag(status)
     status.add_argument(
         "--follow",
         action="store_true",
@@ -137,12 +138,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "(claude --resume <id>).",
     )
     compact.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
-    compact.add_argument(
-        "--online",
-        action="store_true",
-        help=f"summarize with the Anthropic API ({ENV_API_KEY} from the environment); "
-        "default: the offline summary",
-    )
+    add_summarizer_flags(compact)
     compact.add_argument(
         "--instructions", default=None, help="what the summary should focus on (like /compact's)"
     )
@@ -171,11 +167,9 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         help="output tokens reserved per request (default: the model's)",
     )
-    replay.add_argument(
-        "--online",
-        action="store_true",
-        help=f"summarize with the Anthropic API ({ENV_API_KEY} from the environment)",
-    )
+    # ``--model`` is the session's model here: the summarizer's is ``--summarizer-model``.
+    add_summarizer_flags(replay, model_flag="--summarizer-model")
+    _add_level_flag(replay)
     replay.add_argument("--data-dir", help="keep the replayed session here (default: a temp dir)")
     replay.add_argument(
         "--rounds-per-batch", type=int, default=1, help="API rounds appended per batch"
@@ -184,6 +178,16 @@ def _build_parser() -> argparse.ArgumentParser:
         "claude-code", add_help=False, help="hooks, status line and install for Claude Code"
     )
     return parser
+
+
+def _add_level_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--auto-compact-tokens",
+        type=int,
+        default=None,
+        help="an absolute auto-compact level in tokens: the threshold is the lower of it and "
+        "the share of the window (default: none)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
 
 # The session/open params a report passes on from its options: the daemon's errors name the
 # params, the person typed the options.
-_PARAM_FLAGS = {"contextWindow": "--context-window", "maxOutputTokens": "--max-output-tokens"}
+_PARAM_FLAGS = {
+    "contextWindow": "--context-window",
+    "maxOutputTokens": "--max-output-tokens",
+    "autoCompactTokens": "--auto-compact-tokens",
+}
 
 
 def _in_flags(message: str) -> str:
@@ -261,12 +269,13 @@ async def _report(term: Terminal, args: argparse.Namespace) -> int:
             context_window=args.context_window,
             max_output_tokens=args.max_output_tokens,
             follow=args.follow,
+            auto_compact_tokens=args.auto_compact_tokens,
         )
     if args.command == "compact":
         return await compact(
             term,
             args.transcript,
-            online=args.online,
+            summarizer=summarizer_choice(args),
             instructions=args.instructions,
             as_json=args.json,
         )
@@ -277,7 +286,8 @@ async def _report(term: Terminal, args: argparse.Namespace) -> int:
         model=args.model,
         context_window=args.context_window,
         max_output_tokens=args.max_output_tokens,
-        online=args.online,
+        summarizer=summarizer_choice(args),
+        auto_compact_tokens=args.auto_compact_tokens,
         data_dir=args.data_dir,
         rounds_per_batch=args.rounds_per_batch,
         as_json=args.json,

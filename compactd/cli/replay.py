@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +17,12 @@ from rich.text import Text
 import compactd.cli.report as report
 from compactd import __version__
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
+from compactd.cli.providers import OFFLINE, SummarizerChoice
 from compactd.cli.report import ReplayEvent
 from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.cli.term import Terminal, gauge
 from compactd.core.split import group_rounds
 from compactd.core.tokens import recorded_model
-from compactd.services.summarizer import ENV_API_KEY, ENV_AUTH_TOKEN
 from compactd.transcript.model import ParseReport, parse_lines
 
 # The window the replay of the synthetic session uses: small enough that its ~180K tokens are
@@ -325,7 +324,8 @@ async def replay(
     model: str | None = None,
     context_window: int | None = None,
     max_output_tokens: int | None = None,
-    online: bool = False,
+    summarizer: SummarizerChoice | str | None = None,
+    auto_compact_tokens: int | None = None,
     data_dir: str | None = None,
     rounds_per_batch: int = 1,
     as_json: bool = False,
@@ -345,18 +345,20 @@ async def replay(
             return 1
         lines = path.read_bytes().splitlines()
         name = path.name
-    if online and not (os.environ.get(ENV_API_KEY) or os.environ.get(ENV_AUTH_TOKEN)):
-        term.error(f"--online needs {ENV_API_KEY} in the environment")
+    choice = summarizer if summarizer is not None else OFFLINE
+    if isinstance(choice, str):
+        term.error(choice)
         return 2
     plan = plan_replay(lines, rounds_per_batch)
-    options: dict[str, Any] = {} if online else {"summarizer": {"offline": True}}
+    options: dict[str, Any] = {"summarizer": choice.options}
+    if auto_compact_tokens is not None:
+        options["autoCompactTokens"] = auto_compact_tokens
     with tempfile.TemporaryDirectory(prefix="compactd-replay-") as tmp:
         async with Client.spawn(
             daemon_args(data_dir or tmp), initialization_options=options
         ) as client:
             if not as_json:
-                summarizer = "the Anthropic API" if online else "the offline summarizer"
-                term.say(f"compactd {__version__} replay of {name}, compacting with {summarizer}")
+                term.say(f"compactd {__version__} replay of {name}, compacting with {choice.label}")
             outcome = await replay_session(
                 client,
                 plan,

@@ -41,6 +41,15 @@ def label(category: str) -> str:
     return CATEGORY_LABELS.get(category, category)
 
 
+# Which level sets the auto-compact threshold, as the status line says it
+# (docs/thresholds.md#absolute-level); the share of the window goes without saying.
+LEVEL_SOURCES: dict[p.AutoCompactSource, str] = {
+    "window": "",
+    "tokens": " (the absolute level)",
+    "env": " (set by the environment)",
+}
+
+
 def status_lines(term: Terminal, status: p.TokenStatus) -> None:
     """The gauge and the limits it is measured against, in two lines."""
     what = "before auto-compact" if status.auto_compact_enabled else "of the effective window"
@@ -49,7 +58,7 @@ def status_lines(term: Terminal, status: p.TokenStatus) -> None:
     )
     reserve = status.context_window - status.effective_window
     auto = (
-        f"; auto-compact at {status.auto_compact_threshold:,}"
+        f"; auto-compact at {status.auto_compact_threshold:,}{LEVEL_SOURCES[status.auto_compact_source]}"
         if status.auto_compact_enabled
         else "; auto-compact is off"
     )

@@ -38,6 +38,7 @@ async def status(
     context_window: int | None = None,
     max_output_tokens: int | None = None,
     follow: bool = False,
+    auto_compact_tokens: int | None = None,
 ) -> int:
     """Token status, breakdown and outlook of a transcript, through a throwaway daemon; with
     ``follow``, then a line per read of the growing transcript until interrupted."""
@@ -48,7 +49,9 @@ async def status(
         return 1
     with tempfile.TemporaryDirectory(prefix="compactd-status-") as tmp:
         # Offline: a preview never calls a model, and nothing here may need a key.
-        options = {"summarizer": {"offline": True}}
+        options: dict[str, Any] = {"summarizer": {"offline": True}}
+        if auto_compact_tokens is not None:
+            options["autoCompactTokens"] = auto_compact_tokens
         async with Client.spawn(daemon_args(tmp), initialization_options=options) as client:
             updates = client.follow_updates()  # listening before the open: nothing is missed
             opened = await client.open_session(

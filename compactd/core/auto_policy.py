@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core.microcompact import MicroPlan
@@ -50,6 +52,7 @@ __all__ = [
     "notes_fit",
     "summary_budget",
     "summary_post",
+    "with_pending",
 ]
 
 Mechanism = Literal["none", "micro", "sessionMemory", "full"]
@@ -179,6 +182,24 @@ def prefix_refusal(
         f"the fixed prefix alone is {prefix:,} tokens{made_of}, at or above the auto-compact "
         f"threshold ({threshold:,}): compacting the conversation cannot bring the next request "
         "under it; shorten the system prompt or the tool list, or use a larger window"
+    )
+
+
+def with_pending(status: p.TokenStatus, pending: int) -> p.TokenStatus:
+    """``status`` as it will be once the client sends ``pending`` more tokens (a new prompt,
+    tool results not appended yet): the decision counts them (docs/thresholds.md#pending-tokens)."""
+    if pending <= 0:
+        return status
+    tokens = status.tokens + pending
+    return msgspec.structs.replace(
+        status,
+        tokens=tokens,
+        estimated_tokens=status.estimated_tokens + pending,
+        is_above_warning_threshold=tokens >= status.warning_threshold,
+        is_above_error_threshold=tokens >= status.error_threshold,
+        is_above_auto_compact_threshold=status.auto_compact_enabled
+        and tokens >= status.auto_compact_threshold,
+        is_at_blocking_limit=tokens >= status.blocking_limit,
     )
 
 

@@ -96,6 +96,10 @@ ENV_AUTO_COMPACT_WINDOW: Final = "CLAUDE_CODE_AUTO_COMPACT_WINDOW"
 # threshold (docs/thresholds.md#auto-compact-threshold: 50 -> 490_000 on a 980_000 effective
 # window).
 ENV_AUTOCOMPACT_PCT_OVERRIDE: Final = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"
+# compactd's own: an absolute auto-compact level in tokens, the lower of it and the share of
+# the window applies (docs/thresholds.md#absolute-level); ``initializationOptions.autoCompactTokens``
+# sets it for the daemon and session/open's ``autoCompactTokens`` per session.
+ENV_AUTO_COMPACT_TOKENS: Final = "COMPACTD_AUTO_COMPACT_TOKENS"
 # Replaces the blocking limit (docs/thresholds.md#blocking-limit).
 ENV_BLOCKING_LIMIT_OVERRIDE: Final = "CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE"
 # Switches: all compaction, automatic compaction only, microcompact

@@ -49,7 +49,7 @@ class AutoPlan:
 
 
 async def decide_auto(
-    runtime: Runtime, notes: SessionMemoryService, session: Session, force: bool
+    runtime: Runtime, notes: SessionMemoryService, session: Session, force: bool, pending: int = 0
 ) -> AutoPlan:
     """What ``compact/auto`` does to ``session`` now (``core.auto_policy.decide``) and its plan;
     nothing changes.
@@ -61,7 +61,7 @@ async def decide_auto(
     """
     snap = await runtime.snapshot(session)
     situation = auto_policy.Situation(
-        status=snap.status,
+        status=auto_policy.with_pending(snap.status, pending),
         entries=len(snap.context),
         force=force,
         busy=session.busy,
@@ -143,12 +143,13 @@ async def run_auto(
     session: Session,
     force: bool,
     begin_progress: BeginProgress,
+    pending: int = 0,
 ) -> p.AutoResult:
     """Carry out ``decide_auto``'s decision. A compaction that did not happen is no error: the
     answer says ``wasCompacted: false`` and why, and an automatic failure counts toward the
     circuit breaker (docs/compaction.md#circuit-breaker)."""
     asked_at = time.monotonic()  # the agent's wait starts now
-    planned = await decide_auto(runtime, notes, session, force)
+    planned = await decide_auto(runtime, notes, session, force, pending)
     decision = planned.decision
 
     def done(

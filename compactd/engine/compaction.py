@@ -121,6 +121,8 @@ class _Prepared:
     summarizer: str
     usage: dict[str, Any] | None
     warnings: list[str] = field(default_factory=list)
+    # Which summarizer wrote the summary and which were passed over (docs/providers.md).
+    report: p.SummarizerReport | None = None
     restored: list[str] = field(default_factory=list)
     # The ledger folded for the next compaction, stored with the summary entry.
     carry: dict[str, Any] = field(default_factory=dict)
@@ -320,6 +322,7 @@ def summary_request(
         ),
         model=snap.meta.model,
         cache_safe=snap.meta.cache_safe_params,
+        session_id=snap.session_id,
         plain=lambda: to_api_messages(
             shown, cleared_tool_ids=cleared, strip_media=True, drop_skill_listing=True
         ),
@@ -394,6 +397,7 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
     view = plan.view
     warnings: list[str] = []
     usage: dict[str, Any] | None = None
+    report: p.SummarizerReport | None = None
     facts = _Facts(plan)
     from_prepared = None
     if not plan.known and run.prepared is not None:
@@ -430,6 +434,7 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
             except SummarizerError as err:  # re-raised below, unwrapped by the task group
                 failure = err
         if failure is not None:
+            report = failure.report
             if not (failure.api_failure and summarizer.offline_fallback):
                 raise failure
             log.warning("summarizer failed (%s); building the summary offline", failure.message)
@@ -456,6 +461,7 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
             assert outcome is not None
             mode = outcome.mode
             usage = outcome.usage
+            report = outcome.report
             if outcome.stop_reason == "max_tokens":
                 warnings.append("the summary reached the output limit and may be cut short")
             text = outcome.text
@@ -498,6 +504,7 @@ async def _prepare(run: _Run, given: CompactionPlan | None) -> _Prepared:
         summarizer=mode,
         usage=usage,
         warnings=warnings,
+        report=report,
         restored=summary.restored,
         carry=summary.carry,
     )
@@ -787,4 +794,5 @@ async def _commit(run: _Run, prep: _Prepared) -> p.CompactResult:
         restored_from_ledger=prep.restored or None,
         warnings=warnings or None,
         prepared=made is not None,
+        summarized_by=prep.report,
     )

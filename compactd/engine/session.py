@@ -330,6 +330,7 @@ class Session:
             context_window=self.meta.context_window,
             max_output_tokens=self.meta.max_output_tokens,
             env=env,
+            auto_compact_tokens=self.meta.auto_compact_tokens,
         )
 
     def status(

@@ -49,6 +49,7 @@ async def auto(app: App, params: p.AutoParams, ctx: Context) -> p.AutoResult:
         session,
         bool(params.force),
         lambda title: ctx.begin_progress(title, "starting"),
+        params.pending_tokens or 0,
     )
 
 
@@ -75,7 +76,8 @@ async def preview(app: App, params: p.PreviewParams, ctx: Context) -> p.PreviewR
     requested = params.mechanism or "auto"
     if requested == "auto":
         # compact/auto's own decision, without carrying it out.
-        d = (await decide_auto(app, app.session_memory, session, bool(params.force))).decision
+        force, pending = bool(params.force), params.pending_tokens or 0
+        d = (await decide_auto(app, app.session_memory, session, force, pending)).decision
         left = preparing_left(app, session, d, bool(params.force))
         if left is not None:
             return p.PreviewResult(

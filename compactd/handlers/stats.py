@@ -39,7 +39,9 @@ async def session_stats(app: App, params: p.SessionParams, ctx: Context) -> p.St
             preparation_tokens_unused=background.unused_tokens,
             preparation_failures=background.failures,
         )
-    return result
+    return msgspec.structs.replace(
+        result, summarizer_usage=app.summarizer.usage(session.session_id)
+    )
 
 
 HANDLERS: dict[str, Handler] = {p.SESSION_STATS: session_stats}

@@ -81,6 +81,8 @@ class SessionMeta(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
     model: str
     context_window: int | None = None
     max_output_tokens: int | None = None
+    # The session's absolute auto-compact level (docs/thresholds.md#absolute-level).
+    auto_compact_tokens: int | None = None
     agent_kind: str = "main"
     cache_safe_params: dict[str, Any] | None = None
     api_context_management: bool | None = None

@@ -23,6 +23,10 @@ Then one session is compacted 150 times in a row in each mode (15 short user mes
 replies between two compactions, as in the issue; the emulator's model quotes the request's
 user texts), with the number of refusals and the view after some of the compactions.
 
+``--modes openai`` adds the same measures with the summaries written through the Chat
+Completions API by a model with an 8,192-token window (in pieces), the emulated model answering
+each piece with its own summary (``--modes offline,model,openai`` runs all three).
+
 Figures, not a pass/fail test. Run: ``.venv/bin/python tests/bench/bench_fidelity.py``
 """
 
@@ -62,6 +66,13 @@ FIXTURES = ROOT / "tests" / "data" / "transcripts"
 ROUNDS = 150
 ROUND_MESSAGES = 15
 SMALL_WINDOW = 60_000
+# The "openai" mode (``--modes openai``): the summaries come through the Chat Completions API
+# from a model whose window is 8,192 tokens, as a small local model behind llama-server would
+# write them: every conversation longer than that is summarized in pieces
+# (docs/providers.md#pieces). The emulated model answers each piece with its own summary.
+OPENAI_MODEL = "local-8k"
+OPENAI_WINDOW = 8_192
+MODES = ("offline", "model", "openai")
 
 
 @dataclass
@@ -223,17 +234,56 @@ async def repeated(client: Client, emu: Emulator | None, mode: str, cwd: str) ->
     )
 
 
+def _options(mode: str, emu: Emulator) -> dict[str, Any]:
+    if mode == "offline":
+        return {"summarizer": {"offline": True}}
+    if mode == "openai":
+        summarizer = {
+            "provider": "openai",
+            "baseUrl": f"{emu.base_url}/v1",
+            "model": OPENAI_MODEL,
+            "contextWindow": OPENAI_WINDOW,
+        }
+        return {"summarizer": summarizer}
+    return {"summarizer": {"baseUrl": emu.base_url, "apiKey": "test"}}
+
+
+def _modes(argv: list[str]) -> list[str]:
+    """``--modes offline,model,openai`` (default: offline and model)."""
+    if "--modes" not in argv:
+        return ["offline", "model"]
+    chosen = argv[argv.index("--modes") + 1].split(",")
+    unknown = [m for m in chosen if m not in MODES]
+    if unknown:
+        raise SystemExit(f"unknown modes {unknown}; choose among {', '.join(MODES)}")
+    return chosen
+
+
+def _chat_line(emu: Emulator) -> str | None:
+    """What the "openai" mode sent: requests, and the largest against the window."""
+    from tests.emulator.chat import chat_prompt_tokens
+
+    sent = [r.body for r in emu.chat_requests]
+    if not sent:
+        return None
+    largest = max(chat_prompt_tokens(b) + int(b.get("max_tokens") or 0) for b in sent)
+    return (
+        f"openai: {len(sent):,} requests to {OPENAI_MODEL}, the largest {largest:,} tokens "
+        f"(prompt + reply limit) in a {OPENAI_WINDOW:,}-token window; "
+        f"{sum(1 for r in emu.chat_requests if r.status != 200)} refused"
+    )
+
+
 async def main() -> None:
     rows: list[Row] = []
     small: list[Row] = []
     lines: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp, Emulator() as emu:
+    with tempfile.TemporaryDirectory() as tmp, Emulator(chat_server="llama") as emu:
+        emu.set_context_window(OPENAI_MODEL, OPENAI_WINDOW)
         cwd = str(Path(tmp) / "project")
         Path(cwd).mkdir()
-        for mode, options in (
-            ("offline", {"summarizer": {"offline": True}}),
-            ("model", {"summarizer": {"baseUrl": emu.base_url, "apiKey": "test"}}),
-        ):
+        for mode in _modes(sys.argv[1:]):
+            options = _options(mode, emu)
             data = Path(tmp) / f"data-{mode}"
             args = [sys.executable, "-m", "compactd", "serve", "--data-dir", str(data)]
             async with Client.spawn(args, initialization_options=options) as client:
@@ -255,6 +305,9 @@ async def main() -> None:
     print(f"{'mode':<8} {'refused':>7} {'view after 1, 10, 50, 100, 150 compactions':>42}  largest")
     for line in lines:
         print(line)
+    chat = _chat_line(emu)
+    if chat is not None:
+        print(chat)
 
 
 if __name__ == "__main__":

@@ -91,22 +91,37 @@ async def test_unparseable_gap_drops_a_fifth_of_the_rounds(
     assert n_after == n_before - max(1, int(n_before * split.PTL_DROP_FRACTION))
 
 
-async def test_too_long_until_the_end_fails_clearly_and_changes_nothing(
+async def test_too_long_until_the_end_is_summarized_offline_and_says_why(
     h: Harness,
 ) -> None:
     client, emulator = h.client, h.emu
     sid = await open_session(client)
     emulator.set_default(prompt_too_long(over_by=10))
-    await compact_full_fails(client, sid, p.ErrorCode.CONTEXT_TOO_LARGE, "too large to compact")
-    assert len(emulator.message_requests) == 4  # the first try and three retries
+    result = await client.compact_full(sid)
+    # The first try, three retries without the oldest rounds, then pieces for the window the
+    # error names, which is too small: the offline summary is the last resort.
+    bodies = [r.body for r in emulator.message_requests]
+    whole = [b for b in bodies if "tools" in b]
+    pieces = [b for b in bodies if "tools" not in b]
+    assert len(whole) == 4
+    # Each piece is one user message carrying a part of the conversation.
+    assert pieces and all(len(b["messages"]) == 1 for b in pieces)
+    assert result.summarizer == "offlineFallback"
+    report = result.summarized_by
+    assert report is not None and report.provider == "offline"
+    (passed,) = report.passed_over
+    assert passed.provider == "anthropic" and "too small to summarize with" in passed.reason
 
-    # A gap larger than the whole conversation: nothing would be left after dropping.
+    # A gap larger than the whole conversation: nothing would be left after dropping, and
+    # the window the error names is too small for pieces.
     emulator.reset()
     emulator.set_default(prompt_too_long(tokens=10_000_000, maximum=1_000))
-    await compact_full_fails(client, sid, p.ErrorCode.CONTEXT_TOO_LARGE, "nothing would be left")
+    sid = await open_session(client)
+    result = await client.compact_full(sid)
     assert len(emulator.message_requests) == 1
+    assert result.summarizer == "offlineFallback"
     status = await client.tokens_status(sid)
-    assert status.consecutive_failures == 0  # manual failures do not trip the breaker
+    assert status.consecutive_failures == 0
 
 
 @pytest.mark.parametrize(

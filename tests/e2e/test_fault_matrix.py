@@ -85,10 +85,12 @@ class Row:
 # Retryable HTTP errors carry retry-after-ms so the SDK's two retries take milliseconds.
 ROWS = [
     Row(
+        # Dropping the oldest rounds, then pieces, never fit: the window the errors name is
+        # too small to summarize with, and the offline summary takes over.
         "400-prompt-too-long",
         lambda: prompt_too_long(over_by=10),
-        (p.ErrorCode.CONTEXT_TOO_LARGE, "too large to compact"),
-        rescued=False,
+        (p.ErrorCode.SUMMARY_FAILED, "too small to summarize with"),
+        rescued=True,
     ),
     Row(
         "401",

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .cache import CacheControlError, CacheOutcome, PromptCache
+from .chat import CHAT_PATH, CHAT_SERVERS, handle_chat
 from .script import (
     DEFAULT,
     REQUEST_KINDS,
@@ -238,6 +239,9 @@ class Emulator:
     chunk_chars: characters per text/thinking/json delta.
     api_key: when set, only this key is accepted; otherwise any key is.
     summary_max_quotes: how many user messages the default summary lists.
+    chat_server: whose context-length error ``/v1/chat/completions`` answers a request too
+        large for the window with: "openai", "llama" (llama-server) or "ollama" (see
+        ``tests.emulator.chat``).
     """
 
     def __init__(
@@ -252,7 +256,11 @@ class Emulator:
         chunk_chars: int = 24,
         api_key: str | None = None,
         summary_max_quotes: int = 40,
+        chat_server: str = "openai",
     ) -> None:
+        if chat_server not in CHAT_SERVERS:
+            raise ValueError(f"chat_server must be one of {CHAT_SERVERS}")
+        self.chat_server = chat_server
         self._requested_port = port
         self._clock = clock or time.monotonic
         self._time_offset = 0.0
@@ -463,6 +471,11 @@ class Emulator:
         return [r for r in self.requests if r.path.rstrip("/") == "/v1/messages"]
 
     @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        """Requests to ``/v1/chat/completions``."""
+        return [r for r in self.requests if r.path.rstrip("/") == CHAT_PATH]
+
+    @property
     def waits(self) -> list[float]:
         """The pauses served so far (scripted delays, chunk delays, latencies), in order."""
         with self._lock:
@@ -612,6 +625,10 @@ class Emulator:
     def _route(self, x: _Exchange, seq: int, path: str, parse_error: str | None) -> None:
         path = path.rstrip("/")
         method = x.handler.command
+        if path == CHAT_PATH and method == "POST":
+            if self._authenticate(x):
+                handle_chat(self, x, seq)
+            return
         if path not in ("/v1/messages", "/v1/messages/count_tokens"):
             self._simple_error(x, "not_found_error", f"Not found: {method} {path}")
             return

@@ -135,9 +135,14 @@ class TypedMethods(Transport):
         )
         return await self.call("claudeCode/compact", params, ClaudeCodeCompactResult)
 
-    async def compact_auto(self, session_id: str, force: bool | None = None) -> AutoResult:
+    async def compact_auto(
+        self,
+        session_id: str,
+        force: bool | None = None,
+        pending_tokens: int | None = None,
+    ) -> AutoResult:
         """``compact/auto``."""
-        params = AutoParams(session_id=session_id, force=force)
+        params = AutoParams(session_id=session_id, force=force, pending_tokens=pending_tokens)
         return await self.call("compact/auto", params, AutoResult)
 
     async def compact_full(
@@ -181,6 +186,7 @@ class TypedMethods(Transport):
         pivot_uuid: str | None = None,
         direction: Literal["from", "upTo"] | None = None,
         force: bool | None = None,
+        pending_tokens: int | None = None,
     ) -> PreviewResult:
         """``compact/preview``."""
         params = PreviewParams(
@@ -189,6 +195,7 @@ class TypedMethods(Transport):
             pivot_uuid=pivot_uuid,
             direction=direction,
             force=force,
+            pending_tokens=pending_tokens,
         )
         return await self.call("compact/preview", params, PreviewResult)
 
@@ -266,6 +273,7 @@ class TypedMethods(Transport):
         api_context_management: bool | None = None,
         follow: bool | None = None,
         read_only: bool = False,
+        auto_compact_tokens: int | None = None,
     ) -> OpenResult:
         """``session/open``."""
         params = OpenParams(
@@ -280,6 +288,7 @@ class TypedMethods(Transport):
             api_context_management=api_context_management,
             follow=follow,
             read_only=read_only,
+            auto_compact_tokens=auto_compact_tokens,
         )
         return await self.call("session/open", params, OpenResult)
 

@@ -95,6 +95,7 @@ class AttachmentsResult(msgspec.Struct, rename="camel", kw_only=True, omit_defau
 class AutoParams(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
     session_id: str
     force: bool | None = None
+    pending_tokens: int | None = None
 
 
 class AutoResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -243,6 +244,7 @@ class CompactResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=
     warnings: list[str] | None = None
     partial: PartialInfo | None = None
     prepared: bool = False
+    summarized_by: SummarizerReport | None = None
 
 
 class CompactionStat(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -371,6 +373,7 @@ class InitializationOptions(msgspec.Struct, rename="camel", kw_only=True, omit_d
     microcompact: MicrocompactOptions | None = None
     session_memory: SessionMemoryOptions | None = None
     background_compaction: BackgroundCompactionOptions | None = None
+    auto_compact_tokens: int | None = None
 
 
 class ListResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -444,6 +447,7 @@ class OpenParams(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tru
     api_context_management: bool | None = None
     follow: bool | None = None
     read_only: bool = False
+    auto_compact_tokens: int | None = None
 
 
 class OpenResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -482,6 +486,14 @@ class PartialParams(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=
     custom_instructions: str | None = None
 
 
+class PassedOver(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """A summarizer of the chain that did not write the summary, and why."""
+
+    provider: Literal["anthropic", "offline", "openai"]
+    model: str | None = None
+    reason: str
+
+
 class PreparationState(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
     """A background preparation of a session (docs/background.md#visible): ``preparing`` while
     the model writes, ``ready`` when its summary waits to be applied; ``entriesCovered``: the
@@ -499,6 +511,7 @@ class PreviewParams(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=
     pivot_uuid: str | None = None
     direction: Literal["from", "upTo"] | None = None
     force: bool | None = None
+    pending_tokens: int | None = None
 
 
 class PreviewResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -510,6 +523,18 @@ class PreviewResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=
     entries_kept: int
     reason: str | None = None
     reason_code: Literal["autoCompactDisabled", "belowThreshold", "circuitOpen", "compacting", "compactionDisabled", "fixedPrefixTooLarge", "microcompactEnough", "microcompactTooSmall", "noSessionMemory", "sessionMemoryFits", "sessionMemoryTooLarge", "summaryPreparing"] | None = None
+
+
+class ProviderUsage(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """What one summarizer spent on a session since the daemon loaded it."""
+
+    provider: Literal["anthropic", "offline", "openai"]
+    model: str | None = None
+    requests: int = 0
+    failures: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
 
 
 class RecallHit(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -614,6 +639,7 @@ class StatsResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
     cache_breaks: list[CacheBreak]
     preparation_tokens_unused: int = 0
     preparation_failures: int = 0
+    summarizer_usage: list[ProviderUsage] = []
 
 
 class StatusNotification(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -627,13 +653,38 @@ class StatusNotification(msgspec.Struct, rename="camel", kw_only=True, omit_defa
 
 
 class SummarizerOptions(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """Who writes the summaries (docs/providers.md).
+
+    ``provider``: "anthropic" (the Messages API, the default), "openai" (the Chat Completions
+    API: OpenAI, OpenRouter, Ollama, vLLM, llama-server, LM Studio...) or "offline" (no model).
+    ``apiKey`` or ``apiKeyEnv`` (the name of an environment variable holding the key);
+    ``model``: the summarizer's model, independent of the session's (a cheaper one is a
+    setting); ``contextWindow``: the tokens that model accepts (known models have a default):
+    a conversation larger than that is summarized in pieces. ``fallback``: summarizers tried in
+    order when the one before fails. ``offline`` is the legacy spelling of provider "offline"."""
+
+    provider: Literal["anthropic", "offline", "openai"] | None = None
     api_key: str | None = None
+    api_key_env: str | None = None
     base_url: str | None = None
     model: str | None = None
+    context_window: int | None = None
     timeout_ms: int | None = None
     max_retries: int | None = None
     offline: bool | None = None
     offline_fallback: bool | None = None
+    fallback: list[SummarizerOptions] | None = None
+
+
+class SummarizerReport(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """Which summarizer wrote a summary (docs/providers.md#fallback): its provider and model,
+    the requests it took (``pieces``: more than one when the conversation did not fit its
+    window), and the summarizers tried before it."""
+
+    provider: Literal["anthropic", "offline", "openai"]
+    model: str | None = None
+    pieces: int = 0
+    passed_over: list[PassedOver] = []
 
 
 class ThresholdNotification(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -676,6 +727,7 @@ class TokenStatus(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=Tr
     attachment_tokens: int = 0
     cleared_tokens: int = 0
     preparation: PreparationState | None = None
+    auto_compact_source: Literal["env", "tokens", "window"] = 'window'
 
 
 class UndoResult(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):

@@ -25,6 +25,7 @@ export interface AttachmentsResult {
 export interface AutoParams {
   sessionId: string;
   force?: boolean | null;
+  pendingTokens?: number | null;
 }
 
 export interface AutoResult {
@@ -156,6 +157,7 @@ export interface CompactResult {
   warnings?: Array<string> | null;
   partial?: PartialInfo | null;
   prepared?: boolean;
+  summarizedBy?: SummarizerReport | null;
 }
 
 export interface CompactionStat {
@@ -274,6 +276,7 @@ export interface InitializationOptions {
   microcompact?: MicrocompactOptions | null;
   sessionMemory?: SessionMemoryOptions | null;
   backgroundCompaction?: BackgroundCompactionOptions | null;
+  autoCompactTokens?: number | null;
 }
 
 export interface ListResult {
@@ -340,6 +343,7 @@ export interface OpenParams {
   apiContextManagement?: boolean | null;
   follow?: boolean | null;
   readOnly?: boolean;
+  autoCompactTokens?: number | null;
 }
 
 export interface OpenResult {
@@ -371,6 +375,12 @@ export interface PartialParams {
   customInstructions?: string | null;
 }
 
+export interface PassedOver {
+  provider: "anthropic" | "offline" | "openai";
+  model?: string | null;
+  reason: string;
+}
+
 export interface PreparationState {
   state: "preparing" | "ready";
   entriesCovered: number;
@@ -383,6 +393,7 @@ export interface PreviewParams {
   pivotUuid?: string | null;
   direction?: "from" | "upTo" | null;
   force?: boolean | null;
+  pendingTokens?: number | null;
 }
 
 export interface PreviewResult {
@@ -394,6 +405,16 @@ export interface PreviewResult {
   entriesKept: number;
   reason?: string | null;
   reasonCode?: "autoCompactDisabled" | "belowThreshold" | "circuitOpen" | "compacting" | "compactionDisabled" | "fixedPrefixTooLarge" | "microcompactEnough" | "microcompactTooSmall" | "noSessionMemory" | "sessionMemoryFits" | "sessionMemoryTooLarge" | "summaryPreparing" | null;
+}
+
+export interface ProviderUsage {
+  provider: "anthropic" | "offline" | "openai";
+  model?: string | null;
+  requests?: number;
+  failures?: number;
+  inputTokens?: number;
+  outputTokens?: number;
+  cacheReadInputTokens?: number;
 }
 
 export interface RecallHit {
@@ -479,6 +500,7 @@ export interface StatsResult {
   cacheBreaks: Array<CacheBreak>;
   preparationTokensUnused?: number;
   preparationFailures?: number;
+  summarizerUsage?: Array<ProviderUsage>;
 }
 
 export interface StatusNotification {
@@ -492,13 +514,24 @@ export interface StatusNotification {
 }
 
 export interface SummarizerOptions {
+  provider?: "anthropic" | "offline" | "openai" | null;
   apiKey?: string | null;
+  apiKeyEnv?: string | null;
   baseUrl?: string | null;
   model?: string | null;
+  contextWindow?: number | null;
   timeoutMs?: number | null;
   maxRetries?: number | null;
   offline?: boolean | null;
   offlineFallback?: boolean | null;
+  fallback?: Array<SummarizerOptions> | null;
+}
+
+export interface SummarizerReport {
+  provider: "anthropic" | "offline" | "openai";
+  model?: string | null;
+  pieces?: number;
+  passedOver?: Array<PassedOver>;
 }
 
 export interface ThresholdNotification {
@@ -535,6 +568,7 @@ export interface TokenStatus {
   attachmentTokens?: number;
   clearedTokens?: number;
   preparation?: PreparationState | null;
+  autoCompactSource?: "env" | "tokens" | "window";
 }
 
 export interface UndoResult {

@@ -16,7 +16,7 @@ import { ReportedError, settings, workspaceDir, type Ui } from "./ui";
 const PYTHON_EXTENSION = "ms-python.python";
 
 /** Settings the daemon is started with: a change restarts it. */
-const RESTART_SETTINGS = ["serverCommand", "dataDir", "summarizer", "keepAliveIntervalMs", "env"].map((k) => `compactd.${k}`);
+const RESTART_SETTINGS = ["serverCommand", "dataDir", "summarizer", "keepAliveIntervalMs", "env", "autoCompactTokens"].map((k) => `compactd.${k}`);
 
 /**
  * How long the settings must stay unchanged before the daemon restarts. The Settings editor saves
@@ -144,6 +144,10 @@ export class Daemon implements vscode.Disposable {
     const keepAlive = config.get<number | null>("keepAliveIntervalMs");
     if (keepAlive) {
       options.keepAliveIntervalMs = keepAlive;
+    }
+    const level = config.get<number | null>("autoCompactTokens");
+    if (level) {
+      options.autoCompactTokens = level;
     }
     const env = config.get<Record<string, string>>("env");
     if (env && Object.keys(env).length > 0) {

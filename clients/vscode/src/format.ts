@@ -71,6 +71,11 @@ export function statusTooltip(status: TokenStatus, sessionLabel?: string): strin
     `window ${groupDigits(status.contextWindow)}, effective ${groupDigits(status.effectiveWindow)}, ` +
       `blocking at ${groupDigits(status.blockingLimit)}`,
   ];
+  if (status.autoCompactEnabled && status.autoCompactSource === "tokens") {
+    lines.push(`auto-compact at ${groupDigits(status.autoCompactThreshold)}: the absolute level (autoCompactTokens)`);
+  } else if (status.autoCompactEnabled && status.autoCompactSource === "env") {
+    lines.push(`auto-compact at ${groupDigits(status.autoCompactThreshold)}: set by the environment`);
+  }
   if (!status.compactionEnabled) {
     lines.push("compaction is disabled");
   } else if (!status.autoCompactEnabled) {

@@ -88,6 +88,12 @@ describe("format", () => {
     assert.match(statusTooltip(status({ autoCompactEnabled: false })), /auto-compaction is off/);
     assert.match(statusTooltip(status({ compactionEnabled: false, autoCompactEnabled: false })), /compaction is disabled/);
     assert.match(statusTooltip(status({ circuitOpen: true })), /paused after repeated failures/);
+    assert.doesNotMatch(tip, /absolute level|environment/);
+    assert.match(
+      statusTooltip(status({ autoCompactThreshold: 200_000, autoCompactSource: "tokens" })),
+      /auto-compact at 200,000: the absolute level \(autoCompactTokens\)/,
+    );
+    assert.match(statusTooltip(status({ autoCompactSource: "env" })), /auto-compact at 167,000: set by the environment/);
     assert.doesNotMatch(tip, /summary/);
     assert.match(
       statusTooltip(status({ preparation: { state: "ready", entriesCovered: 1_204 } })),

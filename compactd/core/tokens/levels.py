@@ -18,6 +18,7 @@ from compactd.core.tokens.count import TokenCount
 from compactd.core.tokens.env import NO_ENV, CompactFlags, env_percent, env_positive_int
 from compactd.core.tokens.limits import Limits
 from compactd.protocol import (
+    AutoCompactSource,
     ThresholdLevel,
     TokenStatus,
 )
@@ -30,6 +31,8 @@ class Thresholds:
     warning_threshold: int
     error_threshold: int
     blocking_limit: int
+    # Which level set ``auto_compact_threshold`` (docs/thresholds.md#absolute-level).
+    auto_compact_source: AutoCompactSource = "window"
 
 
 def thresholds(
@@ -38,17 +41,26 @@ def thresholds(
     """The levels derived from a session's limits (docs/thresholds.md).
 
     Warning and error are measured from the auto-compact threshold when auto-compact is on,
-    from the effective window otherwise (there is then no threshold to warn about).
+    from the effective window otherwise (there is then no threshold to warn about). The
+    threshold is the lowest of the share of the window, the environment's overrides and the
+    absolute level (``limits.auto_compact_tokens``); ``auto_compact_source`` names it.
     """
     window = limits.context_window
+    source: AutoCompactSource = "window"
     window_override = env_positive_int(env, c.ENV_AUTO_COMPACT_WINDOW)
-    if window_override is not None:
-        window = min(window, window_override)
+    if window_override is not None and window_override < window:
+        window = window_override
+        source = "env"
     effective = window - min(limits.max_output_tokens, c.OUTPUT_RESERVE_CAP)
     auto_threshold = effective - c.AUTO_COMPACT_BUFFER
     pct = env_percent(env, c.ENV_AUTOCOMPACT_PCT_OVERRIDE)
-    if pct is not None:
-        auto_threshold = min(math.floor(effective * pct / 100), auto_threshold)
+    if pct is not None and math.floor(effective * pct / 100) < auto_threshold:
+        auto_threshold = math.floor(effective * pct / 100)
+        source = "env"
+    level = limits.auto_compact_tokens
+    if level is not None and level < auto_threshold:
+        auto_threshold = level
+        source = "tokens"
     base = auto_threshold if auto_compact_enabled else effective
     blocking = env_positive_int(env, c.ENV_BLOCKING_LIMIT_OVERRIDE)
     # The reference's fixed buffers assume large windows; on a tiny one a level would go
@@ -59,6 +71,7 @@ def thresholds(
         warning_threshold=max(0, base - c.WARNING_BUFFER),
         error_threshold=max(0, base - c.ERROR_BUFFER),
         blocking_limit=blocking if blocking is not None else max(0, effective - c.BLOCKING_BUFFER),
+        auto_compact_source=source,
     )
 
 
@@ -105,6 +118,7 @@ def token_status(
         message_tokens=count.messages,
         attachment_tokens=count.attachments,
         cleared_tokens=count.saved,
+        auto_compact_source=levels.auto_compact_source,
     )
 
 

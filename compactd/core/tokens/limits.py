@@ -23,6 +23,8 @@ from compactd.transcript.model import (
 class Limits:
     context_window: int
     max_output_tokens: int
+    # The absolute auto-compact level, when one is set (docs/thresholds.md#absolute-level).
+    auto_compact_tokens: int | None = None
 
 
 # "claude-sonnet-4-5-20250929", "claude-opus-4-1@20250805", "us.anthropic.claude-opus-5-5-v1":
@@ -86,9 +88,11 @@ def resolve_limits(
     context_window: int | None = None,
     max_output_tokens: int | None = None,
     env: Mapping[str, str] = NO_ENV,
+    auto_compact_tokens: int | None = None,
 ) -> Limits:
     """A session's limits: client values win, then ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``, then the
-    model table."""
+    model table. The absolute auto-compact level: the session's, else
+    ``COMPACTD_AUTO_COMPACT_TOKENS`` (which ``initializationOptions.autoCompactTokens`` sets)."""
     table = model_limits(model)
     window = context_window if context_window and context_window > 0 else table.context_window
     if max_output_tokens and max_output_tokens > 0:
@@ -96,4 +100,7 @@ def resolve_limits(
     else:
         env_output = env_positive_int(env, c.ENV_MAX_OUTPUT_TOKENS)
         max_output = env_output if env_output is not None else table.max_output_tokens
-    return Limits(context_window=window, max_output_tokens=max_output)
+    level = auto_compact_tokens if auto_compact_tokens and auto_compact_tokens > 0 else None
+    if level is None:
+        level = env_positive_int(env, c.ENV_AUTO_COMPACT_TOKENS)
+    return Limits(context_window=window, max_output_tokens=max_output, auto_compact_tokens=level)

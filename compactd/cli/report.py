@@ -43,7 +43,7 @@ def label(category: str) -> str:
 
 # Which level sets the auto-compact threshold, as the status line says it
 # (docs/thresholds.md#absolute-level); the share of the window goes without saying.
-LEVEL_SOURCES: dict[p.AutoCompactSource, str] = {
+LEVEL_SOURCES: dict[str, str] = {
     "window": "",
     "tokens": " (the absolute level)",
     "env": " (set by the environment)",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 if TYPE_CHECKING:
     from compactd.transcript.model import Record
 
-__all__ = ["Feature", "Features", "HasFeatures"]
+__all__ = ["Feature", "Features", "HasFeatures", "feature_of"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,13 @@ class Feature(Generic[S]):
 
 
 F = TypeVar("F", bound="Feature[Any]")
+
+
+def feature_of(session: HasFeatures, kind: type[F]) -> F | None:
+    """``session``'s state of feature ``kind``, or None when that feature is not registered
+    (switched off): the one typed way to reach a feature's state from outside it."""
+    found = session.features.get(kind)
+    return found if isinstance(found, kind) else None
 
 
 class Features(Generic[S]):
@@ -109,5 +116,5 @@ class Features(Generic[S]):
     def _call(state: Feature[Any], hook: str, call: Callable[[], None]) -> None:
         try:
             call()
-        except Exception:  # one broken feature must not fail the append (STYLE.md 7)
+        except Exception:  # one broken feature must not fail the append (docs/engine.md#features)
             log.exception("%s.%s failed", type(state).__name__, hook)

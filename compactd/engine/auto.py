@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.engine.background import carry_out, preparation_of
-from compactd.engine.micro import microcompact, plan_micro
+from compactd.engine.microcompact import microcompact, plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
 from compactd.engine.progress import BeginProgress
 from compactd.engine.session_memory import SessionMemoryService

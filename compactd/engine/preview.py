@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.engine.auto import decide_auto, preparing_message
-from compactd.engine.micro import plan_micro
+from compactd.engine.microcompact import plan_micro
 from compactd.engine.partial import plan_cut, selection_of
 from compactd.engine.plan import CompactionSpec, Selector, outlook_of, select_whole_context
 

@@ -75,7 +75,7 @@ class Session:
     # by the files service's append observer (``engine/files.py``).
     file_state: FileState = field(default_factory=FileState)
     # Cached-microcompact state (registered / deleted tool results, pinned cache edits);
-    # loaded lazily from its state file by ``engine/micro.py``.
+    # loaded lazily from its state file by ``engine/microcompact.py``.
     cached_micro: CachedState | None = None
     # What the client told ``attachments/rehydrate`` to re-inject besides what compactd finds
     # (announcements, plan file): remembered for the session's later compactions.
@@ -89,7 +89,7 @@ class Session:
     # A compaction of this session is running (``compaction()``).
     _compacting: bool = field(default=False, repr=False)
     # What ``tokens/status`` says of a summary prepared in the background; kept by the
-    # background feature (``engine/background.py``).
+    # background feature (``engine/background/feature.py``).
     preparation: p.PreparationState | None = None
 
     def __post_init__(self) -> None:

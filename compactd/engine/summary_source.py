@@ -41,7 +41,7 @@ from compactd.engine.plan import (
     summary_without_model,
     written,
 )
-from compactd.engine.rehydration import gather
+from compactd.engine.rehydrate import gather
 from compactd.services import hooks
 from compactd.services.summarizer import SummarizerError, SummaryOutcome, SummaryRequest
 from compactd.transcript.model import Record, record_from_dict

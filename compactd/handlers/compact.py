@@ -17,7 +17,7 @@ from compactd import protocol as p
 from compactd.core.constants import ENV_DISABLE_COMPACT, ENV_DISABLE_MICROCOMPACT
 from compactd.engine.auto import run_auto
 from compactd.engine.background import run_full
-from compactd.engine.micro import microcompact
+from compactd.engine.microcompact import microcompact
 from compactd.engine.partial import run_partial
 from compactd.engine.preview import preview as preview_of
 from compactd.engine.undo import undo_last

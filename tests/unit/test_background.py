@@ -91,7 +91,7 @@ def test_a_ready_summary_is_refreshed_at_the_threshold_when_that_keeps_far_less(
     dear = replace(ready_at_80, request_cost=None, requests_ahead=10)
     assert not bg.should_refresh(dear)
     # Whatever the price, when the ready summary's tail would pass the bound at the threshold.
-    assert bg.should_refresh(replace(dear, covered_tokens=70_000))
+    assert bg.should_refresh(replace(dear, covered_tokens=65_000))
     below = bg.Refresh(
         trigger=replace(slow, tokens=99_999), blocking_limit=110_000, covered_tokens=80_000
     )

@@ -33,7 +33,7 @@ from compactd.engine.background import store
 from compactd.engine.background.idle import IdleWatch
 from compactd.engine.features import Feature, feature_of
 from compactd.engine.follow import Following
-from compactd.engine.micro import plan_micro
+from compactd.engine.microcompact import plan_micro
 from compactd.engine.plan import (
     CompactionPlan,
     CompactionSpec,
@@ -41,7 +41,7 @@ from compactd.engine.plan import (
     plan_compaction,
     prompt_kind,
 )
-from compactd.engine.rehydration import gather
+from compactd.engine.rehydrate import gather
 from compactd.engine.summary_source import (
     PreparedSummary,
     has_exchange,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.engine.background import carry_out, preparation_of
-from compactd.engine.microcompact import microcompact, plan_micro
+from compactd.engine.microcompact import Planned, microcompact, plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
 from compactd.engine.progress import BeginProgress
 from compactd.engine.session_memory import SessionMemoryService
@@ -45,6 +45,8 @@ class AutoPlan:
     # The tokens left before the blocking limit while a summary is being prepared in the
     # background: compact/auto lets the agent go on (``summaryPreparing``); None otherwise.
     preparing_left: int | None = None
+    # ``decision.micro`` with the session's length when it was planned: committed as it is.
+    micro: Planned | None = None
 
 
 async def decide_auto(
@@ -69,9 +71,11 @@ async def decide_auto(
     )
     if auto_policy.gate(situation) is not None:
         return AutoPlan(auto_policy.decide(situation))
+    length = len(session.records)
     micro = await plan_micro(runtime, session) if runtime.flags.microcompact_enabled else None
+    planned = Planned(micro, length) if micro is not None else None
     if auto_policy.micro_alone(situation, micro) is not None:
-        return AutoPlan(auto_policy.decide(situation, auto_policy.Outlooks(micro)))
+        return AutoPlan(auto_policy.decide(situation, auto_policy.Outlooks(micro)), micro=planned)
     kind = prompt_kind(snap.meta)
     remembered = await notes.plan(session, snap, kind, micro)
     notes_outlook = remembered.outlook if remembered is not None else None
@@ -90,7 +94,8 @@ async def decide_auto(
         auto_policy.Outlooks(micro=micro, full=full_outlook, session_memory=notes_outlook),
     )
     chosen = {"sessionMemory": remembered, "full": full}.get(decision.mechanism)
-    return AutoPlan(decision, chosen, preparing_left(runtime, session, decision, force))
+    left = preparing_left(runtime, session, decision, force)
+    return AutoPlan(decision, chosen, left, planned)
 
 
 def _prepared_outlook(session: Session) -> auto_policy.SummaryOutlook | None:
@@ -200,7 +205,9 @@ async def run_auto(
     micro: p.MicroResult | None = None
     if decision.micro is not None:
         try:
-            micro = await microcompact(runtime, session, decision.micro.strategy, "auto")
+            micro = await microcompact(
+                runtime, session, decision.micro.strategy, "auto", planned.micro
+            )
         except p.CompactdError as err:
             # Microcompact is only the first stage: when it cannot run, a full compaction can.
             log.warning("session %s: auto microcompact failed: %s", session.session_id, err)

@@ -19,6 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from compactd import protocol as p
     from compactd.transcript.model import Record
 
 __all__ = ["Feature", "Features", "HasFeatures", "feature_of"]
@@ -54,6 +55,10 @@ class Feature(Generic[S]):
 
     async def on_close(self, session: S) -> None:
         """The session is closed: release what the state holds (watches, tasks)."""
+
+    def on_status(self, status: p.TokenStatus) -> p.TokenStatus:
+        """``tokens/status`` of the session, with what this feature adds to it."""
+        return status
 
 
 F = TypeVar("F", bound="Feature[Any]")
@@ -100,6 +105,13 @@ class Features(Generic[S]):
         for state in list(session.features.values()):
             hook = state.on_compacted if rewrote else state.on_append
             self._call(state, hook.__name__, partial(hook, session, records))
+
+    @staticmethod
+    def status(session: S, status: p.TokenStatus) -> p.TokenStatus:
+        """``status`` with what each feature of ``session`` adds to it."""
+        for state in session.features.values():
+            status = state.on_status(status)
+        return status
 
     async def close(self, session: S) -> None:
         """Call every feature's ``on_close``; one that fails does not stop the others."""

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MessagesExtras",
+    "Planned",
     "forget_cleared_reads",
     "load_cached_state",
     "messages_extras",
@@ -104,27 +105,48 @@ async def plan_micro(
     return mc.plan_count(entries, config, cleared)
 
 
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A microcompact plan a decision worked out, with the session's length when it did: it is
+    carried out as it is while nothing was appended since (docs/engine.md#plan)."""
+
+    plan: mc.MicroPlan
+    length: int
+
+
 async def microcompact(
-    runtime: Runtime, session: Session, strategy: str | None, trigger: str
+    runtime: Runtime,
+    session: Session,
+    strategy: str | None,
+    trigger: str,
+    planned: Planned | None = None,
 ) -> p.MicroResult:
     """``compact/micro`` and compact/auto's first stage: ``microcompact_session`` under the
     session's lock (docs/engine.md#locking)."""
     async with session.lock:
-        return await microcompact_session(runtime, session, strategy, trigger)
+        return await microcompact_session(runtime, session, strategy, trigger, planned)
 
 
 async def microcompact_session(
-    runtime: Runtime, session: Session, strategy: str | None, trigger: str
+    runtime: Runtime,
+    session: Session,
+    strategy: str | None,
+    trigger: str,
+    planned: Planned | None = None,
 ) -> p.MicroResult:
     """Run microcompact; the caller holds ``session.lock``.
 
-    Plans with ``plan_micro`` and commits the plan: a ``microcompact_boundary`` entry, and for
-    the cached strategy its new state. Nothing happening is not an error: the result then says
+    Commits ``planned`` when the session has not grown since it was worked out, else plans
+    with ``plan_micro``: a ``microcompact_boundary`` entry, and for the cached strategy its
+    new state. Nothing happening is not an error: the result then says
     why in ``reason``.
     """
     pre = runtime.status(session).tokens
     now = time.time()
-    plan = await plan_micro(runtime, session, strategy, now)
+    if planned is not None and planned.length == len(session.records):
+        plan = planned.plan
+    else:
+        plan = await plan_micro(runtime, session, strategy, now)
     if plan.cached_state is not None and plan.cached_state != session.cached_micro:
         # Written before the boundary: a crash in between leaves edits pinned and the count
         # too high (safe), never a lower count with nothing sent to the API.

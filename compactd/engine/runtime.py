@@ -81,7 +81,10 @@ class Runtime:
             log.exception("failed to send %s", method)
 
     def status(self, session: Session) -> p.TokenStatus:
-        return session.status(self.env, self.flags, constants.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES)
+        status = session.status(
+            self.env, self.flags, constants.MAX_CONSECUTIVE_AUTOCOMPACT_FAILURES
+        )
+        return self.features.status(session, status)
 
     def check_thresholds(self, session: Session, status: p.TokenStatus) -> None:
         """Send ``tokens/threshold`` once per upward crossing of each level."""

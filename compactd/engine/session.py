@@ -88,9 +88,6 @@ class Session:
     _described: tuple[object, int] | None = field(default=None, repr=False)
     # A compaction of this session is running (``compaction()``).
     _compacting: bool = field(default=False, repr=False)
-    # What ``tokens/status`` says of a summary prepared in the background; kept by the
-    # background feature (``engine/background/feature.py``).
-    preparation: p.PreparationState | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.records, History):
@@ -345,8 +342,6 @@ class Session:
             circuit_open=self.health.consecutive_failures >= breaker_limit,
             consecutive_failures=self.health.consecutive_failures,
         )
-        if self.preparation is not None:
-            status = msgspec.structs.replace(status, preparation=self.preparation)
         return status
 
     def info(self, loaded: bool) -> p.SessionInfo:

@@ -147,7 +147,7 @@ def state(tmp_path: Path) -> tuple[BackgroundPreparation, Session]:
 def _ready(prep: BackgroundPreparation, session: Session, e: str) -> Job:
     job = Job(phase="ready", chain={e})
     prep.job = job
-    session.preparation = p.PreparationState(state="ready", entries_covered=4)
+    prep.state = p.PreparationState(state="ready", entries_covered=4)
     return job
 
 
@@ -162,7 +162,7 @@ async def test_an_append_that_continues_the_chain_keeps_it(
     # A sub-agent's entries have a chain of their own.
     side = user("side", uuid="x1", parentUuid="elsewhere", isSidechain=True)
     prep.on_append(session, [_rec(side)])
-    assert prep.job is job and session.preparation is not None
+    assert prep.job is job and prep.state is not None
 
 
 async def test_a_rewind_drops_it(state: tuple[BackgroundPreparation, Session]) -> None:
@@ -170,7 +170,7 @@ async def test_a_rewind_drops_it(state: tuple[BackgroundPreparation, Session]) -
     job = _ready(prep, session, "e")
     job.plan = object()  # type: ignore[assignment]
     prep.on_append(session, [_rec(user("again", uuid="r1", parentUuid="before-e"))])
-    assert prep.job is None and session.preparation is None
+    assert prep.job is None and prep.state is None
     assert job.scope.cancel_called
 
 
@@ -190,7 +190,7 @@ async def test_a_compaction_or_an_undo_drops_it_and_counts_what_it_cost(
         api_seconds=1.0,
     )
     prep.on_compacted(session, [])
-    assert prep.job is None and session.preparation is None
+    assert prep.job is None and prep.state is None
     assert prep.unused_tokens == 1_100
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import anyio
+import msgspec
 
 from compactd import protocol as p
 from compactd.core import auto_policy
@@ -238,6 +239,12 @@ class BackgroundPreparation(Feature["Session"]):
                 with anyio.move_on_after(5):
                     await job.done.wait()
 
+    def on_status(self, status: p.TokenStatus) -> p.TokenStatus:
+        """``tokens/status.preparation`` (docs/background.md#visible)."""
+        if self.state is None:
+            return status
+        return msgspec.structs.replace(status, preparation=self.state)
+
     # -- the state -------------------------------------------------------------------------------
 
     def ready(self, session: Session) -> Job | None:
@@ -421,7 +428,6 @@ class BackgroundPreparation(Feature["Session"]):
             self.state = p.PreparationState(
                 state=shown.phase, entries_covered=covered, refreshing=shown is self.fallback
             )
-        session.preparation = self.state
 
     # -- the preparation -------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""How long the agent waits at a compaction: prepared in the background vs. synchronous (issue 28).
+"""How long the agent waits at a compaction: prepared in the background vs. synchronous (docs/background.md).
 
 The example agent's own loop (``examples/agent.py``, imported) replays real-shaped sessions
 against the Messages API emulator: each user turn of a transcript is the agent's prompt, the
@@ -419,7 +419,7 @@ async def main() -> None:
     )
     if not preparation_exists():
         print(
-            "NOTE: this daemon has no background preparation yet (issue 28): the 'prepared' "
+            "NOTE: this daemon has no background preparation yet (docs/background.md): the 'prepared' "
             "column runs with backgroundCompaction enabled but behaves synchronously."
         )
     runs: dict[str, list[Run]] = {mode: [] for mode in MODES}

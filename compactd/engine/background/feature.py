@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
@@ -32,6 +31,7 @@ from compactd.core import background as bg
 from compactd.core.tokens.estimate import estimate_records_raw, pad
 from compactd.engine.background import store
 from compactd.engine.background.idle import IdleWatch
+from compactd.engine.background.job import Job
 from compactd.engine.features import Feature, feature_of
 from compactd.engine.follow import Following
 from compactd.engine.microcompact import plan_micro
@@ -50,7 +50,7 @@ from compactd.engine.summary_source import (
     plan_facts,
     summary_request,
 )
-from compactd.services.summarizer import SummaryOutcome, SummaryRequest
+from compactd.services.summarizer import SummaryRequest
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
@@ -65,59 +65,6 @@ log = logging.getLogger(__name__)
 # turns, so that a burst (a tool call and its result a moment apart) is not taken for the
 # trend; a compaction restarts them (docs/background.md#preparation).
 GROWTH_SAMPLES = 64
-
-
-@dataclass(eq=False)
-class Job:
-    """One preparation: running (``preparing``), then ``ready`` with its summary or ``failed``."""
-
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    phase: Literal["preparing", "ready", "failed"] = "preparing"
-    started: float = field(default_factory=time.monotonic)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    idle: bool = False
-    # A later preparation started while an earlier one was ready (``BackgroundPreparation.
-    # fallback``), to keep fewer entries verbatim (docs/background.md#refreshing).
-    refresh: bool = False
-    # A refresh of this summary was started: it is refreshed once at most, so that a refresh
-    # that fails or is dropped is not asked again at every append.
-    refreshed: bool = False
-    # E's uuid and every uuid appended after it: an append whose parent is outside is a rewind.
-    chain: set[str] = field(default_factory=set)
-    # The session's count when the snapshot was taken: what it covers.
-    covered_tokens: int = 0
-    # The session's count when it failed (``phase`` "failed").
-    failed_tokens: int = 0
-    plan: CompactionPlan | None = None
-    outcome: SummaryOutcome | None = None
-    duration_ms: int = 0
-
-    def elapsed_ms(self) -> int:
-        return int((time.monotonic() - self.started) * 1000)
-
-    def tokens(self) -> int:
-        """Tokens the preparation's request was billed for (input of every kind and output)."""
-        usage = (self.outcome.usage if self.outcome is not None else None) or {}
-        keys = (
-            "input_tokens",
-            "output_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens",
-        )
-        return sum(int(usage.get(k) or 0) for k in keys)
-
-    def billed_input(self) -> float | None:
-        """The preparation's request in billed-equivalent input tokens (uncached input, cache
-        reads at a tenth, cache writes at 1.25, docs/cache.md); None when no usage came."""
-        usage = (self.outcome.usage if self.outcome is not None else None) or {}
-        if not usage:
-            return None
-        return (
-            int(usage.get("input_tokens") or 0)
-            + 0.1 * int(usage.get("cache_read_input_tokens") or 0)
-            + 1.25 * int(usage.get("cache_creation_input_tokens") or 0)
-        )
 
 
 # What the apply step does with a summary prepared while the session was idle

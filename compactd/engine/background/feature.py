@@ -256,8 +256,7 @@ class BackgroundPreparation(Feature["Session"]):
         plan, outcome = job.plan, job.outcome
         assert plan is not None and outcome is not None
         after = list(session.records[plan.snapshot.length :])
-        threshold = self.service.runtime.status(session).auto_compact_threshold
-        caught_up = pad(estimate_records_raw(after)) > bg.tail_limit(threshold)
+        caught_up = not self.within_bound(session, job)
         kept = [] if caught_up else after
         text = continuation(plan.snapshot.transcript_path, plan.spec, outcome.text, kept)
         post = auto_policy.summary_post(
@@ -272,6 +271,14 @@ class BackgroundPreparation(Feature["Session"]):
             kept=len(kept),
             bound=caught_up,
         )
+
+    def within_bound(self, session: Session, job: Job) -> bool:
+        """Whether what was appended after ``job``'s snapshot may stay verbatim after its
+        summary (docs/background.md#bound)."""
+        assert job.plan is not None
+        after = session.records[job.plan.snapshot.length :]
+        threshold = self.service.runtime.status(session).auto_compact_threshold
+        return pad(estimate_records_raw(after)) <= bg.tail_limit(threshold)
 
     def prepared(self, job: Job, asked_at: float) -> PreparedSummary:
         assert job.outcome is not None

@@ -24,7 +24,7 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
-from compactd.engine.background import BackgroundService
+from compactd.engine import background
 from compactd.engine.cachebreak import CacheBreaks
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FileTracker
@@ -76,7 +76,7 @@ class App(Runtime):
         self.features.register(CacheBreaks, lambda session: CacheBreaks())
         self.follow = Followers(self)  # followed transcripts (docs/follow.md)
         # Zero-wait compaction: summaries prepared in the background (docs/background.md).
-        self.background = BackgroundService(self)
+        self.background = background.setup(self)
 
     async def get_session(self, session_id: str) -> Session:
         """The session, loaded (and owned) on first use; ``sessionLocked`` if another has it."""

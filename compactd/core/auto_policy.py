@@ -36,7 +36,7 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core.microcompact import MicroPlan
-from compactd.core.tokens import estimate_entries_raw, estimate_records_raw, pad
+from compactd.core.tokens import estimate_entries_raw, estimate_records_raw, pad, prefix_sizes
 from compactd.transcript.model import Record, record_from_dict
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "Situation",
     "SummaryOutlook",
     "decide",
+    "describe_prefix",
     "gate",
     "micro_alone",
     "micro_post",
@@ -201,6 +202,15 @@ def with_pending(status: p.TokenStatus, pending: int) -> p.TokenStatus:
         and tokens >= status.auto_compact_threshold,
         is_at_blocking_limit=tokens >= status.blocking_limit,
     )
+
+
+def describe_prefix(cache_safe: Mapping[str, Any] | None) -> str | None:
+    """What the fixed prefix is made of, from the client's cacheSafeParams when it gave them
+    (``prefix_refusal``'s ``describe``)."""
+    sizes = prefix_sizes(cache_safe)
+    if not sizes:
+        return None
+    return ", ".join(f"{name} about {size:,} tokens" for name, size in sizes.items())
 
 
 def headroom(status: p.TokenStatus) -> int:

@@ -15,16 +15,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "BULK_SHARE",
     "DEFAULT_IDLE_MINUTES",
     "DEFAULT_START_AT",
     "GROWTH_MARGIN",
     "IDLE_LEVEL",
     "REFRESH_MARGIN",
+    "REFRESH_PAYBACK",
     "REFRESH_SHARE",
     "RESTART_FALL",
     "RETRY_GROWTH",
+    "TAIL_SHARE",
     "Refresh",
     "Trigger",
+    "bulk_step",
     "growth_rate",
     "idle_due",
     "lowest_start",
@@ -33,10 +37,11 @@ __all__ = [
     "should_refresh",
     "should_start",
     "start_level",
+    "tail_limit",
 ]
 
-# ``backgroundCompaction.startAt``'s default: a fraction of the auto-compact threshold (issue
-# 28; GitHub Copilot's agents start summarizing at about 80% of theirs).
+# ``backgroundCompaction.startAt``'s default: a fraction of the auto-compact threshold (GitHub
+# Copilot's agents start summarizing at about 80% of theirs, docs/background.md#options).
 DEFAULT_START_AT = 0.8
 # ``backgroundCompaction.idleMinutes``'s default: before a one-hour prompt cache expires, so
 # the preparation reads the cached prefix (docs/cache.md).
@@ -54,6 +59,19 @@ RETRY_GROWTH = 0.05
 RESTART_FALL = 0.1
 # A refresh pays when it would keep at most this share of what the ready summary keeps verbatim.
 REFRESH_SHARE = 0.75
+# The most a compaction applying a prepared summary keeps verbatim after it, as a share of the
+# auto-compact threshold; more is brought into the summary first (docs/background.md#bound).
+TAIL_SHARE = 0.3
+# One append growing the count by more than this share of the threshold is a bulk append (an
+# import, a follow catch-up): no growth rate is measured across it (docs/background.md#preparation).
+BULK_SHARE = 0.1
+# A refresh is asked only when what it saves later requests is worth this many times what its
+# own request costs (docs/background.md#refreshing).
+REFRESH_PAYBACK = 1.5
+# Billed-equivalent weights of the input kinds (docs/cache.md): what a later request pays for
+# each token a compaction leaves, written to the cache once, then read from it.
+_CACHE_WRITE = 1.25
+_CACHE_READ = 0.1
 # A refresh starts this many times the summarizer's last duration (at the growth rate) before
 # the blocking limit, at the latest: room for a slower answer; the ready summary covers a
 # refresh that is later still.
@@ -107,6 +125,11 @@ class Refresh:
     blocking_limit: int
     # The count when the ready summary's snapshot was taken.
     covered_tokens: int
+    # Billed-equivalent input of the ready summary's own request (what a refresh costs about
+    # again); None: not known, counted as its whole context uncached.
+    request_cost: float | None = None
+    # Main-loop requests expected until the next compaction (the appends since the last one).
+    requests_ahead: int = 0
 
 
 def _lead(t: Trigger, margin: float) -> float | None:
@@ -132,26 +155,49 @@ def refresh_level(r: Refresh) -> int | None:
 def should_refresh(r: Refresh) -> bool:
     """Whether to refresh now: at the refresh level, when what the refresh would keep verbatim
     (what arrives while it is written, with the margin) is at most ``REFRESH_SHARE`` of what
-    the ready summary keeps at the threshold."""
+    the ready summary keeps at the threshold, and what that saves every later request (written
+    to the cache once, then read by each) is worth ``REFRESH_PAYBACK`` times the refresh's own
+    request. A ready summary whose tail would pass the bound where it is applied (at the
+    threshold, ``tail_limit``) is refreshed whatever the price: applying it would make the
+    agent wait for the tail to be brought into it."""
     t = r.trigger
     level = refresh_level(r)
     keep = _lead(t, REFRESH_MARGIN)
     if level is None or keep is None or t.threshold <= 0 or t.tokens < level:
         return False
-    return keep <= (t.threshold - r.covered_tokens) * REFRESH_SHARE
+    ready_keeps = t.threshold - r.covered_tokens
+    if keep > ready_keeps * REFRESH_SHARE:
+        return False
+    if max(t.tokens, t.threshold) - r.covered_tokens > tail_limit(t.threshold):
+        return True
+    saved = ready_keeps - keep
+    cost = r.request_cost if r.request_cost is not None else float(r.covered_tokens)
+    worth = saved * (_CACHE_WRITE + _CACHE_READ * max(0, r.requests_ahead - 1))
+    return worth >= cost * REFRESH_PAYBACK
 
 
-def growth_rate(samples: Sequence[tuple[float, int]], min_span: float = 0.0) -> float | None:
+def tail_limit(threshold: int) -> int:
+    """The most a compaction applying a prepared summary keeps verbatim after it:
+    ``TAIL_SHARE`` of the auto-compact threshold (docs/background.md#bound)."""
+    return int(threshold * TAIL_SHARE)
+
+
+def growth_rate(
+    samples: Sequence[tuple[float, int]], min_span: float = 0.0, bulk: int | None = None
+) -> float | None:
     """Tokens per second over ``samples`` of (monotonic time, count), oldest first; None when
     there are fewer than two or no time passed. A fall by more than ``RESTART_FALL`` of the
     count (a microcompact) restarts the window; a smaller one is an estimate corrected by the
     usage a response measured, and the trend goes on through it.
     ``min_span``: None too when the samples cover less than this many seconds: a burst of
     appends (a tool call and its result a moment apart) is no trend to predict the threshold
-    from (the engine passes the summarizer's last duration, the horizon's half)."""
+    from (the engine passes the summarizer's last duration, the horizon's half).
+    ``bulk``: a rise by more than this many tokens in one step (one bulk append: an import, a
+    follow catch-up) restarts the window after it: it says nothing of the pace."""
     start = 0
     for i in range(1, len(samples)):
-        if samples[i][1] < samples[i - 1][1] * (1 - RESTART_FALL):
+        before, now = samples[i - 1][1], samples[i][1]
+        if now < before * (1 - RESTART_FALL) or (bulk is not None and now - before > bulk):
             start = i
     window = samples[start:]
     if len(window) < 2:
@@ -160,6 +206,11 @@ def growth_rate(samples: Sequence[tuple[float, int]], min_span: float = 0.0) -> 
     if t1 <= t0 or t1 - t0 < min_span:
         return None
     return (n1 - n0) / (t1 - t0)
+
+
+def bulk_step(threshold: int) -> int:
+    """The rise in one append past which it is a bulk append (``BULK_SHARE`` of the threshold)."""
+    return int(threshold * BULK_SHARE)
 
 
 def idle_due(tokens: int, threshold: int) -> bool:

@@ -22,12 +22,11 @@ from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core import auto_policy
-from compactd.engine.background import BackgroundPreparation, Job
-from compactd.engine.compaction import PreparedSummary, prefix_parts, run_with_progress
-from compactd.engine.micro import microcompact, plan_micro
+from compactd.engine.background import carry_out, preparation_of
+from compactd.engine.microcompact import Planned, microcompact, plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
 from compactd.engine.progress import BeginProgress
-from compactd.engine.session_memory import SessionMemoryService
+from compactd.engine.session_memory import SessionMemory
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
@@ -43,13 +42,15 @@ class AutoPlan:
 
     decision: auto_policy.Decision
     compaction: CompactionPlan | None = None
-    # The summary prepared in the background whose outlook the decision took: checked to
-    # leave the headroom already (docs/background.md#applying).
-    prepared: Job | None = None
+    # The tokens left before the blocking limit while a summary is being prepared in the
+    # background: compact/auto lets the agent go on (``summaryPreparing``); None otherwise.
+    preparing_left: int | None = None
+    # ``decision.micro`` with the session's length when it was planned: committed as it is.
+    micro: Planned | None = None
 
 
 async def decide_auto(
-    runtime: Runtime, notes: SessionMemoryService, session: Session, force: bool, pending: int = 0
+    runtime: Runtime, notes: SessionMemory, session: Session, force: bool, pending: int = 0
 ) -> AutoPlan:
     """What ``compact/auto`` does to ``session`` now (``core.auto_policy.decide``) and its plan;
     nothing changes.
@@ -66,26 +67,25 @@ async def decide_auto(
         force=force,
         busy=session.busy,
         last_error=session.health.last_error,
-        prefix_parts=lambda: prefix_parts(session),
+        prefix_parts=lambda: auto_policy.describe_prefix(session.meta.cache_safe_params),
     )
     if auto_policy.gate(situation) is not None:
         return AutoPlan(auto_policy.decide(situation))
+    length = len(session.records)
     micro = await plan_micro(runtime, session) if runtime.flags.microcompact_enabled else None
+    planned = Planned(micro, length) if micro is not None else None
     if auto_policy.micro_alone(situation, micro) is not None:
-        return AutoPlan(auto_policy.decide(situation, auto_policy.Outlooks(micro)))
+        return AutoPlan(auto_policy.decide(situation, auto_policy.Outlooks(micro)), micro=planned)
     kind = prompt_kind(snap.meta)
     remembered = await notes.plan(session, snap, kind, micro)
     notes_outlook = remembered.outlook if remembered is not None else None
     full: CompactionPlan | None = None
     full_outlook: auto_policy.SummaryOutlook | None = None
-    prepared: Job | None = None
     if not auto_policy.notes_fit(situation, notes_outlook):
-        # A summary prepared in the background that fits is what the full compaction applies
-        # (run_auto): its outlook, without planning the compaction again.
-        found = _prepared_outlook(runtime, session)
-        if found is not None:
-            prepared, full_outlook = found
-        else:
+        # A summary prepared in the background is what the full compaction applies (run_auto):
+        # its outlook, without planning the compaction again.
+        full_outlook = _prepared_outlook(session)
+        if full_outlook is None:
             spec = CompactionSpec(trigger="auto", kind=kind)
             full = await plan_compaction(runtime, snap, spec, micro=micro)
             full_outlook = full.outlook
@@ -94,24 +94,16 @@ async def decide_auto(
         auto_policy.Outlooks(micro=micro, full=full_outlook, session_memory=notes_outlook),
     )
     chosen = {"sessionMemory": remembered, "full": full}.get(decision.mechanism)
-    return AutoPlan(decision, chosen, prepared if decision.mechanism == "full" else None)
+    left = preparing_left(runtime, session, decision, force)
+    return AutoPlan(decision, chosen, left, planned)
 
 
-def _prepared_outlook(
-    runtime: Runtime, session: Session
-) -> tuple[Job, auto_policy.SummaryOutlook] | None:
-    """The summary prepared in the background and what applying it would leave, when one is
-    ready and leaves the headroom (docs/background.md#applying); None to plan the compaction."""
-    background = session.features.get(BackgroundPreparation)
-    if not isinstance(background, BackgroundPreparation):
-        return None
-    job = background.ready(session)
-    if job is None:
-        return None
-    found = background.outlook(session, job)
-    if found.post_tokens > auto_policy.headroom(runtime.status(session)):
-        return None
-    return job, found
+def _prepared_outlook(session: Session) -> auto_policy.SummaryOutlook | None:
+    """What applying the summary prepared in the background would leave, when one is ready
+    (docs/background.md#applying); None to plan the compaction."""
+    background = preparation_of(session)
+    job = background.ready(session) if background is not None else None
+    return background.outlook(session, job) if background is not None and job else None
 
 
 def preparing_left(
@@ -120,8 +112,8 @@ def preparing_left(
     """The tokens left before the blocking limit when ``compact/auto`` lets the agent go on
     because a summary is being prepared in the background (``summaryPreparing``); None when
     it compacts (docs/background.md#applying)."""
-    background = session.features.get(BackgroundPreparation)
-    if decision.mechanism != "full" or force or not isinstance(background, BackgroundPreparation):
+    background = preparation_of(session)
+    if decision.mechanism != "full" or force or background is None:
         return None
     if background.running() is None:
         return None
@@ -139,7 +131,7 @@ def preparing_message(left: int) -> str:
 
 async def run_auto(
     runtime: Runtime,
-    notes: SessionMemoryService,
+    notes: SessionMemory,
     session: Session,
     force: bool,
     begin_progress: BeginProgress,
@@ -176,14 +168,13 @@ async def run_auto(
     if decision.mechanism == "none":
         return no(decision.message)
 
-    async def compact(
-        spec: CompactionSpec, plan: CompactionPlan | None, prepared: PreparedSummary | None
-    ) -> p.CompactResult | str:
+    async def compact(plan: CompactionPlan | None) -> p.CompactResult | str:
         """The compaction's result, or why it did not happen."""
+        spec = CompactionSpec(trigger="auto", kind=prompt_kind(session.meta))
         title = "Compacting conversation (auto)"
         try:
-            return await run_with_progress(
-                runtime, session, spec, begin_progress, title, plan=plan, prepared=prepared
+            return await carry_out(
+                runtime, session, spec, begin_progress, title, plan=plan, asked_at=asked_at
             )
         except p.CompactdError as err:
             if err.code == p.ErrorCode.SESSION_BUSY:
@@ -192,10 +183,9 @@ async def run_auto(
                 session.health.consecutive_failures += 1
             return f"{err.code}: {err.message}"
 
-    background = session.features.get(BackgroundPreparation)
-    if decision.mechanism == "full" and isinstance(background, BackgroundPreparation):
-        running = background.running()
-        left = preparing_left(runtime, session, decision, force)
+    background = preparation_of(session)
+    if decision.mechanism == "full" and background is not None:
+        left = planned.preparing_left
         if left is not None:
             return p.AutoResult(
                 was_compacted=False,
@@ -204,26 +194,21 @@ async def run_auto(
                 status=runtime.status(session),
                 tokens_left=left,
             )
-        if running is not None:
-            if background.ready(session) is None and not force:
-                await running.done.wait()  # at the blocking limit: only what is left of it
-            # else a refresh is still running: the summary it refreshes is applied at once.
-        job = background.ready(session)
-        if job is not None and (job is planned.prepared or background.fits(session, job)):
-            assert job.plan is not None
-            background.take(session, job)
-            outcome = await compact(job.plan.spec, job.plan, background.prepared(job, asked_at))
-            if isinstance(outcome, str):
-                background.unused(job)
-                return no(outcome)
-            if not outcome.prepared:
-                background.unused(job)
-            return done("full", None, outcome)
+        running = background.running()
+        if running is not None and background.ready(session) is None and not force:
+            await running.done.wait()  # at the blocking limit: only what is left of it
+        # else a refresh may still run: the summary it refreshes is applied at once.
+        if background.ready(session) is not None:
+            # The summary replaces what a microcompact would clear: none runs first.
+            outcome = await compact(None)
+            return no(outcome) if isinstance(outcome, str) else done("full", None, outcome)
 
     micro: p.MicroResult | None = None
     if decision.micro is not None:
         try:
-            micro = await microcompact(runtime, session, decision.micro.strategy, "auto")
+            micro = await microcompact(
+                runtime, session, decision.micro.strategy, "auto", planned.micro
+            )
         except p.CompactdError as err:
             # Microcompact is only the first stage: when it cannot run, a full compaction can.
             log.warning("session %s: auto microcompact failed: %s", session.session_id, err)
@@ -240,8 +225,7 @@ async def run_auto(
             return done("sessionMemory", micro, remembered)
         plan = None  # the fallback: a full compaction, planned when it runs
 
-    spec = CompactionSpec(trigger="auto", kind=prompt_kind(session.meta))
-    result = await compact(spec, plan, None)
+    result = await compact(plan)
     if isinstance(result, str):
         return no(result, micro)
     return done("full", micro, result)

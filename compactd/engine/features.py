@@ -19,9 +19,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from compactd import protocol as p
     from compactd.transcript.model import Record
 
-__all__ = ["Feature", "Features", "HasFeatures"]
+__all__ = ["Feature", "Features", "HasFeatures", "feature_of"]
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,19 @@ class Feature(Generic[S]):
     async def on_close(self, session: S) -> None:
         """The session is closed: release what the state holds (watches, tasks)."""
 
+    def on_status(self, status: p.TokenStatus) -> p.TokenStatus:
+        """``tokens/status`` of the session, with what this feature adds to it."""
+        return status
+
 
 F = TypeVar("F", bound="Feature[Any]")
+
+
+def feature_of(session: HasFeatures, kind: type[F]) -> F | None:
+    """``session``'s state of feature ``kind``, or None when that feature is not registered
+    (switched off): the one typed way to reach a feature's state from outside it."""
+    found = session.features.get(kind)
+    return found if isinstance(found, kind) else None
 
 
 class Features(Generic[S]):
@@ -94,6 +106,13 @@ class Features(Generic[S]):
             hook = state.on_compacted if rewrote else state.on_append
             self._call(state, hook.__name__, partial(hook, session, records))
 
+    @staticmethod
+    def status(session: S, status: p.TokenStatus) -> p.TokenStatus:
+        """``status`` with what each feature of ``session`` adds to it."""
+        for state in session.features.values():
+            status = state.on_status(status)
+        return status
+
     async def close(self, session: S) -> None:
         """Call every feature's ``on_close``; one that fails does not stop the others."""
         for state in list(session.features.values()):
@@ -109,5 +128,5 @@ class Features(Generic[S]):
     def _call(state: Feature[Any], hook: str, call: Callable[[], None]) -> None:
         try:
             call()
-        except Exception:  # one broken feature must not fail the append (STYLE.md 7)
+        except Exception:  # one broken feature must not fail the append (docs/engine.md#features)
             log.exception("%s.%s failed", type(state).__name__, hook)

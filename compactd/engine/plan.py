@@ -33,7 +33,7 @@ from compactd.core.ledger import (
 from compactd.core.microcompact import MicroPlan
 from compactd.core.offline_summary import offline_summary
 from compactd.core.prompts import PromptKind, continuation_message, format_summary
-from compactd.engine.rehydration import Rehydration, gather
+from compactd.engine.rehydrate import Rehydration, gather
 from compactd.transcript.model import Record
 
 if TYPE_CHECKING:

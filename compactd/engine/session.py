@@ -29,7 +29,6 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import tokens
 from compactd.core.file_state import FileState, build_file_state
-from compactd.core.microcompact import CachedState
 from compactd.core.rehydrate import FileCandidate
 from compactd.core.view import ViewIndex, undone_target
 from compactd.engine.features import Feature
@@ -74,9 +73,6 @@ class Session:
     # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
     # by the files service's append observer (``engine/files.py``).
     file_state: FileState = field(default_factory=FileState)
-    # Cached-microcompact state (registered / deleted tool results, pinned cache edits);
-    # loaded lazily from its state file by ``engine/micro.py``.
-    cached_micro: CachedState | None = None
     # What the client told ``attachments/rehydrate`` to re-inject besides what compactd finds
     # (announcements, plan file): remembered for the session's later compactions.
     rehydration_extras: p.RehydrationExtras | None = None
@@ -88,9 +84,6 @@ class Session:
     _described: tuple[object, int] | None = field(default=None, repr=False)
     # A compaction of this session is running (``compaction()``).
     _compacting: bool = field(default=False, repr=False)
-    # What ``tokens/status`` says of a summary prepared in the background; kept by the
-    # background feature (``engine/background.py``).
-    preparation: p.PreparationState | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.records, History):
@@ -346,8 +339,6 @@ class Session:
             circuit_open=self.health.consecutive_failures >= breaker_limit,
             consecutive_failures=self.health.consecutive_failures,
         )
-        if self.preparation is not None:
-            status = msgspec.structs.replace(status, preparation=self.preparation)
         return status
 
     def info(self, loaded: bool) -> p.SessionInfo:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session, Snapshot
 
-__all__ = ["SessionMemory", "SessionMemoryService", "SessionNotes"]
+__all__ = ["SessionMemory", "SessionNotes"]
 
 log = logging.getLogger(__name__)
 
@@ -352,8 +352,3 @@ def _floor(snap: Snapshot, context: list[Record]) -> int:
 
 def _or(value: int | None, default: int) -> int:
     return default if value is None else value
-
-
-# The former name, still imported by engine/auto.py; it goes once that module imports
-# ``SessionMemory``.
-SessionMemoryService = SessionMemory

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.engine import rehydration
+from compactd.engine.rehydrate import rehydrate_now
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:
@@ -18,9 +18,7 @@ log = logging.getLogger(__name__)
 
 async def rehydrate(app: App, params: p.RehydrateParams, ctx: Context) -> p.AttachmentsResult:
     session = await app.get_session(params.session_id)
-    return p.AttachmentsResult(
-        attachments=await rehydration.rehydrate_now(app, session, params.extras)
-    )
+    return p.AttachmentsResult(attachments=await rehydrate_now(app, session, params.extras))
 
 
 async def pending(app: App, params: p.SessionParams, ctx: Context) -> p.AttachmentsResult:

@@ -8,7 +8,7 @@ import anyio
 
 from compactd import protocol as p
 from compactd.core.normalize import to_api_messages
-from compactd.engine import micro
+from compactd.engine import microcompact
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ async def messages(app: App, params: p.SessionParams, ctx: Context) -> p.Message
     session = await app.get_session(params.session_id)
     ctx_records = session.context()
     boundary = next((r.entry.uuid for r in ctx_records if r.entry.is_compact_boundary), None)
-    extras = await micro.messages_extras(app, session)
+    extras = await microcompact.messages_extras(app, session)
     cleared = frozenset(session.cleared_tool_ids)
     # In a worker thread: a long context takes a while, and other sessions' requests go on.
     messages = await anyio.to_thread.run_sync(

@@ -14,7 +14,7 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import stats
 from compactd.engine import cachebreak
-from compactd.engine.background import BackgroundPreparation
+from compactd.engine.background import preparation_of
 from compactd.handlers.base import Context, Handler
 from compactd.handlers.cache import to_wire
 
@@ -31,8 +31,8 @@ async def session_stats(app: App, params: p.SessionParams, ctx: Context) -> p.St
     result = await session.read_history(
         lambda: stats.session_stats(session.records, threshold, breaks, session.views)
     )
-    background = session.features.get(BackgroundPreparation)
-    if isinstance(background, BackgroundPreparation):
+    background = preparation_of(session)
+    if background is not None:
         # In memory: what the daemon spent since it loaded the session (docs/background.md).
         result = msgspec.structs.replace(
             result,

@@ -1,11 +1,13 @@
-"""What survives a compaction, in both summarizer modes (issue 20), and what it leaves.
+"""What survives a compaction, in both summarizer modes, and what it leaves.
+
+The survival ledger is docs/compaction.md#survival-ledger.
 
 Each session is appended to a real daemon over stdio (model claude-sonnet-4-5: 200K window,
 180K effective; a fixture with the model it was recorded with, whose window may be 1M), then
 ``compact/full`` runs once, either with the offline summarizer or with the Messages API
 emulator answering a fixed summary (the model mode: the ledger checks that summary
 and restores what it left out). What the model sees next (``session/messages``) is measured by
-issue 20's rule (``tests/fidelity.py``): user messages by their first 60 characters, files by
+the survival measure (``tests/fidelity.py``): user messages by their first 60 characters, files by
 basename, shell commands by their first 40 characters. The view is its ``tokens/status`` count,
 as a share of the effective window and of the count before the compaction.
 
@@ -20,7 +22,7 @@ The same synthetic sessions are then compacted in a 60,000-token window (40,000 
 the budget binds: what survives there, and that the view still stays within it.
 
 Then one session is compacted 150 times in a row in each mode (15 short user messages and 15
-replies between two compactions, as in the issue; the emulator's model quotes the request's
+replies between two compactions; the emulator's model quotes the request's
 user texts), with the number of refusals and the view after some of the compactions.
 
 ``--modes openai`` adds the same measures with the summaries written through the Chat
@@ -291,7 +293,9 @@ async def main() -> None:
                 rows += await measure(client, answering, mode, cwd)
                 small += await measure(client, answering, mode, cwd, SMALL_WINDOW)
                 lines.append(await repeated(client, answering, mode, cwd))
-    print("What the model sees after one compact/full (issue 20's measure), 200K window:")
+    print(
+        "What the model sees after one compact/full (the survival measure of tests/fidelity.py), 200K window:"
+    )
     print_rows(rows)
     print()
     print(

@@ -1,4 +1,4 @@
-"""How long the agent waits at a compaction: prepared in the background vs. synchronous (issue 28).
+"""How long the agent waits at a compaction: prepared in the background vs. synchronous (docs/background.md).
 
 The example agent's own loop (``examples/agent.py``, imported) replays real-shaped sessions
 against the Messages API emulator: each user turn of a transcript is the agent's prompt, the
@@ -277,6 +277,8 @@ class Run:
     cost: CostSummary
     summary_cost: float
     seconds: float
+    # Summary requests the emulator answered (preparations, refreshes, catch-ups, synchronous).
+    summary_requests: int = 0
 
 
 async def warm_up(daemon: Client, cwd: str) -> None:
@@ -386,7 +388,8 @@ async def replay(session: Session, mode: str, window: int, root: Path) -> Run:
         for r in emu.message_requests
         if r.usage and request_kind(r.body) == "summary"
     )
-    return Run(found, emu.cost_summary(), summaries, seconds)
+    asked = sum(1 for r in emu.message_requests if request_kind(r.body) == "summary")
+    return Run(found, emu.cost_summary(), summaries, seconds, asked)
 
 
 def percentile(values: Iterable[float], q: float) -> float:
@@ -395,6 +398,10 @@ def percentile(values: Iterable[float], q: float) -> float:
     if not ordered:
         return 0.0
     return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))]
+
+
+def _per(asked: int, compactions: int) -> str:
+    return f"{asked / compactions:.2f}" if compactions else "-"
 
 
 def _cell(r: Recall) -> str:
@@ -412,7 +419,7 @@ async def main() -> None:
     )
     if not preparation_exists():
         print(
-            "NOTE: this daemon has no background preparation yet (issue 28): the 'prepared' "
+            "NOTE: this daemon has no background preparation yet (docs/background.md): the 'prepared' "
             "column runs with backgroundCompaction enabled but behaves synchronously."
         )
     runs: dict[str, list[Run]] = {mode: [] for mode in MODES}
@@ -447,7 +454,9 @@ async def main() -> None:
                 print(
                     f"  {mode:<12}{len(run.compactions)} compaction(s) in {run.seconds:.1f} s, "
                     f"billed-equivalent input {run.cost.billed_equivalent_input_tokens:,.0f} "
-                    f"(summaries {run.summary_cost:,.0f})"
+                    f"(summaries {run.summary_cost:,.0f}); "
+                    f"{_per(run.summary_requests, len(run.compactions))} summary requests per "
+                    "compaction"
                 )
             prepared, synchronous = (r.cost.billed_equivalent_input_tokens for r in both)
             print(f"  prepared / synchronous billed-equivalent input: {prepared / synchronous:.2f}")
@@ -471,6 +480,10 @@ async def main() -> None:
             f"{percentile(shares, 0.95):>8.1%}{billed:>14,.0f}{summaries:>11,.0f}"
             + "".join(f"{_cell(t):>10}" for t in totals)
         )
+    for mode in MODES:
+        asked = sum(r.summary_requests for r in runs[mode])
+        done = sum(len(r.compactions) for r in runs[mode])
+        print(f"{mode}: {_per(asked, done)} summary requests per compaction ({asked} / {done})")
     prepared = sum(r.cost.billed_equivalent_input_tokens for r in runs["prepared"])
     print(
         f"prepared / synchronous billed-equivalent input: {prepared / base:.2f} "

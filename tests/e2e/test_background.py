@@ -319,11 +319,17 @@ async def test_summary_preparing_below_the_blocking_limit_then_waits_at_it(h: Ha
             auto = await client.compact_auto(sid)
             assert not auto.was_compacted and auto.reason_code == "summaryPreparing", auto
             assert auto.tokens_left == above.status.blocking_limit - above.status.tokens
-        # At the blocking limit compact/auto waits for the preparation, not a new model call.
+        # At the blocking limit compact/auto waits for the preparation; what arrived after its
+        # snapshot (from the start level to the blocking limit) passes the bound, a quarter of
+        # the threshold, so it is brought into the summary before it is applied
+        # (docs/background.md#bound): the verbatim tail stays under the bound.
         await grow_until(client, sid, convo, above.status.blocking_limit)
         auto = await client.compact_auto(sid)
-    assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
-    assert summary_requests(emu) == 1
+    assert auto.was_compacted and auto.result is not None, auto
+    assert summary_requests(emu) >= 2
+    quarter = status.auto_compact_threshold // 4
+    kept = sum(len(json.dumps(e)) for e in auto.result.kept_entries) // 4
+    assert kept <= quarter, (kept, quarter)
 
 
 async def test_an_undo_or_a_rewind_drops_the_preparation(h: Harness) -> None:
@@ -499,7 +505,10 @@ async def test_a_microcompact_after_the_snapshot_does_not_invalidate_it(h: Harne
     requests = len(emu.message_requests)
     auto = await client.compact_auto(sid)
     assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
-    assert len(emu.message_requests) == requests
+    # The count fell with the microcompact and grew back: what arrived after the snapshot
+    # passes the bound and is brought into the summary with one short model call
+    # (docs/background.md#bound), not the whole context asked again.
+    assert len(emu.message_requests) == requests + 1
     # Every command run survives: in the summary (the ledger) or verbatim after it.
     view = json.dumps((await client.messages(sid)).messages)
     missing = [f"cat {u}.log" for u in convo.tool_uuids if f"cat {u}.log" not in view]
@@ -626,12 +635,17 @@ async def test_at_the_blocking_limit_the_ready_summary_is_applied_while_the_refr
             assert not auto.was_compacted and auto.reason_code == "summaryPreparing", auto
             assert preview["reason"] == auto.reason
             await grow_until(client, sid, convo, status.blocking_limit)
-            # No wait for the refresh: the summary ready since the start level is applied.
+            emulator.set_latency("summary", 0.0)
+            # No wait for the refresh: the summary ready since the start level is applied,
+            # what arrived after its snapshot (past the bound) brought into it first
+            # (docs/background.md#bound).
             auto = await client.compact_auto(sid)
-        assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
-        assert [e["uuid"] for e in auto.result.kept_entries] == after(convo, first)
+        assert auto.was_compacted and auto.result is not None, auto
+        assert len(auto.result.kept_entries) < len(after(convo, first))
         assert auto.status is not None and auto.status.preparation is None
-        assert summary_requests(emulator) == 2  # the first summary and the abandoned refresh
+        # The first summary, the abandoned refresh and the call bringing the tail in (then the
+        # whole context, when the emulator's summary of that leaves a message to a pointer).
+        assert summary_requests(emulator) >= 3
 
 
 async def test_a_failed_refresh_leaves_the_ready_summary_and_is_not_asked_again(
@@ -651,8 +665,10 @@ async def test_a_failed_refresh_leaves_the_ready_summary_and_is_not_asked_again(
         assert grown.status.preparation is not None
         assert grown.status.preparation.state == "ready"
         assert not grown.status.preparation.refreshing
-        auto = await client.compact_auto(sid)
-        assert auto.was_compacted and auto.result is not None and auto.result.prepared, auto
-        assert [e["uuid"] for e in auto.result.kept_entries] == after(convo, first)
-        assert summary_requests(emulator) == asked
         assert (await client.stats(sid)).preparation_failures == 1
+        # Applied, what arrived after its snapshot (past the bound) brought into the summary;
+        # the model still fails, so the offline summary covers it (docs/background.md#bound).
+        auto = await client.compact_auto(sid)
+        assert auto.was_compacted and auto.result is not None, auto
+        assert len(auto.result.kept_entries) < len(after(convo, first))
+        assert summary_requests(emulator) > asked

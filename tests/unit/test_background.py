@@ -66,14 +66,32 @@ def test_growth_rate_over_the_samples_restarts_after_a_fall() -> None:
     assert bg.growth_rate(burst, min_span=1.0) is None
     assert bg.growth_rate(burst) == pytest.approx(4_000 / 0.3)
     assert bg.growth_rate([*burst, (4.0, 16_000)], min_span=1.0) == pytest.approx(1_500.0)
+    # One bulk append (an import) says nothing of the pace: the window restarts after it.
+    bulk = [(0.0, 10_000), (10.0, 11_000), (11.0, 71_000)]
+    assert bg.growth_rate(bulk, bulk=bg.bulk_step(100_000)) is None
+    assert bg.growth_rate([*bulk, (21.0, 72_000)], bulk=bg.bulk_step(100_000)) == 100.0
+    assert bg.growth_rate(bulk) == pytest.approx(61_000 / 11)
 
 
 def test_a_ready_summary_is_refreshed_at_the_threshold_when_that_keeps_far_less() -> None:
     # Grows 1,000 tokens during one summary: the refresh keeps about 1,250 (with the margin).
     slow = bg.Trigger(tokens=100_000, threshold=100_000, rate=100.0, last_duration_s=10.0)
-    ready_at_80 = bg.Refresh(trigger=slow, blocking_limit=110_000, covered_tokens=80_000)
+    # Its request read the cached context (a tenth of 100,000); forty requests until the next
+    # compaction each read the 18,750 tokens it saves.
+    ready_at_80 = bg.Refresh(
+        trigger=slow,
+        blocking_limit=110_000,
+        covered_tokens=80_000,
+        request_cost=10_000,
+        requests_ahead=40,
+    )
     assert bg.refresh_level(ready_at_80) == 100_000  # where a synchronous compaction asks
     assert bg.should_refresh(ready_at_80)
+    # Not worth its price: a request that read everything uncached, few requests to serve.
+    dear = replace(ready_at_80, request_cost=None, requests_ahead=10)
+    assert not bg.should_refresh(dear)
+    # Whatever the price, when the ready summary's tail would pass the bound at the threshold.
+    assert bg.should_refresh(replace(dear, covered_tokens=65_000))
     below = bg.Refresh(
         trigger=replace(slow, tokens=99_999), blocking_limit=110_000, covered_tokens=80_000
     )
@@ -129,7 +147,7 @@ def state(tmp_path: Path) -> tuple[BackgroundPreparation, Session]:
 def _ready(prep: BackgroundPreparation, session: Session, e: str) -> Job:
     job = Job(phase="ready", chain={e})
     prep.job = job
-    session.preparation = p.PreparationState(state="ready", entries_covered=4)
+    prep.state = p.PreparationState(state="ready", entries_covered=4)
     return job
 
 
@@ -144,7 +162,7 @@ async def test_an_append_that_continues_the_chain_keeps_it(
     # A sub-agent's entries have a chain of their own.
     side = user("side", uuid="x1", parentUuid="elsewhere", isSidechain=True)
     prep.on_append(session, [_rec(side)])
-    assert prep.job is job and session.preparation is not None
+    assert prep.job is job and prep.state is not None
 
 
 async def test_a_rewind_drops_it(state: tuple[BackgroundPreparation, Session]) -> None:
@@ -152,7 +170,7 @@ async def test_a_rewind_drops_it(state: tuple[BackgroundPreparation, Session]) -
     job = _ready(prep, session, "e")
     job.plan = object()  # type: ignore[assignment]
     prep.on_append(session, [_rec(user("again", uuid="r1", parentUuid="before-e"))])
-    assert prep.job is None and session.preparation is None
+    assert prep.job is None and prep.state is None
     assert job.scope.cancel_called
 
 
@@ -172,7 +190,7 @@ async def test_a_compaction_or_an_undo_drops_it_and_counts_what_it_cost(
         api_seconds=1.0,
     )
     prep.on_compacted(session, [])
-    assert prep.job is None and session.preparation is None
+    assert prep.job is None and prep.state is None
     assert prep.unused_tokens == 1_100
 
 

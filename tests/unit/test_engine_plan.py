@@ -21,7 +21,7 @@ from compactd import protocol as p
 from compactd.app import App
 from compactd.cli.synthetic import make_session
 from compactd.core.constants import ENV_DISABLE_MICROCOMPACT
-from compactd.engine import compaction, plan
+from compactd.engine import plan, summary_source
 from compactd.engine.auto import decide_auto, run_auto
 from compactd.engine.session import Session
 
@@ -49,7 +49,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         return call
 
     # Every place a compaction builds them (session memory's own extraction is not counted).
-    for module in (plan, compaction):
+    for module in (plan, summary_source):
         monkeypatch.setattr(module, "build_ledger", counting("ledger", module.build_ledger))
         monkeypatch.setattr(module, "offline_summary", counting("summary", module.offline_summary))
     return counted

@@ -15,7 +15,7 @@ import pytest
 
 from compactd import protocol as p
 from compactd.app import App
-from compactd.engine.compaction import run_full
+from compactd.engine.background import run_full
 from compactd.engine.features import Feature
 from compactd.engine.session import Session
 from compactd.transcript.model import Record

@@ -31,6 +31,7 @@ from compactd.core import microcompact as mc
 from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
 from compactd.engine.cancellation import point_of_no_return
+from compactd.engine.features import Feature
 from compactd.services.store import atomic_write
 from compactd.transcript import entries
 from compactd.transcript.model import (
@@ -45,7 +46,9 @@ if TYPE_CHECKING:
     from compactd.engine.session import Session
 
 __all__ = [
+    "CachedEdits",
     "MessagesExtras",
+    "Planned",
     "forget_cleared_reads",
     "load_cached_state",
     "messages_extras",
@@ -104,28 +107,49 @@ async def plan_micro(
     return mc.plan_count(entries, config, cleared)
 
 
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A microcompact plan a decision worked out, with the session's length when it did: it is
+    carried out as it is while nothing was appended since (docs/engine.md#plan)."""
+
+    plan: mc.MicroPlan
+    length: int
+
+
 async def microcompact(
-    runtime: Runtime, session: Session, strategy: str | None, trigger: str
+    runtime: Runtime,
+    session: Session,
+    strategy: str | None,
+    trigger: str,
+    planned: Planned | None = None,
 ) -> p.MicroResult:
     """``compact/micro`` and compact/auto's first stage: ``microcompact_session`` under the
     session's lock (docs/engine.md#locking)."""
     async with session.lock:
-        return await microcompact_session(runtime, session, strategy, trigger)
+        return await microcompact_session(runtime, session, strategy, trigger, planned)
 
 
 async def microcompact_session(
-    runtime: Runtime, session: Session, strategy: str | None, trigger: str
+    runtime: Runtime,
+    session: Session,
+    strategy: str | None,
+    trigger: str,
+    planned: Planned | None = None,
 ) -> p.MicroResult:
     """Run microcompact; the caller holds ``session.lock``.
 
-    Plans with ``plan_micro`` and commits the plan: a ``microcompact_boundary`` entry, and for
-    the cached strategy its new state. Nothing happening is not an error: the result then says
+    Commits ``planned`` when the session has not grown since it was worked out, else plans
+    with ``plan_micro``: a ``microcompact_boundary`` entry, and for the cached strategy its
+    new state. Nothing happening is not an error: the result then says
     why in ``reason``.
     """
     pre = runtime.status(session).tokens
     now = time.time()
-    plan = await plan_micro(runtime, session, strategy, now)
-    if plan.cached_state is not None and plan.cached_state != session.cached_micro:
+    if planned is not None and planned.length == len(session.records):
+        plan = planned.plan
+    else:
+        plan = await plan_micro(runtime, session, strategy, now)
+    if plan.cached_state is not None and plan.cached_state != _held(runtime, session).state:
         # Written before the boundary: a crash in between leaves edits pinned and the count
         # too high (safe), never a lower count with nothing sent to the API.
         await _save_state(runtime, session, plan.cached_state)
@@ -285,19 +309,33 @@ def _read_state(path: Path) -> mc.CachedState | None:
         return None
 
 
+@dataclass(eq=False)
+class CachedEdits(Feature["Session"]):
+    """The cached strategy's state of one session (registered, ordered and deleted tool
+    results, pinned cache edits), loaded lazily from its state file."""
+
+    state: mc.CachedState | None = None
+
+
+def _held(runtime: Runtime, session: Session) -> CachedEdits:
+    """The session's ``CachedEdits``, made on first use (a feature of every session)."""
+    return runtime.features.state(session, CachedEdits)
+
+
 async def load_cached_state(runtime: Runtime, session: Session) -> mc.CachedState:
     """The session's cached-strategy state; void (empty) after a full compaction."""
-    state = session.cached_micro
+    held = _held(runtime, session)
+    state = held.state
     if state is None:
         state = await anyio.to_thread.run_sync(_read_state, _state_path(runtime, session))
         if state is None:
             state = mc.CachedState(boundary_uuid=_current_boundary(session))
-        session.cached_micro = state
+        held.state = state
     boundary = _current_boundary(session)
     if state.boundary_uuid != boundary:
         # A full compaction replaced the prompt: the edits refer to results no longer sent.
         state = mc.CachedState(boundary_uuid=boundary)
-        session.cached_micro = state
+        held.state = state
     return state
 
 
@@ -306,7 +344,7 @@ async def _save_state(runtime: Runtime, session: Session, state: mc.CachedState)
     data = msgspec.json.encode(state)
     await point_of_no_return()
     await anyio.to_thread.run_sync(atomic_write, _state_path(runtime, session), data)
-    session.cached_micro = state
+    _held(runtime, session).state = state
 
 
 async def reset_cached_edits(runtime: Runtime, session: Session) -> bool:

@@ -15,14 +15,12 @@ it when it still matches (docs/background.md).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
@@ -31,18 +29,12 @@ from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.core import background as bg
 from compactd.core.tokens.estimate import estimate_records_raw, pad
-from compactd.engine import compaction
-from compactd.engine.compaction import (
-    PreparedSummary,
-    has_exchange,
-    not_enough_messages,
-    plan_facts,
-    run_compaction,
-    summary_request,
-)
-from compactd.engine.features import Feature
+from compactd.engine.background import store
+from compactd.engine.background.idle import IdleWatch
+from compactd.engine.background.job import Job
+from compactd.engine.features import Feature, feature_of
 from compactd.engine.follow import Following
-from compactd.engine.micro import plan_micro
+from compactd.engine.microcompact import plan_micro
 from compactd.engine.plan import (
     CompactionPlan,
     CompactionSpec,
@@ -50,17 +42,22 @@ from compactd.engine.plan import (
     plan_compaction,
     prompt_kind,
 )
-from compactd.engine.rehydration import gather
-from compactd.services.store import atomic_write
-from compactd.services.summarizer import SummaryOutcome, SummaryRequest
+from compactd.engine.rehydrate import gather
+from compactd.engine.summary_source import (
+    PreparedSummary,
+    has_exchange,
+    not_enough_messages,
+    plan_facts,
+    summary_request,
+)
+from compactd.services.summarizer import SummaryRequest
 
 if TYPE_CHECKING:
-    from compactd.engine.progress import BeginProgress
     from compactd.engine.runtime import Runtime
     from compactd.engine.session import Session, Snapshot
     from compactd.transcript.model import Record
 
-__all__ = ["BackgroundPreparation", "BackgroundService", "Job", "run_full"]
+__all__ = ["BackgroundCompaction", "BackgroundPreparation", "Job", "preparation_of"]
 
 log = logging.getLogger(__name__)
 
@@ -70,65 +67,18 @@ log = logging.getLogger(__name__)
 GROWTH_SAMPLES = 64
 
 
-class _Kept(msgspec.Struct, rename="camel", kw_only=True):
-    """A ready summary as kept in the session directory (docs/background.md#durable)."""
-
-    snapshot_uuid: str
-    fingerprint: str
-    text: str
-    mode: str
-    model: str
-    usage: dict[str, Any] | None = None
-    duration_ms: int = 0
+# What the apply step does with a summary prepared while the session was idle
+# (``engine/background/apply.py``, given by the wiring).
+ApplyIdle = Callable[["Session", "BackgroundPreparation", "Job"], Awaitable[None]]
 
 
-@dataclass(eq=False)
-class Job:
-    """One preparation: running (``preparing``), then ``ready`` with its summary or ``failed``."""
-
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    phase: Literal["preparing", "ready", "failed"] = "preparing"
-    started: float = field(default_factory=time.monotonic)
-    done: anyio.Event = field(default_factory=anyio.Event)
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    idle: bool = False
-    # A later preparation started while an earlier one was ready (``BackgroundPreparation.
-    # fallback``), to keep fewer entries verbatim (docs/background.md#refreshing).
-    refresh: bool = False
-    # A refresh of this summary was started: it is refreshed once at most, so that a refresh
-    # that fails or is dropped is not asked again at every append.
-    refreshed: bool = False
-    # E's uuid and every uuid appended after it: an append whose parent is outside is a rewind.
-    chain: set[str] = field(default_factory=set)
-    # The session's count when the snapshot was taken: what it covers.
-    covered_tokens: int = 0
-    # The session's count when it failed (``phase`` "failed").
-    failed_tokens: int = 0
-    plan: CompactionPlan | None = None
-    outcome: SummaryOutcome | None = None
-    duration_ms: int = 0
-
-    def elapsed_ms(self) -> int:
-        return int((time.monotonic() - self.started) * 1000)
-
-    def tokens(self) -> int:
-        """Tokens the preparation's request was billed for (input of every kind and output)."""
-        usage = (self.outcome.usage if self.outcome is not None else None) or {}
-        keys = (
-            "input_tokens",
-            "output_tokens",
-            "cache_read_input_tokens",
-            "cache_creation_input_tokens",
-        )
-        return sum(int(usage.get(k) or 0) for k in keys)
-
-
-class BackgroundService:
+class BackgroundCompaction:
     """``initializationOptions.backgroundCompaction`` and what every session's preparation
     shares: the runtime and the summarizer's last measured duration."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, apply_idle: ApplyIdle | None = None) -> None:
         self.runtime = runtime
+        self.apply_idle = apply_idle
         opts = runtime.options.background_compaction or p.BackgroundCompactionOptions()
         self.enabled = opts.enabled is not False
         self.start_at = opts.start_at or bg.DEFAULT_START_AT
@@ -160,11 +110,16 @@ class BackgroundService:
         return BackgroundPreparation(service=self)
 
 
+def preparation_of(session: Session) -> BackgroundPreparation | None:
+    """``session``'s background preparation; None when background compaction is off."""
+    return feature_of(session, BackgroundPreparation)
+
+
 @dataclass(eq=False)
 class BackgroundPreparation(Feature["Session"]):
     """One session's background preparation (docs/background.md)."""
 
-    service: BackgroundService
+    service: BackgroundCompaction
     job: Job | None = None
     # The ready preparation ``job`` refreshes: applied instead when the refresh is not ready in
     # time (docs/background.md#refreshing).
@@ -172,9 +127,9 @@ class BackgroundPreparation(Feature["Session"]):
     samples: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=GROWTH_SAMPLES))
     # When the last compaction committed, until the first append after it is sampled.
     since_compaction: float | None = None
-    last_activity: float = field(default_factory=time.monotonic)
-    activity: anyio.Event = field(default_factory=anyio.Event)
-    idle_scope: anyio.CancelScope | None = None
+    # Appends since the last compaction: the main-loop requests a refresh would serve.
+    appends: int = 0
+    idle: IdleWatch | None = None
     # Microcompact alone will bring the count under the headroom at the threshold: nothing is
     # prepared until a microcompact or a compaction (docs/background.md#preparation).
     micro_first: bool = False
@@ -183,13 +138,15 @@ class BackgroundPreparation(Feature["Session"]):
     failures: int = 0
     failures_in_a_row: int = 0
     closed: bool = False
+    # What ``tokens/status.preparation`` says (``publish``).
+    state: p.PreparationState | None = None
 
     # -- hooks -----------------------------------------------------------------------------------
 
     def on_open(self, session: Session) -> None:
         self._sample(session)
         self.service.warm()
-        kept = self._read_kept(session)
+        kept = store.read(self.service.runtime, session)
         if kept is not None:
             self._start(session, kept=kept)
         else:
@@ -197,6 +154,7 @@ class BackgroundPreparation(Feature["Session"]):
         self._start_idle_watch(session)
 
     def on_append(self, session: Session, records: Sequence[Record]) -> None:
+        self.appends += 1
         self._touch(session)
         if any(r.entry.is_microcompact_boundary for r in records):
             self.micro_first = False
@@ -211,13 +169,14 @@ class BackgroundPreparation(Feature["Session"]):
         # append after it: the time between is part of the trend (the count is the first
         # append's, since the count right after a rewrite is an estimate, docs/thresholds.md).
         self.since_compaction = time.monotonic()
+        self.appends = 0
         self.micro_first = False
         self.drop(session, "the context was rewritten")
 
     async def on_close(self, session: Session) -> None:
         self.closed = True
-        if self.idle_scope is not None:
-            self.idle_scope.cancel()
+        if self.idle is not None:
+            self.idle.close()
         job = self.job
         if self.fallback is not None:
             self.fallback.scope.cancel()
@@ -226,6 +185,12 @@ class BackgroundPreparation(Feature["Session"]):
             if job.phase == "preparing":
                 with anyio.move_on_after(5):
                     await job.done.wait()
+
+    def on_status(self, status: p.TokenStatus) -> p.TokenStatus:
+        """``tokens/status.preparation`` (docs/background.md#visible)."""
+        if self.state is None:
+            return status
+        return msgspec.structs.replace(status, preparation=self.state)
 
     # -- the state -------------------------------------------------------------------------------
 
@@ -251,8 +216,8 @@ class BackgroundPreparation(Feature["Session"]):
             return
         other = self.job if job is self.fallback else None
         self.job = self.fallback = None
-        session.preparation = None
-        self._forget_kept(session)
+        self._publish(session)
+        store.forget(self.service.runtime, session)
         if other is not None:
             log.info("session %s: the refresh was not ready in time", session.session_id)
             other.scope.cancel()
@@ -282,27 +247,38 @@ class BackgroundPreparation(Feature["Session"]):
             self.unused_tokens += job.tokens()
         self._publish(session)
         if self.ready(session) is None:
-            self._forget_kept(session)
+            store.forget(self.service.runtime, session)
 
     def outlook(self, session: Session, job: Job) -> auto_policy.SummaryOutlook:
         """What applying ``job`` now would leave: its summary, then every entry appended after
-        its snapshot kept verbatim (docs/background.md#applying)."""
+        its snapshot kept verbatim; or, when those pass the bound, the summary they are brought
+        into, its length estimated by the prepared one's (docs/background.md#bound)."""
         plan, outcome = job.plan, job.outcome
         assert plan is not None and outcome is not None
         after = list(session.records[plan.snapshot.length :])
-        text = continuation(plan.snapshot.transcript_path, plan.spec, outcome.text, after)
+        caught_up = not self.within_bound(session, job)
+        kept = [] if caught_up else after
+        text = continuation(plan.snapshot.transcript_path, plan.spec, outcome.text, kept)
         post = auto_policy.summary_post(
             text,
             attachments=plan.attachments(text),
-            kept=after,
+            kept=kept,
             prefix=session.counter.fixed_prefix,
         )
-        return auto_policy.SummaryOutlook(post, summarized=len(plan.summarized), kept=len(after))
+        return auto_policy.SummaryOutlook(
+            post,
+            summarized=len(plan.summarized) + (len(after) if caught_up else 0),
+            kept=len(kept),
+            bound=caught_up,
+        )
 
-    def fits(self, session: Session, job: Job) -> bool:
-        """Whether applying ``job`` now leaves the headroom under the threshold."""
-        post = self.outlook(session, job).post_tokens
-        return post <= auto_policy.headroom(self.service.runtime.status(session))
+    def within_bound(self, session: Session, job: Job) -> bool:
+        """Whether what was appended after ``job``'s snapshot may stay verbatim after its
+        summary (docs/background.md#bound)."""
+        assert job.plan is not None
+        after = session.records[job.plan.snapshot.length :]
+        threshold = self.service.runtime.status(session).auto_compact_threshold
+        return pad(estimate_records_raw(after)) <= bg.tail_limit(threshold)
 
     def prepared(self, job: Job, asked_at: float) -> PreparedSummary:
         assert job.outcome is not None
@@ -332,7 +308,11 @@ class BackgroundPreparation(Feature["Session"]):
             tokens=status.tokens,
             threshold=threshold,
             start_at=self.service.start_at,
-            rate=bg.growth_rate(list(self.samples), min_span=self.service.last_duration_s or 0.0),
+            rate=bg.growth_rate(
+                list(self.samples),
+                min_span=self.service.last_duration_s or 0.0,
+                bulk=bg.bulk_step(threshold),
+            ),
             last_duration_s=self.service.last_duration_s,
         )
         if job is not None:
@@ -340,6 +320,8 @@ class BackgroundPreparation(Feature["Session"]):
                 trigger=trigger,
                 blocking_limit=status.blocking_limit,
                 covered_tokens=job.covered_tokens,
+                request_cost=job.billed_input(),
+                requests_ahead=self.appends,
             )
             if (
                 self.service.refresh
@@ -361,8 +343,8 @@ class BackgroundPreparation(Feature["Session"]):
         runtime = self.service.runtime
         if runtime.summarizer.offline or runtime.task_group is None or session.busy:
             return False
-        following = session.features.get(Following)
-        if isinstance(following, Following) and following.follower is not None:
+        following = feature_of(session, Following)
+        if following is not None and following.follower is not None:
             return False  # Claude Code compacts a followed transcript itself (docs/follow.md)
         return (
             status.compaction_enabled
@@ -378,7 +360,7 @@ class BackgroundPreparation(Feature["Session"]):
         *,
         idle: bool = False,
         refresh: bool = False,
-        kept: _Kept | None = None,
+        kept: store.Kept | None = None,
     ) -> None:
         runtime = self.service.runtime
         if runtime.task_group is None:
@@ -394,25 +376,25 @@ class BackgroundPreparation(Feature["Session"]):
         job = self.job
         shown = self.fallback if job is not None and job.phase != "ready" and self.fallback else job
         if shown is None or shown.phase == "failed":
-            session.preparation = None
-            return
-        covered = len(shown.plan.summarized) if shown.plan is not None else 0
-        session.preparation = p.PreparationState(
-            state=shown.phase, entries_covered=covered, refreshing=shown is self.fallback
-        )
+            self.state = None
+        else:
+            covered = len(shown.plan.summarized) if shown.plan is not None else 0
+            self.state = p.PreparationState(
+                state=shown.phase, entries_covered=covered, refreshing=shown is self.fallback
+            )
 
     # -- the preparation -------------------------------------------------------------------------
 
-    async def _run(self, session: Session, job: Job, kept: _Kept | None) -> None:
+    async def _run(self, session: Session, job: Job, kept: store.Kept | None) -> None:
         try:
             with job.scope:
                 if kept is not None and await self._reuse(session, job, kept):
                     return
                 if kept is not None:
                     # The kept summary no longer matches: prepare again if the trigger says so.
-                    self._forget_kept(session)
+                    store.forget(self.service.runtime, session)
                     self.job = None
-                    session.preparation = None
+                    self._publish(session)
                     job.done.set()
                     self.maybe_start(session)
                     return
@@ -437,9 +419,12 @@ class BackgroundPreparation(Feature["Session"]):
                     self.unused_tokens += old.tokens()
                 self._publish(session)
                 self._notify(session, job, "prepared", f"ready in {job.duration_ms} ms")
-                if job.idle and self.service.apply_when_idle:
-                    await self._apply_idle(session, job)
-        except Exception as exc:  # a preparation never stops the agent (STYLE.md 24)
+                apply_idle = self.service.apply_idle
+                if job.idle and self.service.apply_when_idle and apply_idle is not None:
+                    await apply_idle(session, self, job)
+        except (
+            Exception
+        ) as exc:  # a preparation never stops the agent (docs/background.md#failures)
             if self.job is job:
                 job.phase = "failed"
                 job.failed_tokens = self.service.runtime.status(session).tokens
@@ -493,8 +478,8 @@ class BackgroundPreparation(Feature["Session"]):
             return
         job.outcome = outcome
         job.phase = "ready"
-        fingerprint = await anyio.to_thread.run_sync(lambda: _fingerprint(request))
-        kept = _Kept(
+        fingerprint = await anyio.to_thread.run_sync(lambda: store.fingerprint(request))
+        kept = store.Kept(
             snapshot_uuid=snap.last_uuid or "",
             fingerprint=fingerprint,
             text=outcome.text,
@@ -503,8 +488,7 @@ class BackgroundPreparation(Feature["Session"]):
             usage=outcome.usage,
             duration_ms=job.duration_ms,
         )
-        path = runtime.store.prepared_path(session.session_id)
-        await anyio.to_thread.run_sync(atomic_write, path, msgspec.json.encode(kept))
+        await store.write(runtime, session, kept)
 
     async def _plan(self, snap: Snapshot) -> tuple[CompactionPlan, SummaryRequest]:
         runtime = self.service.runtime
@@ -525,7 +509,7 @@ class BackgroundPreparation(Feature["Session"]):
             raise not_enough_messages()
         return plan, request
 
-    async def _reuse(self, session: Session, job: Job, kept: _Kept) -> bool:
+    async def _reuse(self, session: Session, job: Job, kept: store.Kept) -> bool:
         """Take the summary kept by an earlier daemon when its snapshot is still in the
         context and the request it answered is the one this daemon would send."""
         runtime = self.service.runtime
@@ -543,21 +527,12 @@ class BackgroundPreparation(Feature["Session"]):
             context=snap.context[: where + 1],
         )
         plan, request = await self._plan(cut)
-        fingerprint = await anyio.to_thread.run_sync(lambda: _fingerprint(request))
+        fingerprint = await anyio.to_thread.run_sync(lambda: store.fingerprint(request))
         if fingerprint != kept.fingerprint or self.job is not job:
             return False
         job.plan = plan
         job.duration_ms = kept.duration_ms
-        job.outcome = SummaryOutcome(
-            text=kept.text,
-            mode=kept.mode,  # type: ignore[arg-type]
-            model=kept.model,
-            usage=kept.usage,
-            stop_reason="end_turn",
-            attempts=0,
-            ptl_retries=0,
-            api_seconds=kept.duration_ms / 1000,
-        )
+        job.outcome = kept.outcome()
         job.phase = "ready"
         after = session.records[length + 1 :]
         job.covered_tokens = snap.status.tokens - pad(estimate_records_raw(after))
@@ -567,29 +542,12 @@ class BackgroundPreparation(Feature["Session"]):
         self._notify(session, job, "prepared", "a summary kept from before the restart")
         return True
 
-    async def _apply_idle(self, session: Session, job: Job) -> None:
-        """``applyWhenIdle``: the session is still idle, so the summary is applied now."""
-        if self.ready(session) is not job or not self.fits(session, job):
-            return
-        self.take(session, job)
-        spec = CompactionSpec(trigger="auto", kind=prompt_kind(session.meta))
-        assert job.plan is not None
-        result = await run_compaction(
-            self.service.runtime,
-            session,
-            spec,
-            plan=job.plan,
-            prepared=self.prepared(job, time.monotonic()),
-        )
-        if not result.prepared:
-            self.unused(job)
-
     # -- idleness ------------------------------------------------------------------------------
 
     def _touch(self, session: Session) -> None:
-        self.last_activity = self._sample(session)
-        self.activity.set()
-        self.activity = anyio.Event()
+        now = self._sample(session)
+        if self.idle is not None:
+            self.idle.touch(now)
 
     def _sample(self, session: Session) -> float:
         now = time.monotonic()
@@ -601,27 +559,12 @@ class BackgroundPreparation(Feature["Session"]):
         return now
 
     def _start_idle_watch(self, session: Session) -> None:
+        """Prepare once the session has been idle for ``idleMinutes`` (docs/background.md#idle)."""
         runtime = self.service.runtime
         if runtime.task_group is None or runtime.summarizer.offline:
             return
-        runtime.task_group.start_soon(self._idle_watch, session)
-
-    async def _idle_watch(self, session: Session) -> None:
-        """Prepare once the session has been idle for ``idleMinutes`` (docs/background.md#idle)."""
-        with anyio.CancelScope() as scope:
-            self.idle_scope = scope
-            if self.closed:
-                return
-            while True:
-                wait = self.last_activity + self.service.idle_s - time.monotonic()
-                if wait > 0:
-                    await anyio.sleep(wait)
-                    continue
-                try:
-                    self.maybe_start(session, idle=True)
-                except Exception:
-                    log.exception("session %s: idle preparation", session.session_id)
-                await self.activity.wait()  # idle again only after the next append
+        self.idle = IdleWatch(self.service.idle_s)
+        self.idle.start(runtime.task_group, lambda: self.maybe_start(session, idle=True))
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -639,61 +582,6 @@ class BackgroundPreparation(Feature["Session"]):
             ),
         )
 
-    def _read_kept(self, session: Session) -> _Kept | None:
-        path = self.service.runtime.store.prepared_path(session.session_id)
-        try:
-            return msgspec.json.decode(path.read_bytes(), type=_Kept)
-        except FileNotFoundError:
-            return None
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-            log.warning("session %s: unreadable prepared summary dropped", session.session_id)
-            self._forget_kept(session)
-            return None
-
-    def _forget_kept(self, session: Session) -> None:
-        path = self.service.runtime.store.prepared_path(session.session_id)
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("session %s: cannot remove %s: %s", session.session_id, path, exc)
-
-
-async def run_full(
-    runtime: Runtime,
-    session: Session,
-    custom_instructions: str | None,
-    begin_progress: BeginProgress,
-) -> p.CompactResult:
-    """``compact/full``, with the summary prepared in the background when one is ready and no
-    custom instructions are given (it was written without them, docs/background.md#validity)."""
-    asked_at = time.monotonic()
-    state = session.features.get(BackgroundPreparation)
-    job = state.ready(session) if isinstance(state, BackgroundPreparation) else None
-    if (
-        not isinstance(state, BackgroundPreparation)
-        or job is None
-        or (custom_instructions or "").strip()
-        or session.busy
-        or not state.fits(session, job)
-    ):
-        return await compaction.run_full(runtime, session, custom_instructions, begin_progress)
-    state.take(session, job)
-    try:
-        result = await compaction.run_full(
-            runtime,
-            session,
-            custom_instructions,
-            begin_progress,
-            plan=job.plan,
-            prepared=state.prepared(job, asked_at),
-        )
-    except BaseException:
-        state.unused(job)
-        raise
-    if not result.prepared:
-        state.unused(job)
-    return result
-
 
 def _continues(job: Job, records: Sequence[Record]) -> bool:
     """Whether appended ``records`` continue the chain ``job`` summarized (not a rewind to an
@@ -706,12 +594,3 @@ def _continues(job: Job, records: Sequence[Record]) -> bool:
         if r.uuid:
             job.chain.add(r.uuid)
     return True
-
-
-def _fingerprint(request: SummaryRequest) -> str:
-    """What identifies a summary request: the conversation, the instruction, the model and the
-    main loop's cache key inputs (docs/background.md#durable)."""
-    body = msgspec.json.encode(
-        [request.messages, request.instruction, request.model, request.cache_safe]
-    )
-    return hashlib.sha256(body).hexdigest()

@@ -1,0 +1,73 @@
+"""One preparation of a summary in the background: its phase, its plan, its summary, its cost.
+
+A job runs (``preparing``), then is ``ready`` with its summary or ``failed``
+(docs/background.md#preparation); the feature (``feature.py``) keeps at most a running one and
+the ready one it refreshes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+
+from compactd.engine.plan import CompactionPlan
+from compactd.services.summarizer import SummaryOutcome
+
+__all__ = ["Job"]
+
+
+@dataclass(eq=False)
+class Job:
+    """One preparation: running (``preparing``), then ``ready`` with its summary or ``failed``."""
+
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    phase: Literal["preparing", "ready", "failed"] = "preparing"
+    started: float = field(default_factory=time.monotonic)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    idle: bool = False
+    # A later preparation started while an earlier one was ready (``BackgroundPreparation.
+    # fallback``), to keep fewer entries verbatim (docs/background.md#refreshing).
+    refresh: bool = False
+    # A refresh of this summary was started: it is refreshed once at most, so that a refresh
+    # that fails or is dropped is not asked again at every append.
+    refreshed: bool = False
+    # E's uuid and every uuid appended after it: an append whose parent is outside is a rewind.
+    chain: set[str] = field(default_factory=set)
+    # The session's count when the snapshot was taken: what it covers.
+    covered_tokens: int = 0
+    # The session's count when it failed (``phase`` "failed").
+    failed_tokens: int = 0
+    plan: CompactionPlan | None = None
+    outcome: SummaryOutcome | None = None
+    duration_ms: int = 0
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.started) * 1000)
+
+    def tokens(self) -> int:
+        """Tokens the preparation's request was billed for (input of every kind and output)."""
+        usage = (self.outcome.usage if self.outcome is not None else None) or {}
+        keys = (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        )
+        return sum(int(usage.get(k) or 0) for k in keys)
+
+    def billed_input(self) -> float | None:
+        """The preparation's request in billed-equivalent input tokens (uncached input, cache
+        reads at a tenth, cache writes at 1.25, docs/cache.md); None when no usage came."""
+        usage = (self.outcome.usage if self.outcome is not None else None) or {}
+        if not usage:
+            return None
+        return (
+            int(usage.get("input_tokens") or 0)
+            + 0.1 * int(usage.get("cache_read_input_tokens") or 0)
+            + 1.25 * int(usage.get("cache_creation_input_tokens") or 0)
+        )

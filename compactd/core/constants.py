@@ -103,6 +103,9 @@ ENV_BLOCKING_LIMIT_OVERRIDE: Final = "CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE"
 ENV_DISABLE_COMPACT: Final = "DISABLE_COMPACT"
 ENV_DISABLE_AUTO_COMPACT: Final = "DISABLE_AUTO_COMPACT"
 ENV_DISABLE_MICROCOMPACT: Final = "DISABLE_MICROCOMPACT"
+# The Anthropic API key the online summarizer uses (its home is services.summarizer; named here so
+# the command line can print it without importing the SDK).
+ENV_API_KEY: Final = "ANTHROPIC_API_KEY"
 # Values that switch a boolean environment variable on (compared case-insensitively;
 # docs/thresholds.md#environment-variables).
 ENV_TRUTHY_VALUES: Final = frozenset({"1", "true", "yes", "on"})

@@ -70,7 +70,7 @@ _THINKING_KINDS: Final = frozenset({"thinking", "redacted_thinking"})
 
 # Environment variables the SDK itself reads; compactd reads them from ``App.env`` instead so
 # that ``initializationOptions.env`` can override them.
-ENV_API_KEY: Final = "ANTHROPIC_API_KEY"
+ENV_API_KEY: Final = c.ENV_API_KEY
 ENV_AUTH_TOKEN: Final = "ANTHROPIC_AUTH_TOKEN"
 ENV_BASE_URL: Final = "ANTHROPIC_BASE_URL"
 

@@ -324,3 +324,32 @@ def test_short_processes_import_no_sdk_daemon_or_event_loop(
     assert "compactd.cli.claude_code" in imported
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd.cli.main"}
     assert not heavy & imported, heavy & imported
+
+
+# The `compactd` console script enters through compactd.cli.main, which imports each
+# subcommand's modules only in the branch that runs it.
+_CONSOLE_SCRIPT = "import sys; from compactd.cli.main import main; sys.exit(main(sys.argv[1:]))"
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["claude-code", "statusline"], ["claude-code", "hook"]]
+)
+def test_the_console_script_imports_only_what_the_subcommand_uses(
+    tmp_path: Path, args: list[str]
+) -> None:
+    stdin = _event("UserPromptSubmit", _copy(tmp_path), prompt="x") if "hook" in args else b"{}"
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", _CONSOLE_SCRIPT, *args],
+        input=stdin, env=_env(tmp_path), cwd=tmp_path, capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    imported = {
+        line.split("|")[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line
+    }
+    assert "compactd.cli.main" in imported
+    heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd_client"}
+    assert not heavy & imported, heavy & imported
+    if args == ["--version"]:
+        assert run.stdout.startswith(b"compactd ") and not any(
+            m.startswith(("compactd.core.tokens", "compactd.services", "compactd.transcript"))
+            for m in imported
+        )

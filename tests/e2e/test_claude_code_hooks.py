@@ -273,6 +273,25 @@ def test_uninstall_after_the_user_edited_takes_out_only_compactds_entries(tmp_pa
     assert not (project / ".mcp.json").exists()
 
 
+def test_uninstall_removes_the_folder_install_created_once_it_is_empty(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    assert _run(tmp_path, "install", "--scope", "project", cwd=project).returncode == 0
+    assert (project / ".claude" / "settings.json").exists()
+    dry = _run(tmp_path, "uninstall", "--scope", "project", "--dry-run", cwd=project)
+    assert f"{project / '.claude'}: removed (empty)".encode() in dry.stdout
+    assert (project / ".claude").is_dir()
+    assert _run(tmp_path, "uninstall", "--scope", "project", cwd=project).returncode == 0
+    assert list(project.iterdir()) == []
+
+    # Something else now lives in the folder install created: it stays, with that file.
+    assert _run(tmp_path, "install", "--scope", "local", cwd=project).returncode == 0
+    (project / ".claude" / "agents.md").write_text("mine")
+    out = _run(tmp_path, "uninstall", "--scope", "local", cwd=project)
+    assert out.returncode == 0 and f"{project / '.claude'}: removed".encode() not in out.stdout
+    assert [p.name for p in (project / ".claude").iterdir()] == ["agents.md"]
+
+
 def test_install_refuses_a_settings_file_it_cannot_parse(tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / ".claude").mkdir(parents=True)

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -315,6 +316,22 @@ def test_transcript_being_written(tmp_path: Path) -> None:
     assert _stat(transcript) == before
 
 
+@dataclass(frozen=True)
+class _Imports:
+    stdout: bytes
+    imported: set[str]
+
+
+def _imports(tmp: Path, args: list[str], stdin: bytes) -> _Imports:
+    """The modules a Python process running ``args`` imports (``-X importtime``)."""
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", *args],
+        input=stdin, env=_env(tmp), cwd=tmp, capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    lines = run.stderr.decode().splitlines()
+    return _Imports(run.stdout, {line.split("|")[-1].strip() for line in lines if "|" in line})
+
+
 @pytest.mark.parametrize(
     "args,event",
     [
@@ -333,13 +350,7 @@ def test_short_processes_import_no_sdk_daemon_or_event_loop(
         if args == ["hook"]
         else json.dumps(event).encode()
     )
-    run = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "compactd", "claude-code", *args],
-        input=stdin, env=_env(tmp_path), cwd=tmp_path, capture_output=True, timeout=120, check=True,
-    )  # fmt: skip
-    imported = {
-        line.split("|")[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line
-    }
+    imported = _imports(tmp_path, ["-m", "compactd", "claude-code", *args], stdin).imported
     assert "compactd.cli.claude_code" in imported
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd.cli.main"}
     assert not heavy & imported, heavy & imported
@@ -357,13 +368,8 @@ def test_the_console_script_imports_only_what_the_subcommand_uses(
     tmp_path: Path, args: list[str]
 ) -> None:
     stdin = _event("UserPromptSubmit", _copy(tmp_path), prompt="x") if "hook" in args else b"{}"
-    run = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", _CONSOLE_SCRIPT, *args],
-        input=stdin, env=_env(tmp_path), cwd=tmp_path, capture_output=True, timeout=120, check=True,
-    )  # fmt: skip
-    imported = {
-        line.split("|")[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line
-    }
+    run = _imports(tmp_path, ["-c", _CONSOLE_SCRIPT, *args], stdin)
+    imported = run.imported
     assert "compactd.cli.main" in imported
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd_client"}
     assert not heavy & imported, heavy & imported

@@ -190,7 +190,8 @@ def context_answer(config: McpConfig, session: str | None) -> str:
     # Only whole lines: the agent may be writing the last one.
     records = [r for _, r in parse_buffer(data[: data.rfind(b"\n") + 1])]
     seen = outlook(records, os.environ, model=target.model, context_window=target.context_window)
-    s = seen.status
+    g = seen.gauge
+    s = g.status
     compactions = sum(1 for r in records if is_compact_boundary_line(r.entry.type, r.entry.subtype))
     crossed = [
         name
@@ -207,13 +208,13 @@ def context_answer(config: McpConfig, session: str | None) -> str:
             f"{target.describe()}, model {seen.model}",
             f"context: {s.tokens:,} tokens ({s.exact_tokens:,} from the last response's usage, "
             f"{s.estimated_tokens:,} estimated since)",
-            f"share: {seen.share_of_threshold:.0%} of the auto-compact threshold "
-            f"({s.auto_compact_threshold:,}), {seen.share_of_window:.0%} of the "
-            f"{s.context_window:,}-token window",
+            f"share: {g.share:.0%} of the "
+            f"{'auto-compact threshold' if g.auto_compact else 'usable window'} ({g.limit:,}), "
+            f"{g.share_of_window:.0%} of the {g.window:,}-token window",
             f"levels: warning {s.warning_threshold:,}, error {s.error_threshold:,}, "
             f"auto-compact {s.auto_compact_threshold:,}, blocking {s.blocking_limit:,}; "
             f"crossed: {', '.join(crossed) or 'none'}",
-            f"compaction near: {'yes' if seen.near else 'no'}; next: {seen.next_step}",
+            f"compaction near: {'yes' if g.level is not None else 'no'}; next: {g.next_step}",
             f"compactions so far: {compactions} (recall finds what came before them)",
         ]
     )

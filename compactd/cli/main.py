@@ -4,6 +4,10 @@
 The daemon (``serve``) writes protocol frames to stdout and nothing else, and logs to stderr or
 ``--log-file``. The reports write through :class:`compactd.cli.term.Terminal` (``rich`` on a
 terminal, plain text otherwise, ``--json`` on request).
+
+Each subcommand imports its own modules in the branch that runs it: ``compactd mcp`` and
+``compactd claude-code`` are started often by another program and pay only for what they use
+(docs/claude-code.md#hooks), and ``--version`` or a usage error imports no subcommand at all.
 """
 
 from __future__ import annotations
@@ -14,15 +18,14 @@ import os
 import signal
 import sys
 from pathlib import Path
-
-import anyio
-from compactd_client import RpcError
+from typing import TYPE_CHECKING
 
 from compactd import __version__
-from compactd.cli.inputs import DEFAULT_MODEL
 from compactd.cli.providers import add_summarizer_flags, summarizer_choice
-from compactd.cli.term import Terminal
-from compactd.core.tokens import known_model, model_limits
+from compactd.core.constants import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from compactd.cli.term import Terminal
 
 # Exit codes: 1 for a failure, 2 for a wrong command line (argparse's own), 128 + the signal
 # for an interruption, as shells report it.
@@ -215,6 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         # Claude Code names the project in CLAUDE_PROJECT_DIR where it sets it (docs/recall.md).
         cwd = args.cwd or os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
         return run(McpConfig(data_dir, cwd, args.session))
+    return _run_report(args)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    import anyio
+    from compactd_client import RpcError
+
+    from compactd.cli.term import Terminal
+    from compactd.core.tokens import known_model, model_limits
+
     _setup_logging(0, None)
     # A report piped into `head` ends quietly when the pipe closes, as other tools do.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)

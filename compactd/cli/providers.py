@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from compactd.services.summarizer import (
+from compactd.core.constants import (
     ENV_API_KEY,
     ENV_AUTH_TOKEN,
     ENV_OPENAI_API_KEY,

@@ -1,12 +1,15 @@
-"""How full another agent's context is, against its auto-compact threshold, in a few words.
+"""How full an agent's context is: a token count against its model's levels, in a few words.
 
-The Claude Code status line and the threshold warning hook know a token count (the latest
-response's usage, or the count Claude Code recorded right after a compaction) and a model; this
-module measures it against the same levels compactd uses for its own sessions
-(docs/thresholds.md): the effective window, the auto-compact threshold (with
-``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`` and ``CLAUDE_CODE_AUTO_COMPACT_WINDOW``), the warning and
-error levels. A count above the model's table window means the session runs with the 1M-token
-window (docs/claude-code.md#status-line). Pure: no I/O.
+The one place that measures a count another agent's client reports or that compactd reads from a
+transcript. The Claude Code status line and the threshold warning hook know a token count (the
+latest response's usage, or the count Claude Code recorded right after a compaction) and a
+model; the MCP ``context`` tool counts a transcript (``core.outlook``). Both are measured here
+against the levels compactd uses for its own sessions (docs/thresholds.md): the effective
+window, the auto-compact threshold (with ``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE`` and
+``CLAUDE_CODE_AUTO_COMPACT_WINDOW``), the warning, error and blocking levels, through the same
+``tokens/status`` view (``TokenStatus``). A count above the model's table window, with no window
+given, means the session runs with the 1M-token window (docs/claude-code.md#status-line).
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,10 +19,17 @@ from dataclasses import dataclass
 from typing import Final
 
 from compactd.core import constants as c
-from compactd.core.tokens import Thresholds, flags, model_limits, thresholds
-from compactd.core.tokens.limits import Limits
+from compactd.core.tokens import (
+    TokenCount,
+    flags,
+    model_limits,
+    resolve_limits,
+    thresholds,
+    token_status,
+)
+from compactd.protocol import TokenStatus
 
-__all__ = ["Gauge", "gauge", "status_line", "warning_text"]
+__all__ = ["Gauge", "gauge", "measure", "status_line", "warning_text"]
 
 # A context that right after a compaction is still above this share of the auto-compact
 # threshold leaves little room before the next one (the same share compactd's own automatic
@@ -29,44 +39,85 @@ CROWDED_SHARE: Final = c.AUTO_COMPACT_HEADROOM
 
 @dataclass(frozen=True, slots=True)
 class Gauge:
-    tokens: int
-    window: int
-    levels: Thresholds
-    auto_compact: bool
+    status: TokenStatus
+
+    @property
+    def tokens(self) -> int:
+        return self.status.tokens
+
+    @property
+    def window(self) -> int:
+        return self.status.context_window
+
+    @property
+    def auto_compact(self) -> bool:
+        return self.status.auto_compact_enabled
 
     @property
     def limit(self) -> int:
         """The auto-compact threshold, or the effective window when auto-compact is off."""
-        levels = self.levels
-        return levels.auto_compact_threshold if self.auto_compact else levels.effective_window
+        s = self.status
+        return s.auto_compact_threshold if s.auto_compact_enabled else s.effective_window
 
     @property
     def share(self) -> float:
+        """The share of ``limit`` the count takes (1.0 when there is no room at all)."""
         return self.tokens / self.limit if self.limit > 0 else 1.0
+
+    @property
+    def share_of_window(self) -> float:
+        return self.tokens / self.window if self.window > 0 else 1.0
 
     @property
     def level(self) -> str | None:
         """The highest level reached: ``autoCompact``, ``error``, ``warning`` or None."""
-        if self.auto_compact and self.tokens >= self.levels.auto_compact_threshold:
+        s = self.status
+        if s.is_above_auto_compact_threshold:
             return "autoCompact"
-        if self.tokens >= self.levels.error_threshold:
+        if s.is_above_error_threshold:
             return "error"
-        if self.tokens >= self.levels.warning_threshold:
+        if s.is_above_warning_threshold:
             return "warning"
         return None
+
+    @property
+    def next_step(self) -> str:
+        """What comes next for the context, in a few words."""
+        s = self.status
+        room = max(0, s.auto_compact_threshold - s.tokens)
+        if s.is_at_blocking_limit:
+            return (
+                "at the blocking limit: the next request is refused until the context is compacted"
+            )
+        if not s.auto_compact_enabled:
+            return f"auto-compaction is off; {max(0, s.blocking_limit - s.tokens):,} tokens before the blocking limit"
+        if s.is_above_auto_compact_threshold:
+            return "an automatic compaction is due now: the next turn compacts first"
+        if s.is_above_error_threshold:
+            return f"a compaction is near: {room:,} tokens before the automatic compaction"
+        if s.is_above_warning_threshold:
+            return f"past the warning level: {room:,} tokens before the automatic compaction"
+        return f"nothing to do yet: {room:,} tokens before the automatic compaction"
+
+
+def measure(
+    count: TokenCount, model: str | None, env: Mapping[str, str], window: int | None = None
+) -> Gauge:
+    """``count`` against ``model``'s levels (``window``: the client's own figure, if known)."""
+    name = model or c.DEFAULT_MODEL
+    if window is None and count.tokens > model_limits(name).context_window:
+        window = c.ONE_MILLION_CONTEXT_WINDOW
+    limits = resolve_limits(name, context_window=window, env=env)
+    on = flags(env)
+    levels = thresholds(limits, env, auto_compact_enabled=on.auto_compact_enabled)
+    return Gauge(token_status(count, limits, levels, on))
 
 
 def gauge(
     tokens: int, model: str | None, env: Mapping[str, str], window: int | None = None
 ) -> Gauge:
-    """``tokens`` against ``model``'s levels (``window``: the client's own figure, if known)."""
-    table = model_limits(model or c.DEFAULT_MODEL)
-    size = window or table.context_window
-    if window is None and tokens > size:
-        size = c.ONE_MILLION_CONTEXT_WINDOW
-    on = flags(env).auto_compact_enabled
-    levels = thresholds(Limits(size, table.max_output_tokens), env, auto_compact_enabled=on)
-    return Gauge(tokens, size, levels, on)
+    """A count a client reported (all of it from usage) against ``model``'s levels."""
+    return measure(TokenCount(tokens=tokens, exact=tokens, estimated=0), model, env, window)
 
 
 def _k(n: int) -> str:

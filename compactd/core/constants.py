@@ -107,6 +107,13 @@ ENV_BLOCKING_LIMIT_OVERRIDE: Final = "CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE"
 ENV_DISABLE_COMPACT: Final = "DISABLE_COMPACT"
 ENV_DISABLE_AUTO_COMPACT: Final = "DISABLE_AUTO_COMPACT"
 ENV_DISABLE_MICROCOMPACT: Final = "DISABLE_MICROCOMPACT"
+# The variables the summarizers read their keys and URLs from (docs/providers.md); named here,
+# not in services/summarizers, so the command line can print them without importing an SDK.
+ENV_API_KEY: Final = "ANTHROPIC_API_KEY"
+ENV_AUTH_TOKEN: Final = "ANTHROPIC_AUTH_TOKEN"
+ENV_BASE_URL: Final = "ANTHROPIC_BASE_URL"
+ENV_OPENAI_API_KEY: Final = "OPENAI_API_KEY"
+ENV_OPENAI_BASE_URL: Final = "OPENAI_BASE_URL"
 # Values that switch a boolean environment variable on (compared case-insensitively;
 # docs/thresholds.md#environment-variables).
 ENV_TRUTHY_VALUES: Final = frozenset({"1", "true", "yes", "on"})

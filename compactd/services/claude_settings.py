@@ -7,8 +7,9 @@ UserPromptSubmit), the status line when none is set, and the MCP server (``compa
 merges only its own entries, recognised again by their commands, and writes each file whole in
 one rename. For each file it changes it keeps, under compactd's data dir, the file's bytes from
 before (or that it did not exist) and a digest of what it wrote: ``uninstall`` puts the old
-bytes back when the file is still as compactd left it (a file it created is removed), and
-otherwise takes out only its own entries. Running ``install`` twice changes nothing.
+bytes back when the file is still as compactd left it (a file it created is removed, and so is
+a folder it created for it, such as a project's ``.claude``, when nothing else is left in it),
+and otherwise takes out only its own entries. Running ``install`` twice changes nothing.
 """
 
 from __future__ import annotations
@@ -153,6 +154,8 @@ class _Record(msgspec.Struct, kw_only=True):
     path: str
     original: bytes | None
     written: str  # sha256 of the bytes compactd wrote
+    # Whether the file's folder did not exist before compactd's first install.
+    made_folder: bool = False
 
 
 def _record_file(data_dir: Path, path: Path) -> Path:
@@ -229,7 +232,10 @@ def install(
         record = _record_file(data_dir, path)
         saved = _read_record(record)
         if saved is None:  # the bytes from before compactd's first install are kept
-            saved = _Record(path=str(path), original=before[path], written="")
+            saved = _Record(
+                path=str(path), original=before[path], written="",
+                made_folder=not path.parent.exists(),
+            )  # fmt: skip
         saved.written = hashlib.sha256(new).hexdigest()
         _write(record, msgspec.json.encode(saved))
         _write(path, new)
@@ -264,21 +270,41 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
     loaded = {p: _load(p) for p in dict.fromkeys((files.settings, files.mcp))}
     writes: dict[Path, bytes | None] = {}
     changes: list[str] = []
+    folders: list[Path] = []
     for path, (raw, data) in loaded.items():
         record = _read_record(_record_file(data_dir, path))
         digest = hashlib.sha256(raw).hexdigest() if raw is not None else None
         if record is not None and digest == record.written:
             writes[path] = record.original
             changes.append(f"{path}: " + ("removed" if record.original is None else "restored"))
+            if record.original is None and record.made_folder:
+                folders.append(path.parent)
         elif raw is not None:
             _strip(data, files, path)
             new = _dump(data)
             if new != _dump(json.loads(raw) if raw.strip() else {}):
                 writes[path] = new
                 changes.append(f"{path}: compactd's entries taken out")
+    removed = {p for p, content in writes.items() if content is None}
+    # A folder install created goes only when the files it removes are all that is in it.
+    folders = [f for f in dict.fromkeys(folders) if _only(f, removed)]
+    changes += [f"{f}: removed (empty)" for f in folders]
     if not dry_run:
         for path, content in writes.items():
             _write(path, content)
         for path in loaded:
             _record_file(data_dir, path).unlink(missing_ok=True)
+        for folder in folders:
+            try:
+                folder.rmdir()
+            except OSError:  # something appeared in it meanwhile: it stays
+                pass
     return Plan(writes, changes)
+
+
+def _only(folder: Path, files: set[Path]) -> bool:
+    """Whether ``folder`` holds nothing but ``files``."""
+    try:
+        return all(entry in files for entry in folder.iterdir())
+    except OSError:
+        return False

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,25 @@ def test_uninstall_after_the_user_edited_takes_out_only_compactds_entries(tmp_pa
     assert not (project / ".mcp.json").exists()
 
 
+def test_uninstall_removes_the_folder_install_created_once_it_is_empty(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    assert _run(tmp_path, "install", "--scope", "project", cwd=project).returncode == 0
+    assert (project / ".claude" / "settings.json").exists()
+    dry = _run(tmp_path, "uninstall", "--scope", "project", "--dry-run", cwd=project)
+    assert f"{project / '.claude'}: removed (empty)".encode() in dry.stdout
+    assert (project / ".claude").is_dir()
+    assert _run(tmp_path, "uninstall", "--scope", "project", cwd=project).returncode == 0
+    assert list(project.iterdir()) == []
+
+    # Something else now lives in the folder install created: it stays, with that file.
+    assert _run(tmp_path, "install", "--scope", "local", cwd=project).returncode == 0
+    (project / ".claude" / "agents.md").write_text("mine")
+    out = _run(tmp_path, "uninstall", "--scope", "local", cwd=project)
+    assert out.returncode == 0 and f"{project / '.claude'}: removed".encode() not in out.stdout
+    assert [p.name for p in (project / ".claude").iterdir()] == ["agents.md"]
+
+
 def test_install_refuses_a_settings_file_it_cannot_parse(tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / ".claude").mkdir(parents=True)
@@ -296,6 +316,22 @@ def test_transcript_being_written(tmp_path: Path) -> None:
     assert _stat(transcript) == before
 
 
+@dataclass(frozen=True)
+class _Imports:
+    stdout: bytes
+    imported: set[str]
+
+
+def _imports(tmp: Path, args: list[str], stdin: bytes) -> _Imports:
+    """The modules a Python process running ``args`` imports (``-X importtime``)."""
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", *args],
+        input=stdin, env=_env(tmp), cwd=tmp, capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    lines = run.stderr.decode().splitlines()
+    return _Imports(run.stdout, {line.split("|")[-1].strip() for line in lines if "|" in line})
+
+
 @pytest.mark.parametrize(
     "args,event",
     [
@@ -314,13 +350,31 @@ def test_short_processes_import_no_sdk_daemon_or_event_loop(
         if args == ["hook"]
         else json.dumps(event).encode()
     )
-    run = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "compactd", "claude-code", *args],
-        input=stdin, env=_env(tmp_path), cwd=tmp_path, capture_output=True, timeout=120, check=True,
-    )  # fmt: skip
-    imported = {
-        line.split("|")[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line
-    }
+    imported = _imports(tmp_path, ["-m", "compactd", "claude-code", *args], stdin).imported
     assert "compactd.cli.claude_code" in imported
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd.cli.main"}
     assert not heavy & imported, heavy & imported
+
+
+# The `compactd` console script enters through compactd.cli.main, which imports each
+# subcommand's modules only in the branch that runs it.
+_CONSOLE_SCRIPT = "import sys; from compactd.cli.main import main; sys.exit(main(sys.argv[1:]))"
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["claude-code", "statusline"], ["claude-code", "hook"]]
+)
+def test_the_console_script_imports_only_what_the_subcommand_uses(
+    tmp_path: Path, args: list[str]
+) -> None:
+    stdin = _event("UserPromptSubmit", _copy(tmp_path), prompt="x") if "hook" in args else b"{}"
+    run = _imports(tmp_path, ["-c", _CONSOLE_SCRIPT, *args], stdin)
+    imported = run.imported
+    assert "compactd.cli.main" in imported
+    heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd_client"}
+    assert not heavy & imported, heavy & imported
+    if args == ["--version"]:
+        assert run.stdout.startswith(b"compactd ") and not any(
+            m.startswith(("compactd.core.tokens", "compactd.services", "compactd.transcript"))
+            for m in imported
+        )

@@ -201,6 +201,9 @@ def test_claude_code_with_compactd_installed(tmp_path: Path, emu: Emulator) -> N
     stdout, bodies = claude.run("--continue", "-p", "Final round with the pelican checklist")
     boundaries = [e for e in _lines(transcript) if e.get("subtype") == "compact_boundary"]
     assert [b["compactMetadata"]["trigger"] for b in boundaries] == ["manual", "auto"]
+    # Both keep a tail verbatim after the summary, named only in the boundary, which comes after
+    # the hooks (docs/claude-code.md#sessionstart-after-a-compaction).
+    assert all(b["compactMetadata"]["preservedMessages"]["uuids"] for b in boundaries)
     after = [b for b in bodies if CC_SUMMARY_INSTRUCTION not in json.dumps(b)][1:]
     assert after and HANDBACK in _body_text(after[0]), _body_text(after[0])[:3000]
 

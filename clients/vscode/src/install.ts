@@ -1,15 +1,16 @@
 /**
  * "Install into Claude Code for this workspace" (`compactd.installClaudeCode`): runs
  * `compactd claude-code install --scope project` in the workspace folder with the compactd the
- * extension found for its daemon (`locate.ts`: the setting, then PATH). That puts compactd's
- * hooks, status line and MCP server into the project's Claude Code settings
- * (docs/claude-code.md#install); the output channel shows what changed, and a notice says how to
- * take it out again.
+ * extension finds for its daemon (`locate.ts`: the setting, PATH, then the Python extension's
+ * interpreter from `interpreter.ts`). That puts compactd's hooks, status line and MCP server into
+ * the project's Claude Code settings (docs/claude-code.md#install); the output channel shows what
+ * changed, and a notice says how to take it out again.
  */
 
 import { execFile } from "node:child_process";
 import * as vscode from "vscode";
 
+import { selectedInterpreter } from "./interpreter";
 import { locateServer } from "./locate";
 import { settings, workspaceDir, type Ui } from "./ui";
 
@@ -42,11 +43,14 @@ export class ClaudeCodeInstall {
     const located = await locateServer({
       setting: settings().get<string[]>("serverCommand"),
       cwd: workspaceDir(),
-      interpreter: async () => undefined,
+      interpreter: selectedInterpreter,
       log: (line) => this.ui.output.appendLine(line),
     });
     if (!located) {
-      throw new Error("compactd was not found: put it on PATH or set compactd.serverCommand");
+      throw new Error(
+        "compactd was not found: it is not on PATH and the selected Python interpreter does not have it. " +
+          "Select an interpreter with compactd installed, or set compactd.serverCommand.",
+      );
     }
     const command = installCommand(located.command, workspaceDir());
     this.ui.output.appendLine(`$ ${command.join(" ")}`);

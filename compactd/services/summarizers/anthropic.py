@@ -68,9 +68,9 @@ _json_encoder: Final = msgspec.json.Encoder()
 
 # Environment variables the SDK itself reads; compactd reads them from ``App.env`` instead so
 # that ``initializationOptions.env`` can override them.
-ENV_API_KEY: Final = "ANTHROPIC_API_KEY"
-ENV_AUTH_TOKEN: Final = "ANTHROPIC_AUTH_TOKEN"
-ENV_BASE_URL: Final = "ANTHROPIC_BASE_URL"
+ENV_API_KEY: Final = c.ENV_API_KEY
+ENV_AUTH_TOKEN: Final = c.ENV_AUTH_TOKEN
+ENV_BASE_URL: Final = c.ENV_BASE_URL
 
 
 class _StreamBroken(Exception):

@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 
 # The variables the ``openai`` SDK reads; compactd reads them from ``App.env`` instead so that
 # ``initializationOptions.env`` can override them.
-ENV_OPENAI_API_KEY: Final = "OPENAI_API_KEY"
-ENV_OPENAI_BASE_URL: Final = "OPENAI_BASE_URL"
+ENV_OPENAI_API_KEY: Final = c.ENV_OPENAI_API_KEY
+ENV_OPENAI_BASE_URL: Final = c.ENV_OPENAI_BASE_URL
 # Local servers (Ollama, llama-server, LM Studio) take no key, but the SDK insists on one.
 LOCAL_SERVER_KEY: Final = "not-needed"
 # Newer OpenAI models refuse ``max_tokens`` and ask for ``max_completion_tokens``; local

@@ -10,10 +10,10 @@ import { PythonExtension } from "@vscode/python-extension";
 import * as vscode from "vscode";
 
 import { CompactdClient, type InitializationOptions } from "./core";
+import { PYTHON_EXTENSION, selectedInterpreter } from "./interpreter";
 import { locateServer, type LocatedServer } from "./locate";
 import { ReportedError, settings, workspaceDir, type Ui } from "./ui";
 
-const PYTHON_EXTENSION = "ms-python.python";
 
 /** Settings the daemon is started with: a change restarts it. */
 const RESTART_SETTINGS = ["serverCommand", "dataDir", "summarizer", "keepAliveIntervalMs", "env", "autoCompactTokens"].map((k) => `compactd.${k}`);
@@ -104,22 +104,11 @@ export class Daemon implements vscode.Disposable {
     return this.starting;
   }
 
-  /** The interpreter the Python extension has selected for this workspace, if it is installed. */
-  private async pythonInterpreter(): Promise<string | undefined> {
-    if (!vscode.extensions.getExtension(PYTHON_EXTENSION)) {
-      return undefined;
-    }
-    const api = await PythonExtension.api();
-    const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
-    const environment = await api.environments.resolveEnvironment(api.environments.getActiveEnvironmentPath(folder));
-    return environment?.executable.uri?.fsPath;
-  }
-
   private async locate(): Promise<LocatedServer> {
     const located = await locateServer({
       setting: settings().get<string[]>("serverCommand"),
       cwd: workspaceDir(),
-      interpreter: () => this.pythonInterpreter(),
+      interpreter: selectedInterpreter,
       log: (line) => this.ui.output.appendLine(line),
     });
     if (!located) {

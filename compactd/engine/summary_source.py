@@ -256,7 +256,8 @@ async def stage(
     """Everything the commit needs, worked out off the lock from ``given`` (or a new plan)."""
     runtime, session, spec = run.runtime, run.session, run.spec
     plan, pre_tokens, prepared = await _current_plan(run, given, prepared)
-    messages = await _messages(plan)
+    # What the main loop sends, for the model: not needed to apply a prepared summary.
+    messages = await _messages(plan) if prepared is None else None
     snap = plan.snapshot
     cwd = snap.meta.cwd
     base = {
@@ -347,7 +348,7 @@ async def _messages(plan: CompactionPlan) -> list[dict[str, Any]]:
 async def _summary(
     run: CompactionRun,
     plan: CompactionPlan,
-    messages: list[dict[str, Any]],
+    messages: list[dict[str, Any]] | None,
     instructions: list[str],
     from_hooks: bool,
     prepared: PreparedSummary | None,
@@ -372,7 +373,9 @@ async def _summary(
             plan, facts = fresh, fresh_facts
             if caught is not None:
                 return plan, caught, (await facts.result())[1]
-            messages = await _messages(plan)
+            messages = None
+    if messages is None:
+        messages = await _messages(plan)
     request = summary_request(plan, instructions, messages)
     summary = await _ask_model(run, plan, facts, request, instructions)
     return plan, summary, (await facts.result())[1]

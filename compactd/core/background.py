@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "BULK_SHARE",
+    "CATCH_UP_LEAD",
     "DEFAULT_IDLE_MINUTES",
     "DEFAULT_START_AT",
     "GROWTH_MARGIN",
@@ -29,6 +30,7 @@ __all__ = [
     "Refresh",
     "Trigger",
     "bulk_step",
+    "catch_up_cheaper",
     "growth_rate",
     "idle_due",
     "lowest_start",
@@ -37,6 +39,7 @@ __all__ = [
     "should_refresh",
     "should_start",
     "start_level",
+    "tail_due",
     "tail_limit",
 ]
 
@@ -76,6 +79,9 @@ _CACHE_READ = 0.1
 # the blocking limit, at the latest: room for a slower answer; the ready summary covers a
 # refresh that is later still.
 REFRESH_MARGIN = 1.25
+# Without a measured growth rate, the growth expected while a ready summary's tail is brought
+# into it in the background, as a share of the threshold (docs/background.md#bound).
+CATCH_UP_LEAD = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +186,30 @@ def tail_limit(threshold: int) -> int:
     """The most a compaction applying a prepared summary keeps verbatim after it:
     ``TAIL_SHARE`` of the auto-compact threshold (docs/background.md#bound)."""
     return int(threshold * TAIL_SHARE)
+
+
+def tail_due(tail: int, t: Trigger) -> bool:
+    """Whether the ``tail`` tokens appended after a ready summary's snapshot are brought into a
+    summary now, in the background, so that the compaction applying it does not wait for that
+    (docs/background.md#bound): when the tail where it would be applied (at the threshold, or
+    now when the count is past it) passes the bound, and the tail now plus what the session is
+    expected to grow by meanwhile (``REFRESH_MARGIN`` times the summarizer's last duration at
+    the growth rate, or ``CATCH_UP_LEAD`` of the threshold without one) passes it too."""
+    if t.threshold <= 0:
+        return False
+    limit = tail_limit(t.threshold)
+    if tail + max(0, t.threshold - t.tokens) <= limit:
+        return False
+    lead = _lead(t, REFRESH_MARGIN)
+    expected = t.threshold * CATCH_UP_LEAD if lead is None else lead
+    return tail + expected > limit
+
+
+def catch_up_cheaper(summary_tokens: int, tail_tokens: int, refresh_cost: float) -> bool:
+    """Whether a catch-up (the ready summary followed by its tail, read uncached) costs less
+    than a refresh, whose billed-equivalent input is ``refresh_cost`` (the whole context again,
+    mostly read from the cache when the main loop keeps it warm)."""
+    return summary_tokens + tail_tokens < refresh_cost
 
 
 def growth_rate(

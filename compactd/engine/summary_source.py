@@ -52,10 +52,12 @@ if TYPE_CHECKING:
 __all__ = [
     "PreparedSummary",
     "Summary",
+    "catch_up_request",
     "has_exchange",
     "not_enough_messages",
     "plan_facts",
     "stage",
+    "sum_usage",
     "summary_request",
 ]
 
@@ -148,6 +150,38 @@ def _request(
     )
 
 
+def catch_up_request(
+    old: CompactionPlan, fresh: CompactionPlan, summary: str
+) -> SummaryRequest | None:
+    """The request that brings what arrived after ``old``'s snapshot into ``summary`` (its
+    summary): that summary as the conversation's opening, then the entries after the snapshot,
+    for ``fresh``'s context (docs/background.md#bound). None when ``fresh``'s context does not
+    continue ``old``'s or holds no exchange. CPU: run it in a worker thread."""
+    head = len(old.snapshot.context)
+    ctx = fresh.snapshot.context
+    if len(ctx) <= head or any(a is not b for a, b in zip(old.snapshot.context, ctx, strict=False)):
+        return None
+    tail = list(ctx[head:])
+    text = continuation(old.snapshot.transcript_path, old.spec, summary, tail)
+    lead = record_from_dict({"type": "user", "message": {"role": "user", "content": text}})
+    shown: list[Record] = [lead, *tail]
+    cleared = fresh.cleared
+
+    def build(**kw: Any) -> list[dict[str, Any]]:
+        return to_api_messages(shown, cleared_tool_ids=cleared, **kw)
+
+    messages = build()
+    return _request(fresh, [], build, messages) if has_exchange(messages) else None
+
+
+def sum_usage(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Both requests' usage, added up key by key (numbers only)."""
+    if a is None or b is None:
+        return b or a
+    keys = {k for k in (*a, *b) if isinstance(a.get(k, 0), int) and isinstance(b.get(k, 0), int)}
+    return {k: int(a.get(k) or 0) + int(b.get(k) or 0) for k in keys}
+
+
 def plan_facts(plan: CompactionPlan) -> tuple[SurvivalLedger, int]:
     """The plan's survival ledger and the raw estimate of its snapshot's context, from the
     plan when it holds them, else worked out (CPU: run it in a worker thread)."""
@@ -222,7 +256,8 @@ async def stage(
     """Everything the commit needs, worked out off the lock from ``given`` (or a new plan)."""
     runtime, session, spec = run.runtime, run.session, run.spec
     plan, pre_tokens, prepared = await _current_plan(run, given, prepared)
-    messages = await _messages(plan)
+    # What the main loop sends, for the model: not needed to apply a prepared summary.
+    messages = await _messages(plan) if prepared is None else None
     snap = plan.snapshot
     cwd = snap.meta.cwd
     base = {
@@ -313,7 +348,7 @@ async def _messages(plan: CompactionPlan) -> list[dict[str, Any]]:
 async def _summary(
     run: CompactionRun,
     plan: CompactionPlan,
-    messages: list[dict[str, Any]],
+    messages: list[dict[str, Any]] | None,
     instructions: list[str],
     from_hooks: bool,
     prepared: PreparedSummary | None,
@@ -338,7 +373,9 @@ async def _summary(
             plan, facts = fresh, fresh_facts
             if caught is not None:
                 return plan, caught, (await facts.result())[1]
-            messages = await _messages(plan)
+            messages = None
+    if messages is None:
+        messages = await _messages(plan)
     request = summary_request(plan, instructions, messages)
     summary = await _ask_model(run, plan, facts, request, instructions)
     return plan, summary, (await facts.result())[1]
@@ -410,47 +447,28 @@ async def _caught_up(
     context), for the whole context as it is now (docs/background.md#bound). None, and the
     whole context asked of the model, when the fresh context does not continue the old one or
     the result leaves a message the person wrote only as a recall pointer."""
-    head = len(old.snapshot.context)
-    ctx = fresh.snapshot.context
-    if len(ctx) <= head or any(a is not b for a, b in zip(old.snapshot.context, ctx, strict=False)):
-        return None
-    tail = list(ctx[head:])
-    text = continuation(old.snapshot.transcript_path, old.spec, prepared.outcome.text, tail)
-    lead = record_from_dict({"type": "user", "message": {"role": "user", "content": text}})
-    shown: list[Record] = [lead, *tail]
-    cleared = fresh.cleared
-
-    def build(**kw: Any) -> list[dict[str, Any]]:
-        return to_api_messages(shown, cleared_tool_ids=cleared, **kw)
-
-    messages = await anyio.to_thread.run_sync(build)
-    if not has_exchange(messages):
+    request = await anyio.to_thread.run_sync(
+        lambda: catch_up_request(old, fresh, prepared.outcome.text)
+    )
+    if request is None:
         return None
     log.info(
         "session %s: %d entries arrived after the prepared summary's snapshot; bringing them "
         "into it",
         run.session.session_id,
-        len(tail),
+        len(fresh.snapshot.context) - len(old.snapshot.context),
     )
     run.status("summarizing", "bringing what arrived since the prepared summary into it")
     started = time.monotonic()
-    outcome = await _model_outcome(run, _request(fresh, [], build, messages))
+    outcome = await _model_outcome(run, request)
     if outcome is None:
         return None
     done, lost = await _checked(facts, fresh.view, outcome)
     if lost:
         return None
     model_ms = prepared.duration_ms + int((time.monotonic() - started) * 1000)
-    usage = _sum_usage(prepared.outcome.usage, outcome.usage)
+    usage = sum_usage(prepared.outcome.usage, outcome.usage)
     return Summary(done, outcome.mode, usage, "caughtUp", model_ms, report=outcome.report)
-
-
-def _sum_usage(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Both requests' usage, added up key by key (numbers only)."""
-    if a is None or b is None:
-        return b or a
-    keys = {k for k in (*a, *b) if isinstance(a.get(k, 0), int) and isinstance(b.get(k, 0), int)}
-    return {k: int(a.get(k) or 0) + int(b.get(k) or 0) for k in keys}
 
 
 async def _model_outcome(run: CompactionRun, request: SummaryRequest) -> SummaryOutcome | None:

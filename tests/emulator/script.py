@@ -320,6 +320,38 @@ def _snippet(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+_QUOTE_RE = re.compile(r'^\s*- "(.*)"\s*$', re.MULTILINE)
+_OMITTED_RE = re.compile(r"\((\d+) earlier user messages omitted\)")
+
+
+def _carried(text: str) -> tuple[list[str], int] | None:
+    """The user messages quoted by an earlier summary that ``text`` carries (the opening of a
+    conversation continued after a compaction, or a summary being brought up to date), and how
+    many it left out; None when ``text`` carries none. A model asked to summarize such a
+    conversation keeps what the earlier summary says, so the derived summary does too."""
+    _, found, rest = text.partition("All user messages:")
+    if not found:
+        return None
+    section = rest.split("7. Pending Tasks:", 1)[0]
+    omitted = _OMITTED_RE.search(section)
+    return _QUOTE_RE.findall(section), int(omitted.group(1)) if omitted else 0
+
+
+def _expand(texts: list[str]) -> tuple[list[str], int]:
+    """``texts`` with each earlier summary replaced by the messages it quotes; and how many
+    messages those summaries had left out already."""
+    out: list[str] = []
+    left_out = 0
+    for text in texts:
+        carried = _carried(text)
+        if carried is None:
+            out.append(text)
+        else:
+            out.extend(carried[0])
+            left_out += carried[1]
+    return out, left_out
+
+
 def default_summary(
     body: Mapping[str, Any], *, max_quotes: int = 40, quote_chars: int = 300
 ) -> str:
@@ -327,18 +359,20 @@ def default_summary(
 
     The summary quotes the user messages of the request (whitespace collapsed,
     any analysis/summary tags removed, each cut to ``quote_chars``; only the last
-    ``max_quotes`` are listed), so a summary visibly reflects its input.
+    ``max_quotes`` are listed), so a summary visibly reflects its input. A user message that
+    carries an earlier summary (a conversation continued after a compaction) stands for the
+    messages that summary quotes, as a real model carries them forward.
     """
     from .tokens import estimate_tokens
 
     messages = [m for m in body.get("messages") or [] if isinstance(m, Mapping)]
     n_user = sum(1 for m in messages if m.get("role") == "user")
     n_assistant = sum(1 for m in messages if m.get("role") == "assistant")
-    texts = user_texts(body)
+    texts, left_out = _expand(user_texts(body))
     first = _snippet(texts[0], quote_chars) if texts else "(no user text)"
     last = _snippet(texts[-1], quote_chars) if texts else "(no user text)"
     shown = texts[-max_quotes:] if max_quotes > 0 else []
-    omitted = len(texts) - len(shown)
+    omitted = len(texts) - len(shown) + left_out
 
     lines = [
         "<analysis>",

@@ -118,6 +118,27 @@ def test_a_fast_session_refreshes_before_the_threshold() -> None:
     assert bg.should_refresh(early)
 
 
+def test_a_tail_nearing_the_bound_is_brought_in_ahead_of_time() -> None:
+    # The bound is 30,000 of a 100,000 threshold; 1,000 tokens during one summary, 1,250 with
+    # the margin: due once the tail passes 28,750, the tail at the threshold being past it.
+    measured = bg.Trigger(tokens=90_000, threshold=100_000, rate=100.0, last_duration_s=10.0)
+    assert not bg.tail_due(28_750, measured)
+    assert bg.tail_due(28_751, measured)
+    # Applied at the threshold, the tail stays within the bound: nothing to bring in yet.
+    fast = replace(measured, rate=10_000.0)
+    assert not bg.tail_due(20_000, fast)
+    assert bg.tail_due(20_001, fast)  # 30,001 at the threshold
+    assert bg.tail_due(31_000, replace(fast, tokens=101_000))  # one turn jumped past it
+    # No measured rate (after a bulk append): CATCH_UP_LEAD of the threshold is expected.
+    unknown = replace(measured, rate=None)
+    assert not bg.tail_due(25_000, unknown)
+    assert bg.tail_due(25_001, unknown)
+    assert not bg.tail_due(50_000, replace(measured, threshold=0))
+    # The cheaper of the two: a summary and its tail uncached, or the context again.
+    assert bg.catch_up_cheaper(5_000, 30_000, 1.25 * 120_000)  # a cold cache
+    assert not bg.catch_up_cheaper(5_000, 30_000, 0.1 * 120_000)  # the main loop's cache
+
+
 def test_idle_preparation_only_above_half_the_threshold() -> None:
     assert bg.idle_due(50_000, 100_000)
     assert not bg.idle_due(49_999, 100_000)

@@ -7,10 +7,12 @@ full compaction of it and sends the same cache-sharing summary request a full co
 in the daemon's task group, one per session, cancelled when the session closes. The agent goes
 on appending meanwhile. ``compact/auto`` (``engine/auto.py``) then applies the ready summary at
 once: the plan carried out with entries after E kept verbatim after the summary, no model call
-(``PreparedSummary``). The preparation is dropped when what it summarized changes (an undo, a
-compaction by other means, a rewind, a change of model or window); a ready summary is kept in
-the session directory with E's uuid and the request's fingerprint, so a restarted daemon reuses
-it when it still matches (docs/background.md).
+(``PreparedSummary``). When what arrived after the snapshot nears the bound, it is brought into
+a summary in the background first, by a catch-up or a refresh (docs/background.md#bound). The
+preparation is dropped when what it summarized changes (an undo, a compaction by other means, a
+rewind, a change of model or window); a ready summary is kept in the session directory with E's
+uuid and the request's fingerprint, so a restarted daemon reuses it when it still matches
+(docs/background.md).
 """
 
 from __future__ import annotations
@@ -28,33 +30,18 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.core import background as bg
-from compactd.core.tokens.estimate import estimate_records_raw, pad
+from compactd.core.tokens.estimate import estimate_records_raw, estimate_text_tokens, pad
 from compactd.engine.background import store
 from compactd.engine.background.idle import IdleWatch
-from compactd.engine.background.job import Job
+from compactd.engine.background.job import Job, micro_will_do, plan_preparation
 from compactd.engine.features import Feature, feature_of
 from compactd.engine.follow import Following
-from compactd.engine.microcompact import plan_micro
-from compactd.engine.plan import (
-    CompactionPlan,
-    CompactionSpec,
-    continuation,
-    plan_compaction,
-    prompt_kind,
-)
-from compactd.engine.rehydrate import gather
-from compactd.engine.summary_source import (
-    PreparedSummary,
-    has_exchange,
-    not_enough_messages,
-    plan_facts,
-    summary_request,
-)
-from compactd.services.summarizer import SummaryRequest
+from compactd.engine.plan import continuation
+from compactd.engine.summary_source import PreparedSummary, catch_up_request, sum_usage
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session, Snapshot
+    from compactd.engine.session import Session
     from compactd.transcript.model import Record
 
 __all__ = ["BackgroundCompaction", "BackgroundPreparation", "Job", "preparation_of"]
@@ -315,6 +302,11 @@ class BackgroundPreparation(Feature["Session"]):
             ),
             last_duration_s=self.service.last_duration_s,
         )
+        if job is not None and not job.idle and not job.refreshed:
+            tail = status.tokens - job.covered_tokens
+            if bg.tail_due(tail, trigger):
+                self._bring_in(session, job, tail)
+                return
         if job is not None:
             refresh = bg.Refresh(
                 trigger=trigger,
@@ -336,6 +328,24 @@ class BackgroundPreparation(Feature["Session"]):
         due = bg.idle_due(status.tokens, threshold) if idle else bg.should_start(trigger)
         if due:
             self._start(session, idle=idle)
+
+    def _bring_in(self, session: Session, job: Job, tail: int) -> None:
+        """Bring the tail of ready ``job`` into a summary in the background, before it passes
+        the bound: by a catch-up (its summary followed by the tail) or a refresh, whichever
+        costs less (docs/background.md#bound)."""
+        assert job.outcome is not None
+        covered = max(1, job.covered_tokens)
+        refresh_cost = (job.billed_input() or covered) * (covered + tail) / covered
+        summary = estimate_text_tokens(job.outcome.text)
+        catch_up = not self.service.refresh or bg.catch_up_cheaper(summary, tail, refresh_cost)
+        log.info(
+            "session %s: the tail after the ready summary nears the bound; %s in the background",
+            session.session_id,
+            "bringing it into the summary" if catch_up else "summarizing again",
+        )
+        job.refreshed = True
+        self.fallback = job
+        self._start(session, refresh=True, catch_up=catch_up)
 
     def _may_prepare(self, session: Session, status: p.TokenStatus) -> bool:
         """Nothing is prepared when a compaction would be refused anyway or the summarizer is
@@ -360,12 +370,13 @@ class BackgroundPreparation(Feature["Session"]):
         *,
         idle: bool = False,
         refresh: bool = False,
+        catch_up: bool = False,
         kept: store.Kept | None = None,
     ) -> None:
         runtime = self.service.runtime
         if runtime.task_group is None:
             return
-        job = Job(idle=idle, refresh=refresh)
+        job = Job(idle=idle, refresh=refresh, catch_up=catch_up)
         self.job = job
         self._publish(session)
         runtime.task_group.start_soon(self._run, session, job, kept)
@@ -398,7 +409,7 @@ class BackgroundPreparation(Feature["Session"]):
                     job.done.set()
                     self.maybe_start(session)
                     return
-                if await self._micro_will_do(session):
+                if await micro_will_do(self.service.runtime, session):
                     log.info(
                         "session %s: nothing prepared: microcompact alone will do at the threshold",
                         session.session_id,
@@ -414,7 +425,7 @@ class BackgroundPreparation(Feature["Session"]):
                     return
                 self.failures_in_a_row = 0
                 old, self.fallback = self.fallback, None
-                if old is not None:
+                if old is not None and not job.catch_up:
                     # The refresh replaces the summary it refreshed, which was never applied.
                     self.unused_tokens += old.tokens()
                 self._publish(session)
@@ -446,36 +457,37 @@ class BackgroundPreparation(Feature["Session"]):
                 self.job, self.fallback = self.fallback, None
                 self._publish(session)
 
-    async def _micro_will_do(self, session: Session) -> bool:
-        """Whether clearing the tool results clearable now brings the count at the threshold
-        under the headroom: ``compact/auto`` will microcompact there, and a summary would go
-        unused (docs/compaction.md#fallback-chain)."""
-        runtime = self.service.runtime
-        plan = await plan_micro(runtime, session)
-        status = runtime.status(session)
-        if not plan.cleared:
-            return False
-        after = auto_policy.micro_post(status.auto_compact_threshold, plan)
-        return after <= auto_policy.headroom(status)
-
     async def _prepare(self, session: Session, job: Job) -> None:
         runtime = self.service.runtime
         snap = await runtime.snapshot(session)
-        plan, request = await self._plan(snap)
+        plan, request = await plan_preparation(runtime, snap)
         if self.job is not job:
             return
+        asked, base = request, self.fallback if job.catch_up else None
+        if base is not None and base.plan is not None and base.outcome is not None:
+            old, text = base.plan, base.outcome.text
+            caught = await anyio.to_thread.run_sync(lambda: catch_up_request(old, plan, text))
+            asked = caught or request  # a context that does not continue: a refresh
+            if self.job is not job:
+                return
         job.plan = plan
         job.covered_tokens = snap.status.tokens
         job.chain = {snap.last_uuid} if snap.last_uuid else set()
         job.chain.update(r.uuid for r in session.records[snap.length :] if r.uuid)
         self._publish(session)
         started = time.monotonic()
-        outcome = await runtime.summarizer.summarize(request)
+        outcome = await runtime.summarizer.summarize(asked)
         job.duration_ms = int((time.monotonic() - started) * 1000)
         # The API's own time: loading the SDK the first time is no measure of the next summary.
         self.service.last_duration_s = outcome.api_seconds or job.duration_ms / 1000
         if self.job is not job:
             return
+        if asked is not request and base is not None and base.outcome is not None:
+            # The summary brought up to date stands for both requests (docs/background.md#bound).
+            job.duration_ms += base.duration_ms
+            outcome = replace(outcome, usage=sum_usage(base.outcome.usage, outcome.usage))
+        else:
+            job.catch_up = False
         job.outcome = outcome
         job.phase = "ready"
         fingerprint = await anyio.to_thread.run_sync(lambda: store.fingerprint(request))
@@ -489,25 +501,6 @@ class BackgroundPreparation(Feature["Session"]):
             duration_ms=job.duration_ms,
         )
         await store.write(runtime, session, kept)
-
-    async def _plan(self, snap: Snapshot) -> tuple[CompactionPlan, SummaryRequest]:
-        runtime = self.service.runtime
-        spec = CompactionSpec(trigger="auto", kind=prompt_kind(snap.meta))
-        plan = await plan_compaction(runtime, snap, spec, outlook=False)
-        if plan.rehydration is None:
-            plan = replace(plan, rehydration=await gather(runtime, snap, plan.kept))
-
-        def work() -> tuple[CompactionPlan, SummaryRequest]:
-            # The ledger and the context's estimate now, not when the summary is applied: the
-            # agent waits then (docs/background.md#applying).
-            ledger, pre_raw = plan_facts(plan)
-            done = replace(plan, ledger=ledger, pre_raw=pre_raw)
-            return done, summary_request(done, [])
-
-        plan, request = await anyio.to_thread.run_sync(work)
-        if not has_exchange(request.messages):
-            raise not_enough_messages()
-        return plan, request
 
     async def _reuse(self, session: Session, job: Job, kept: store.Kept) -> bool:
         """Take the summary kept by an earlier daemon when its snapshot is still in the
@@ -526,7 +519,7 @@ class BackgroundPreparation(Feature["Session"]):
             last_uuid=kept.snapshot_uuid,
             context=snap.context[: where + 1],
         )
-        plan, request = await self._plan(cut)
+        plan, request = await plan_preparation(runtime, cut)
         fingerprint = await anyio.to_thread.run_sync(lambda: store.fingerprint(request))
         if fingerprint != kept.fingerprint or self.job is not job:
             return False

@@ -28,7 +28,9 @@ def test_the_vsix_holds_only_what_runs() -> None:
         for n in files
         if n.startswith("node_modules/")
     }
-    assert deps == {"vscode-jsonrpc", "which", "isexe", "@vscode/python-extension"}, deps
+    # @compactd/client: the protocol client the extension is built on (clients/typescript).
+    expected = {"@compactd/client", "vscode-jsonrpc", "which", "isexe", "@vscode/python-extension"}
+    assert deps == expected, deps
     stray = [
         n
         for n in files

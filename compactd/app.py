@@ -29,6 +29,7 @@ from compactd.engine.cachebreak import CacheBreaks
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FileTracker
 from compactd.engine.follow import Followers
+from compactd.engine.microcompact import CachedEdits
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.engine.session_memory import SessionMemory
@@ -71,6 +72,8 @@ class App(Runtime):
         # One lock (and its number of holders and waiters) per session id being opened.
         self._id_locks: dict[str, list[Any]] = {}
         # The per-session features (docs/engine.md#features), in the order their hooks run.
+        # The cached microcompact strategy's state (docs/microcompact.md): every session's.
+        self.features.register(CachedEdits, lambda session: CachedEdits())
         self.files = FileTracker(self)  # read-file state, nested memory, watching
         self.session_memory = SessionMemory(self)  # background note extraction
         self.features.register(CacheBreaks, lambda session: CacheBreaks())

@@ -24,7 +24,6 @@ from compactd.core import constants, tokens
 from compactd.core.microcompact import MicroConfig, micro_config
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.features import Features
-from compactd.engine.microcompact import CachedEdits
 from compactd.engine.session import Session, Snapshot
 from compactd.services.fs import valid_memory_names
 from compactd.services.store import SessionMeta, Store
@@ -59,10 +58,8 @@ class Runtime:
         self.micro_config: MicroConfig = micro_config(options.microcompact)
         # Memory file names looked for near the files the agent reads (CLAUDE.md, ...).
         self.memory_names = valid_memory_names(options.memory_file_names)
-        # Per-session features (docs/engine.md#features): registered by the wiring; the
-        # cached microcompact strategy's state is every session's.
+        # Per-session features (docs/engine.md#features): registered by the wiring (App).
         self.features: Features[Session] = Features()
-        self.features.register(CachedEdits, lambda session: CachedEdits())
 
     def roots(self, session: Session) -> list[str]:
         """The directories a session's file access is confined to."""

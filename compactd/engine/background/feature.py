@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
+import compactd.engine.background.store as store
 from compactd import protocol as p
 from compactd.core import auto_policy
 from compactd.core import background as bg
 from compactd.core.tokens.estimate import estimate_records_raw, estimate_text_tokens, pad
-from compactd.engine.background import store
 from compactd.engine.background.idle import IdleWatch
 from compactd.engine.background.job import Job, micro_will_do, plan_preparation
 from compactd.engine.features import Feature, feature_of

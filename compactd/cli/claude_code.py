@@ -73,6 +73,17 @@ def _stdin() -> bytes:
     return data
 
 
+def _out(line: str) -> None:
+    """One line on stdout: what Claude Code reads from a hook or a status line (this process
+    is Claude Code's, not the daemon's: no protocol frames here)."""
+    sys.stdout.write(line + "\n")
+
+
+def _err(line: str) -> None:
+    """One line on stderr: a message for the person, never read by Claude Code as output."""
+    sys.stderr.write(line + "\n")
+
+
 def _hook(args: argparse.Namespace) -> int:
     from compactd.services.claude_hooks import answer
 
@@ -80,14 +91,14 @@ def _hook(args: argparse.Namespace) -> int:
         _stdin(), _data_dir(args.data_dir), os.environ, block_compaction=args.block_compaction
     )
     if reply.stdout:
-        print(reply.stdout)
+        _out(reply.stdout)
     return reply.exit_code
 
 
 def _statusline(args: argparse.Namespace) -> int:
     from compactd.services.claude_status import status_line_for
 
-    print(status_line_for(_stdin(), _data_dir(args.data_dir), os.environ))
+    _out(status_line_for(_stdin(), _data_dir(args.data_dir), os.environ))
     return 0
 
 
@@ -99,10 +110,9 @@ def _settings(args: argparse.Namespace) -> int:
     try:
         if args.action == "install":
             if args.replace_compaction:
-                print(
+                _err(
                     "compactd: --replace-compaction is not available yet "
-                    "(docs/claude-code.md#replacing-claude-codes-compaction); nothing was changed",
-                    file=sys.stderr,
+                    "(docs/claude-code.md#replacing-claude-codes-compaction); nothing was changed"
                 )
                 return 1
             plan = cs.install(
@@ -112,13 +122,13 @@ def _settings(args: argparse.Namespace) -> int:
         else:
             plan = cs.uninstall(args.scope, project, data_dir, dry_run=args.dry_run)
     except cs.InstallError as exc:
-        print(f"compactd: {exc}", file=sys.stderr)
+        _err(f"compactd: {exc}")
         return 1
     verb = "would change" if args.dry_run else "changed"
     if not plan.changes:
-        print(f"compactd claude-code {args.action}: nothing to change ({args.scope} scope)")
+        _out(f"compactd claude-code {args.action}: nothing to change ({args.scope} scope)")
     for change in plan.changes:
-        print(f"{verb}: {change}")
+        _out(f"{verb}: {change}")
     return 0
 
 
@@ -130,5 +140,5 @@ def main(argv: list[str]) -> int:
     try:
         return _hook(args) if args.action == "hook" else _statusline(args)
     except Exception as exc:  # noqa: BLE001 - a hook must never fail the user's session
-        print(f"compactd claude-code {args.action}: {' '.join(str(exc).split())}", file=sys.stderr)
+        _err(f"compactd claude-code {args.action}: {' '.join(str(exc).split())}")
         return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
@@ -11,6 +12,8 @@ from compactd.core.ledger import (
     CARRY_FIELD,
     CARRY_MAX_COMMANDS,
     CARRY_MAX_MESSAGES,
+    CARRY_OLDER_CHARS,
+    CARRY_RECENT_MESSAGES,
     LEDGER_SECTION_TITLE,
     Carry,
     Part,
@@ -23,6 +26,7 @@ from compactd.core.ledger import (
     fit_parts,
     view_budget,
 )
+from compactd.core.ledger.text import clip_head
 from compactd.core.offline_summary import offline_summary
 from compactd.transcript.model import Record, record_from_dict
 from tests.helpers import to_records, tool_call, tool_result, user
@@ -209,6 +213,13 @@ def test_clip_cuts_between_words() -> None:
     assert clip("a\n  b", 12) == "a b"
 
 
+def test_a_head_that_fits_keeps_every_word() -> None:
+    said = "Please budget frame index token result token retry test window."
+    assert clip_head(said, 100) == said  # it fits: the last word stays
+    assert clip_head(said, 60) == "Please budget frame index token result token retry test"
+    assert clip_head("first line\nsecond line", 16) == "first line"
+
+
 def test_the_view_budget_is_a_tenth_of_the_effective_window() -> None:
     budget = view_budget(180_000)
     assert budget.tokens == 18_000
@@ -247,11 +258,22 @@ def test_the_carry_folds_earlier_rounds_and_stays_bounded() -> None:
     assert len(decoded.messages) == CARRY_MAX_MESSAGES
     assert len(decoded.commands) == CARRY_MAX_COMMANDS
     assert decoded.dropped_messages == 120 * 5 - CARRY_MAX_MESSAGES
+    # The latest messages keep their head as written, the older ones a shorter one.
+    heads = [m.head for m in decoded.messages]
+    assert all(len(h) <= CARRY_OLDER_CHARS for h in heads[:-CARRY_RECENT_MESSAGES])
+    assert heads[-1] == "Round 119 request 4: rename helper_119_4."
     assert len(summary) <= 20_000
-    # The first request of the session and the latest round survive, older ones are counted.
+    # The first request of the session and the latest round survive; of the earlier rounds the
+    # summary quotes what fits and counts the others, so that every message is accounted for.
     assert "Round 0 request 0: rename helper_0_0." in summary
     assert "Round 119 request 4: rename helper_119_4." in summary
-    assert f"{decoded.dropped_messages - 5} messages before these" in summary
+    quoted = {m for m in re.findall(r"Round (\d+) request (\d+)", summary) if m[0] != "119"}
+    assert len(quoted) > CARRY_RECENT_MESSAGES  # the room allows more than the latest sixty
+    before = re.search(r"(\d+) messages before these", summary)
+    assert before is not None
+    # Every carried message of rounds 0-118 is either quoted (the first one as the session's
+    # first request) or counted.
+    assert int(before.group(1)) + len(quoted) - 1 == 119 * 5
 
 
 def test_a_summary_compactd_did_not_write_is_folded_not_pasted() -> None:

@@ -1,8 +1,8 @@
 """Folding a ledger into the carry a summary entry stores for the next compaction.
 
 ``carry_of`` keeps the most recent messages, commands and files of the previous carry and this
-round's ledger within the ``CARRY_MAX_*`` bounds, each as a short head with its pointer, and
-counts the rest (their originals stay in the transcript, where ``recall/search`` finds them).
+round's ledger within the ``CARRY_MAX_*`` bounds, each as a short head with its pointer (the
+older messages with a shorter one), and counts the rest (their originals stay in the transcript, where ``recall/search`` finds them).
 Two carries met in one compaction are merged oldest first. Pure: no I/O.
 """
 
@@ -19,6 +19,8 @@ from compactd.core.ledger.model import (
     CARRY_MAX_COMMANDS,
     CARRY_MAX_FILES,
     CARRY_MAX_MESSAGES,
+    CARRY_OLDER_CHARS,
+    CARRY_RECENT_MESSAGES,
     CarriedCommand,
     CarriedFile,
     CarriedMessage,
@@ -39,11 +41,25 @@ def _keep_last(items: list[Any], limit: int) -> tuple[list[Any], int]:
     return items[-limit:], len(items) - limit
 
 
+def _keep_messages(messages: list[CarriedMessage]) -> tuple[list[CarriedMessage], int]:
+    """The messages a carry keeps, and how many it drops: the latest ``CARRY_MAX_MESSAGES``,
+    all but the latest ``CARRY_RECENT_MESSAGES`` of them with a shorter head (``chars`` still
+    says how long each was, so the summary names its pointer)."""
+    kept, dropped = _keep_last(messages, CARRY_MAX_MESSAGES)
+    older = len(kept) - CARRY_RECENT_MESSAGES
+    if older > 0:
+        kept[:older] = [
+            msgspec.structs.replace(m, head=clip_head(m.head, CARRY_OLDER_CHARS))
+            for m in kept[:older]
+        ]
+    return kept, dropped
+
+
 def merge_carries(older: Carry, newer: Carry) -> Carry:
     """Two carries met in one compaction (two summaries among the records), oldest first."""
     if not (older.rounds or older.messages or older.commands or older.files):
         return newer
-    messages, dm = _keep_last([*older.messages, *newer.messages], CARRY_MAX_MESSAGES)
+    messages, dm = _keep_messages([*older.messages, *newer.messages])
     commands, dc = _keep_last([*older.commands, *newer.commands], CARRY_MAX_COMMANDS)
     files, df = _keep_last([*older.files, *newer.files], CARRY_MAX_FILES)
     return Carry(
@@ -69,7 +85,7 @@ def carry_of(ledger: SurvivalLedger) -> dict[str, Any]:
         )
 
     current = ledger.current
-    messages, dm = _keep_last([*old.messages, *(folded(m) for m in current)], CARRY_MAX_MESSAGES)
+    messages, dm = _keep_messages([*old.messages, *(folded(m) for m in current)])
     now = {flatten(r.command) for r in ledger.commands if not r.carried}
     commands, dc = _keep_last(
         [

@@ -136,10 +136,16 @@ def _is_task_command(message: Message) -> bool:
 
 # The summary entry's field that holds its ``Carry`` (compactd's own; other readers ignore it).
 CARRY_FIELD: Final = LEDGER_FIELD
-# Bounds of a carry, so that neither it nor the summary grows with the number of compactions:
-# the most recent items are kept, older ones are counted (their originals stay in the
-# transcript, where recall/search finds them). compactd's own choice.
-CARRY_MAX_MESSAGES: Final = 60
+# Bounds of a carry, so that it does not grow with the number of compactions: the most recent
+# items are kept, older ones are counted (their originals stay in the transcript, where
+# recall/search finds them). The user's messages are bounded loosely: the summary shows what
+# its room allows of them (``render.carried_part`` shortens them first), so the carry keeps
+# many, the latest ``CARRY_RECENT_MESSAGES`` with a head of ``CARRY_HEAD_CHARS`` and the
+# older ones with a head of ``CARRY_OLDER_CHARS`` (at most some 50,000 characters in all).
+# compactd's own choice.
+CARRY_MAX_MESSAGES: Final = 400
+CARRY_RECENT_MESSAGES: Final = 60
+CARRY_OLDER_CHARS: Final = 100
 CARRY_MAX_COMMANDS: Final = 100
 CARRY_MAX_FILES: Final = 150
 CARRY_HEAD_CHARS: Final = 240

@@ -33,7 +33,10 @@ def clip(text: str, limit: int) -> str:
 
 
 def clip_head(text: str, limit: int) -> str:
-    """The start of ``text`` (lines kept), cut at a line end or between words."""
+    """The start of ``text`` (lines kept), cut at a line end or between words; all of it when
+    it fits ``limit``."""
+    if len(text) <= limit:
+        return text.rstrip()
     head = text[:limit]
     for sep in ("\n", " "):
         at = head.rfind(sep)

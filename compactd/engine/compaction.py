@@ -36,7 +36,8 @@ from compactd.engine.plan import (
     select_whole_context,
 )
 from compactd.engine.progress import CompactionRun
-from compactd.engine.summary_source import PreparedSummary, stage, summary_request
+from compactd.engine.summary_request import summary_request
+from compactd.engine.summary_source import PreparedSummary, stage
 
 if TYPE_CHECKING:
     from compactd.engine.progress import BeginProgress, WorkDone

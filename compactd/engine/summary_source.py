@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -29,7 +29,7 @@ from compactd.core import tokens
 from compactd.core.ledger import SurvivalLedger, build_ledger, carry_of, check_summary
 from compactd.core.normalize import to_api_messages
 from compactd.core.offline_summary import OFFLINE_INSTRUCTIONS_WARNING, offline_summary
-from compactd.core.prompts import compact_prompt, join_instructions
+from compactd.core.prompts import join_instructions
 from compactd.engine.commit import Staged
 from compactd.engine.plan import (
     OFFLINE_MODES,
@@ -42,23 +42,26 @@ from compactd.engine.plan import (
     written,
 )
 from compactd.engine.rehydrate import gather
+from compactd.engine.summary_request import (
+    catch_up_request,
+    has_exchange,
+    not_enough_messages,
+    sum_usage,
+    summary_request,
+)
 from compactd.services import hooks
 from compactd.services.summarizer import SummarizerError, SummaryOutcome, SummaryRequest
-from compactd.transcript.model import Record, record_from_dict
 
 if TYPE_CHECKING:
     from compactd.engine.progress import CompactionRun
 
 __all__ = [
+    "Checked",
     "PreparedSummary",
     "Summary",
-    "catch_up_request",
-    "has_exchange",
-    "not_enough_messages",
+    "check_prepared",
     "plan_facts",
     "stage",
-    "sum_usage",
-    "summary_request",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,31 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 Origin = Literal["known", "prepared", "caughtUp", "model"]
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A model's summary completed against a plan's ledger within the summary's room, and
+    whether that leaves a message the person wrote only as a recall pointer (``lost``)."""
+
+    written: Written
+    lost: bool
+    # What it was checked against: it holds for a plan with the same ledger and view.
+    ledger: SurvivalLedger
+    view: View
+
+    def holds_for(self, plan: CompactionPlan) -> bool:
+        return plan.ledger is self.ledger and plan.view == self.view
+
+
+def check_prepared(plan: CompactionPlan, outcome: SummaryOutcome) -> Checked:
+    """``outcome`` completed against ``plan``'s ledger and checked (CPU: run it in a worker
+    thread). A prepared summary is checked when it arrives, so that applying it does not wait
+    for this (docs/background.md#applying)."""
+    ledger, _ = plan_facts(plan)
+    done = written(outcome.text, outcome.mode, ledger, plan.view)
+    lost = bool(check_summary(ledger, done.summary).messages)
+    return Checked(done, lost, ledger, plan.view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +106,9 @@ class PreparedSummary:
     duration_ms: int
     # When the agent started waiting (monotonic): the boundary's ``waitMs`` counts from there.
     asked_at: float
+    # ``outcome`` already completed against the plan's ledger (``check_prepared``, worked out
+    # in the background when the summary arrived); None: worked out when it is applied.
+    checked: Checked | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,88 +129,6 @@ class Summary:
     def prepared(self) -> bool:
         """A summary written in the background was used (as it was, or brought up to date)."""
         return self.origin in ("prepared", "caughtUp")
-
-
-def has_exchange(messages: Sequence[dict[str, Any]]) -> bool:
-    roles = {m.get("role") for m in messages}
-    return "user" in roles and "assistant" in roles
-
-
-def not_enough_messages() -> p.CompactdError:
-    return p.CompactdError(
-        p.ErrorCode.NOT_ENOUGH_MESSAGES,
-        "not enough messages to compact: the context needs at least one user message and "
-        "one assistant response since the last compaction",
-    )
-
-
-def summary_request(
-    plan: CompactionPlan,
-    instructions: Sequence[str],
-    messages: list[dict[str, Any]] | None = None,
-) -> SummaryRequest:
-    """The cache-sharing summary request of ``plan``: the conversation exactly as the main loop
-    sends it (session/messages), so it reads the main loop's cached prefix, then the summary
-    instruction. A preparation in the background sends the same (docs/background.md).
-    ``messages``: the conversation when already built (it takes a while on a long context)."""
-    shown, cleared = plan.shown, plan.cleared
-    return _request(
-        plan,
-        instructions,
-        lambda **kw: to_api_messages(shown, cleared_tool_ids=cleared, **kw),
-        messages,
-    )
-
-
-def _request(
-    plan: CompactionPlan,
-    instructions: Sequence[str],
-    build: Callable[..., list[dict[str, Any]]],
-    messages: list[dict[str, Any]] | None = None,
-) -> SummaryRequest:
-    snap = plan.snapshot
-    return SummaryRequest(
-        messages=messages if messages is not None else build(),
-        instruction=compact_prompt(
-            plan.spec.kind, list(instructions), target_words=plan.view.target_words
-        ),
-        model=snap.meta.model,
-        cache_safe=snap.meta.cache_safe_params,
-        session_id=snap.session_id,
-        plain=lambda: build(strip_media=True, drop_skill_listing=True),
-    )
-
-
-def catch_up_request(
-    old: CompactionPlan, fresh: CompactionPlan, summary: str
-) -> SummaryRequest | None:
-    """The request that brings what arrived after ``old``'s snapshot into ``summary`` (its
-    summary): that summary as the conversation's opening, then the entries after the snapshot,
-    for ``fresh``'s context (docs/background.md#bound). None when ``fresh``'s context does not
-    continue ``old``'s or holds no exchange. CPU: run it in a worker thread."""
-    head = len(old.snapshot.context)
-    ctx = fresh.snapshot.context
-    if len(ctx) <= head or any(a is not b for a, b in zip(old.snapshot.context, ctx, strict=False)):
-        return None
-    tail = list(ctx[head:])
-    text = continuation(old.snapshot.transcript_path, old.spec, summary, tail)
-    lead = record_from_dict({"type": "user", "message": {"role": "user", "content": text}})
-    shown: list[Record] = [lead, *tail]
-    cleared = fresh.cleared
-
-    def build(**kw: Any) -> list[dict[str, Any]]:
-        return to_api_messages(shown, cleared_tool_ids=cleared, **kw)
-
-    messages = build()
-    return _request(fresh, [], build, messages) if has_exchange(messages) else None
-
-
-def sum_usage(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Both requests' usage, added up key by key (numbers only)."""
-    if a is None or b is None:
-        return b or a
-    keys = {k for k in (*a, *b) if isinstance(a.get(k, 0), int) and isinstance(b.get(k, 0), int)}
-    return {k: int(a.get(k) or 0) + int(b.get(k) or 0) for k in keys}
 
 
 def plan_facts(plan: CompactionPlan) -> tuple[SurvivalLedger, int]:
@@ -408,9 +357,12 @@ async def _checked(facts: _Facts, view: View, outcome: SummaryOutcome) -> tuple[
     """``outcome`` completed against the ledger within the summary's room, and whether that
     leaves a message the person wrote only as a recall pointer."""
     ledger, _ = await facts.result()
-    done = await anyio.to_thread.run_sync(lambda: written(outcome.text, outcome.mode, ledger, view))
-    lost = await anyio.to_thread.run_sync(lambda: check_summary(ledger, done.summary).messages)
-    return done, bool(lost)
+
+    def check() -> tuple[Written, bool]:
+        done = written(outcome.text, outcome.mode, ledger, view)
+        return done, bool(check_summary(ledger, done.summary).messages)
+
+    return await anyio.to_thread.run_sync(check)
 
 
 async def _from_prepared(
@@ -422,7 +374,11 @@ async def _from_prepared(
     (docs/background.md#applying)."""
     run.status("summarizing", "the summary was prepared in the background")
     outcome = prepared.outcome
-    done, lost = await _checked(facts, plan.view, outcome)
+    checked = prepared.checked
+    if checked is not None and checked.holds_for(plan):
+        done, lost = checked.written, checked.lost
+    else:
+        done, lost = await _checked(facts, plan.view, outcome)
     if lost:
         log.info(
             "session %s: the prepared summary leaves a user message to a recall pointer; "

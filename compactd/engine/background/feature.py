@@ -37,7 +37,8 @@ from compactd.engine.background.job import Job, micro_will_do, plan_preparation
 from compactd.engine.features import Feature, feature_of
 from compactd.engine.follow import Following
 from compactd.engine.plan import continuation
-from compactd.engine.summary_source import PreparedSummary, catch_up_request, sum_usage
+from compactd.engine.summary_request import catch_up_request, sum_usage
+from compactd.engine.summary_source import PreparedSummary, check_prepared
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
@@ -269,7 +270,7 @@ class BackgroundPreparation(Feature["Session"]):
 
     def prepared(self, job: Job, asked_at: float) -> PreparedSummary:
         assert job.outcome is not None
-        return PreparedSummary(job.outcome, job.duration_ms, asked_at)
+        return PreparedSummary(job.outcome, job.duration_ms, asked_at, job.checked)
 
     # -- starting --------------------------------------------------------------------------------
 
@@ -488,7 +489,11 @@ class BackgroundPreparation(Feature["Session"]):
             outcome = replace(outcome, usage=sum_usage(base.outcome.usage, outcome.usage))
         else:
             job.catch_up = False
-        job.outcome = outcome
+        # Checked now, so that applying it does not wait for the check.
+        checked = await anyio.to_thread.run_sync(lambda: check_prepared(plan, outcome))
+        if self.job is not job:
+            return
+        job.outcome, job.checked = outcome, checked
         job.phase = "ready"
         fingerprint = await anyio.to_thread.run_sync(lambda: store.fingerprint(request))
         kept = store.Kept(
@@ -523,9 +528,13 @@ class BackgroundPreparation(Feature["Session"]):
         fingerprint = await anyio.to_thread.run_sync(lambda: store.fingerprint(request))
         if fingerprint != kept.fingerprint or self.job is not job:
             return False
+        outcome = kept.outcome()
+        checked = await anyio.to_thread.run_sync(lambda: check_prepared(plan, outcome))
+        if self.job is not job:
+            return False
         job.plan = plan
         job.duration_ms = kept.duration_ms
-        job.outcome = kept.outcome()
+        job.outcome, job.checked = outcome, checked
         job.phase = "ready"
         after = session.records[length + 1 :]
         job.covered_tokens = snap.status.tokens - pad(estimate_records_raw(after))

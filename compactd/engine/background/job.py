@@ -18,12 +18,8 @@ from compactd.core import auto_policy
 from compactd.engine.microcompact import plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
 from compactd.engine.rehydrate import gather
-from compactd.engine.summary_source import (
-    has_exchange,
-    not_enough_messages,
-    plan_facts,
-    summary_request,
-)
+from compactd.engine.summary_request import has_exchange, not_enough_messages, summary_request
+from compactd.engine.summary_source import Checked, plan_facts
 from compactd.services.summarizer import SummaryOutcome, SummaryRequest
 
 if TYPE_CHECKING:
@@ -61,6 +57,8 @@ class Job:
     failed_tokens: int = 0
     plan: CompactionPlan | None = None
     outcome: SummaryOutcome | None = None
+    # ``outcome`` completed against ``plan``'s ledger, worked out when it arrived.
+    checked: Checked | None = None
     duration_ms: int = 0
 
     def elapsed_ms(self) -> int:

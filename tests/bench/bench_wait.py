@@ -447,7 +447,7 @@ async def main() -> None:
             )
             print(
                 f"  {'mode':<12}{'turn':>5}{'before':>9}{'after':>8}{'wait ms':>9}{'model ms':>9}"
-                f"{'wait/summary':>13}{'kept':>6}{'users':>8}{'files':>8}{'commands':>9}"
+                f"{'wait/summary':>13}{'kept':>7}{'users':>8}{'files':>8}{'commands':>9}"
             )
             # The two modes side by side, each with its own emulator and daemon.
             both = await asyncio.gather(*(replay(session, m, window, Path(tmp)) for m in MODES))
@@ -457,7 +457,7 @@ async def main() -> None:
                     users, files, commands = c.recall
                     print(
                         f"  {mode:<12}{c.turn:>5}{c.pre:>9,}{c.post:>8,}{c.wait * 1000:>9,.0f}"
-                        f"{c.model * 1000:>9,.0f}{c.share:>13.1%}{c.kept_share:>6.0%}"
+                        f"{c.model * 1000:>9,.0f}{c.share:>13.1%}{c.kept_share:>7.1%}"
                         f"{_cell(users):>8}"
                         f"{_cell(files):>8}{_cell(commands):>9}"
                     )
@@ -488,7 +488,7 @@ async def main() -> None:
         print(
             f"{mode:<12}{len(comps):>12}{percentile(shares, 0.5):>8.1%}"
             f"{percentile(shares, 0.95):>8.1%}{billed:>14,.0f}{summaries:>11,.0f}"
-            f"{max((c.kept_share for c in comps), default=0.0):>10.0%}"
+            f"{max((c.kept_share for c in comps), default=0.0):>10.1%}"
             + "".join(f"{_cell(t):>10}" for t in totals)
         )
     for mode in MODES:

@@ -30,6 +30,7 @@ from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FileTracker
 from compactd.engine.follow import Followers
 from compactd.engine.microcompact import CachedEdits
+from compactd.engine.rehydrate import ClientExtras
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.engine.session_memory import SessionMemory
@@ -75,6 +76,8 @@ class App(Runtime):
         # The cached microcompact strategy's state (docs/microcompact.md): every session's.
         self.features.register(CachedEdits, lambda session: CachedEdits())
         self.files = FileTracker(self)  # read-file state, nested memory, watching
+        # The extras a client supplied to attachments/rehydrate (docs/rehydration.md).
+        self.features.register(ClientExtras, lambda session: ClientExtras())
         self.session_memory = SessionMemory(self)  # background note extraction
         self.features.register(CacheBreaks, lambda session: CacheBreaks())
         self.follow = Followers(self)  # followed transcripts (docs/follow.md)
@@ -365,7 +368,10 @@ class App(Runtime):
                 del self._id_locks[session_id]
 
     def _session(self, session_id: str, meta: SessionMeta, loaded: LoadedTranscript) -> Session:
-        """A session over a transcript just loaded or created, its derived state built."""
+        """A session over a transcript just loaded or created, its derived state built, its
+        features' states made (and their part of it derived) but not opened: blocking, so
+        that the caller runs it in a worker thread and attaches the session on the event loop.
+        """
         session = Session(
             meta=meta,
             transcript_path=str(self.store.transcript_path(session_id)),
@@ -373,6 +379,7 @@ class App(Runtime):
             skipped_lines=loaded.report.skipped,
         )
         session.rebuild()
+        self.features.make(session)
         return session
 
     def _open_result(

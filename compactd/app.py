@@ -291,9 +291,9 @@ class App(Runtime):
         if session.meta.follow and session.meta.imported_from is not None:
             # Reads the file whole first: what was appended while no daemon followed it.
             self.follow.start(session, Path(session.meta.imported_from))
-            await self.follow.catch_up(sid)
+            await self.follow.catch_up(session)
         else:
-            self.follow.stop(sid)
+            self.follow.stop(session)
         return self._open_result(session)
 
     def _create(
@@ -397,7 +397,7 @@ class App(Runtime):
             skipped_lines=session.skipped_lines,
             imported_from=session.meta.imported_from,
             model=session.meta.model,
-            following=self.follow.following(session.session_id),
+            following=self.follow.following(session),
         )
 
     async def append(self, session: Session, entries: list[dict[str, Any]]) -> p.AppendResult:
@@ -437,7 +437,7 @@ class App(Runtime):
             loaded = self.sessions.get(sid)
             if loaded is not None:
                 info = loaded.info(loaded=True)
-                info = msgspec.structs.replace(info, following=self.follow.following(sid))
+                info = msgspec.structs.replace(info, following=self.follow.following(loaded))
                 if loaded.read_only:  # whoever owns it now, if anyone
                     holder = self.store.holder(sid)
                     if holder is not None:

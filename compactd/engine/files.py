@@ -13,12 +13,12 @@ reading, hashing) runs in worker threads.
 feature (``SessionFiles``, docs/engine.md#features): the read-file state, which it adds to
 every snapshot as the rehydration's candidates, nested-memory attachments queued for
 ``attachments/pending`` and the set of watched files, released when the session closes;
-``file_state_of`` reaches the read-file state from outside. When the agent reads a file, the memory files
-(``CLAUDE.md`` and the like) in the directories from the session's working directory down to
-that file are queued once as ``nested_memory`` attachments and registered in the state. Those
-memory files and the files in the state are watched (``services/watch.py``); a change queues
-an attachment with the new content (a ``nested_memory`` one for memory files, an
-``edited_text_file`` notice for read files) and sends ``memory/changed``.
+``file_state_of`` reaches the read-file state from outside. When the agent reads a file, the
+memory files (``CLAUDE.md`` and the like) in the directories from the session's working
+directory down to that file are queued once as ``nested_memory`` attachments and registered in
+the state. Those memory files and the files in the state are watched (``services/watch.py``);
+a change queues an attachment with the new content (a ``nested_memory`` one for memory files,
+an ``edited_text_file`` notice for read files) and sends ``memory/changed``.
 
 Reads are confined to the session's cwd and ``workspaceRoots``: paths are resolved (symlinks
 included) before the check, files above a size cap are not read, binary files are skipped.

@@ -30,6 +30,7 @@ from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.files import FileTracker
 from compactd.engine.follow import Followers
 from compactd.engine.microcompact import CachedEdits
+from compactd.engine.rehydrate import ClientExtras
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.engine.session_memory import SessionMemory
@@ -75,6 +76,8 @@ class App(Runtime):
         # The cached microcompact strategy's state (docs/microcompact.md): every session's.
         self.features.register(CachedEdits, lambda session: CachedEdits())
         self.files = FileTracker(self)  # read-file state, nested memory, watching
+        # The extras a client supplied to attachments/rehydrate (docs/rehydration.md).
+        self.features.register(ClientExtras, lambda session: ClientExtras())
         self.session_memory = SessionMemory(self)  # background note extraction
         self.features.register(CacheBreaks, lambda session: CacheBreaks())
         self.follow = Followers(self)  # followed transcripts (docs/follow.md)
@@ -288,9 +291,9 @@ class App(Runtime):
         if session.meta.follow and session.meta.imported_from is not None:
             # Reads the file whole first: what was appended while no daemon followed it.
             self.follow.start(session, Path(session.meta.imported_from))
-            await self.follow.catch_up(sid)
+            await self.follow.catch_up(session)
         else:
-            self.follow.stop(sid)
+            self.follow.stop(session)
         return self._open_result(session)
 
     def _create(
@@ -365,7 +368,10 @@ class App(Runtime):
                 del self._id_locks[session_id]
 
     def _session(self, session_id: str, meta: SessionMeta, loaded: LoadedTranscript) -> Session:
-        """A session over a transcript just loaded or created, its derived state built."""
+        """A session over a transcript just loaded or created, its derived state built, its
+        features' states made (and their part of it derived) but not opened: blocking, so
+        that the caller runs it in a worker thread and attaches the session on the event loop.
+        """
         session = Session(
             meta=meta,
             transcript_path=str(self.store.transcript_path(session_id)),
@@ -373,6 +379,7 @@ class App(Runtime):
             skipped_lines=loaded.report.skipped,
         )
         session.rebuild()
+        self.features.make(session)
         return session
 
     def _open_result(
@@ -390,7 +397,7 @@ class App(Runtime):
             skipped_lines=session.skipped_lines,
             imported_from=session.meta.imported_from,
             model=session.meta.model,
-            following=self.follow.following(session.session_id),
+            following=self.follow.following(session),
         )
 
     async def append(self, session: Session, entries: list[dict[str, Any]]) -> p.AppendResult:
@@ -430,7 +437,7 @@ class App(Runtime):
             loaded = self.sessions.get(sid)
             if loaded is not None:
                 info = loaded.info(loaded=True)
-                info = msgspec.structs.replace(info, following=self.follow.following(sid))
+                info = msgspec.structs.replace(info, following=self.follow.following(loaded))
                 if loaded.read_only:  # whoever owns it now, if anyone
                     holder = self.store.holder(sid)
                     if holder is not None:

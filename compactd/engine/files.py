@@ -1,21 +1,24 @@
 """The agent's read-file state, confinement of file access, reading, and nested memory.
 
-Read-file state (``FileState``, a typed field of every ``Session``) says which files the agent
-has seen: path, when, which lines and a hash of what it saw. It is derived from the transcript:
-Read / Edit / Write tool calls, ``file`` and ``nested_memory`` attachments and the
-``compactd-file-read`` entries ``fileState/record`` appends, so it survives a restart and is
-cleared by a compaction (the state is rebuilt from the new context) and by microcompact
-(cleared Read results leave it). Deriving it is pure; everything that touches the disk
-(resolving symlinks, confinement, reading, hashing) runs in worker threads.
+Read-file state (``FileState``) says which files the agent has seen: path, when, which lines
+and a hash of what it saw. It is derived from the transcript: Read / Edit / Write tool calls,
+``file`` and ``nested_memory`` attachments and the ``compactd-file-read`` entries
+``fileState/record`` appends, so it survives a restart and is cleared by a compaction (the
+state is derived again from the new context) and by microcompact (cleared Read results leave
+it). Deriving it is pure and runs with the session's own derivation, in its worker thread
+(``SessionFiles.derive``); everything that touches the disk (resolving symlinks, confinement,
+reading, hashing) runs in worker threads.
 
 ``FileTracker`` (one per daemon, ``App.files``) owns the watcher; its per-session state is a
-feature (``SessionFiles``, docs/engine.md#features): nested-memory attachments queued for
-``attachments/pending`` and the set of watched files, released when the session closes. When the agent reads a file, the memory files
-(``CLAUDE.md`` and the like) in the directories from the session's working directory down to
-that file are queued once as ``nested_memory`` attachments and registered in the state. Those
-memory files and the files in the state are watched (``services/watch.py``); a change queues
-an attachment with the new content (a ``nested_memory`` one for memory files, an
-``edited_text_file`` notice for read files) and sends ``memory/changed``.
+feature (``SessionFiles``, docs/engine.md#features): the read-file state, which it adds to
+every snapshot as the rehydration's candidates, nested-memory attachments queued for
+``attachments/pending`` and the set of watched files, released when the session closes;
+``file_state_of`` reaches the read-file state from outside. When the agent reads a file, the
+memory files (``CLAUDE.md`` and the like) in the directories from the session's working
+directory down to that file are queued once as ``nested_memory`` attachments and registered in
+the state. Those memory files and the files in the state are watched (``services/watch.py``);
+a change queues an attachment with the new content (a ``nested_memory`` one for memory files,
+an ``edited_text_file`` notice for read files) and sends ``memory/changed``.
 
 Reads are confined to the session's cwd and ``workspaceRoots``: paths are resolved (symlinks
 included) before the check, files above a size cap are not read, binary files are skipped.
@@ -28,8 +31,8 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence, Set
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -37,8 +40,8 @@ import anyio
 
 from compactd import protocol as p
 from compactd.core import rehydrate as rh
-from compactd.core.file_state import FileState, content_hash
-from compactd.engine.features import Feature
+from compactd.core.file_state import FileState, build_file_state, content_hash
+from compactd.engine.features import Feature, feature_of
 from compactd.services.fs import (
     confine,
     memory_chain_dirs,
@@ -55,7 +58,7 @@ from compactd.transcript.model import (
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session
+    from compactd.engine.session import Session, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,9 @@ class SessionFiles(Feature["Session"]):
 
     tracker: FileTracker
     session: Session
+    # The agent's read-file state: derived from the context with the session (``derive``),
+    # then kept up to date by the hooks (appended reads, nested memory, changes on disk).
+    file_state: FileState = field(default_factory=FileState)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     # Attachment entries waiting for ``attachments/pending``.
     queue: list[dict[str, Any]] = field(default_factory=list)
@@ -93,8 +99,21 @@ class SessionFiles(Feature["Session"]):
     memory_paths: set[str] = field(default_factory=set)
     read_paths: set[str] = field(default_factory=set)
     resolved: dict[str, str] = field(default_factory=dict)  # state path -> resolved path
-    # The state object last processed: ``Session.rebuild`` replaces it (load, compaction).
+    # The state object last processed: ``derive`` replaces it (load, compaction, undo).
     processed_state: FileState | None = None
+
+    def derive(
+        self, session: Session, context: Sequence[Record], cleared: Set[str]
+    ) -> Callable[[], None]:
+        state = build_file_state(context, session.meta.cwd, cleared)
+
+        def adopt() -> None:
+            self.file_state = state
+
+        return adopt
+
+    def on_snapshot(self, snap: Snapshot) -> Snapshot:
+        return replace(snap, file_candidates=tuple(self.file_state.candidates()))
 
     def on_open(self, session: Session) -> None:
         self.tracker.opened.add(self)
@@ -159,12 +178,12 @@ class FileTracker:
         """Update the state after an append and schedule nested-memory discovery."""
         session = files.session
         if compacted:
-            # ``Session.rebuild`` already rebuilt the state from the new context; memory
-            # attached before the boundary is gone from the model's view.
+            # ``derive`` already derived the state from the new context; memory attached
+            # before the boundary is gone from the model's view.
             files.queued_memory.clear()
             files.dirty = True
         else:
-            changes = session.file_state.apply(records, session.meta.cwd)
+            changes = files.file_state.apply(records, session.meta.cwd)
             if not changes.changed:
                 return
             files.discover.extend(changes.read)
@@ -180,17 +199,13 @@ class FileTracker:
         """Queue nested memory for new reads and refresh the watched set (idempotent)."""
         async with files.lock:
             session = files.session
-            if (
-                not files.dirty
-                and not files.discover
-                and files.processed_state is session.file_state
-            ):
+            if not files.dirty and not files.discover and files.processed_state is files.file_state:
                 return
-            files.processed_state = session.file_state
+            files.processed_state = files.file_state
             discover, files.discover = files.discover, []
             written, files.written = files.written, set()
             files.dirty = False
-            attached = {r.path for r in session.file_state.files.values() if r.memory}
+            attached = {r.path for r in files.file_state.files.values() if r.memory}
             attached |= files.queued_memory
             found = await anyio.to_thread.run_sync(
                 self._discover_blocking,
@@ -201,11 +216,11 @@ class FileTracker:
             )
             for path, shown, text, digest in found:
                 files.queued_memory.add(path)
-                session.file_state.touch(
+                files.file_state.touch(
                     path, time.time(), source="nested_memory", memory=True, content_hash=digest
                 )
                 files.queue.append(self._memory_entry(session, path, shown, text))
-            recent = [r for r in session.file_state.recent()][:MAX_WATCHED_FILES]
+            recent = files.file_state.recent()[:MAX_WATCHED_FILES]
             plan = await anyio.to_thread.run_sync(
                 self._watch_plan_blocking,
                 session.meta.cwd,
@@ -345,7 +360,7 @@ class FileTracker:
         if path in files.memory_paths:
             if got is not None and got.text is not None:
                 files.queued_memory.add(state_path)
-                session.file_state.touch(
+                files.file_state.touch(
                     state_path,
                     time.time(),
                     source="nested_memory",
@@ -358,7 +373,7 @@ class FileTracker:
                     )
                 )
             elif got is None:
-                session.file_state.remove(state_path)
+                files.file_state.remove(state_path)
         elif got is not None and got.text is not None:
             snippet, _ = rh.truncate_to_tokens(
                 got.text,
@@ -396,13 +411,11 @@ class FileTracker:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def state_result(self, session: Session) -> p.FileStateResult:
-        found = session.features.get(SessionFiles)
-        state = found if isinstance(found, SessionFiles) else None
-        files = []
-        for read in session.file_state.recent():
-            real = state.resolved.get(read.path) if state is not None else None
-            files.append(
+    def state_result(self, files: SessionFiles) -> p.FileStateResult:
+        listed = []
+        for read in files.file_state.recent():
+            real = files.resolved.get(read.path)
+            listed.append(
                 p.FileStateEntry(
                     path=read.path,
                     timestamp=read.timestamp,
@@ -413,11 +426,12 @@ class FileTracker:
                     watched=real is not None and self.watcher.covers(real),
                 )
             )
-        return p.FileStateResult(files=files)
+        return p.FileStateResult(files=listed)
 
     async def listing(self, session: Session) -> p.FileStateResult:
-        await self.process(self.state(session))
-        return self.state_result(session)
+        files = self.state(session)
+        await self.process(files)
+        return self.state_result(files)
 
     async def record(self, session: Session, params: p.FileRecordParams) -> p.FileStateResult:
         """``fileState/record``: confine, hash, append a durable record, then process it."""
@@ -466,3 +480,9 @@ class FileTracker:
         await self.process(files)
         out, files.queue = files.queue, []
         return out
+
+
+def file_state_of(session: Session) -> FileState | None:
+    """``session``'s read-file state; None when the files feature is not registered."""
+    files = feature_of(session, SessionFiles)
+    return files.file_state if files is not None else None

@@ -3,9 +3,10 @@
 A session opened with ``follow`` keeps reading the Claude Code transcript it was imported from
 (docs/follow.md). One ``Follower`` per session holds everything about it: the file, how far it
 was read (``services.tail.Position``) and its own task in the daemon's task group, cancelled
-when the session closes. The ``Followers`` (one per daemon) owns the watcher of the
-followed files' directories and pokes the follower of a file that changed; a follower also
-looks now and then without an event, in case a change was not reported.
+when the session closes. It lives on the session's ``Following`` feature state and nowhere
+else. The ``Followers`` (one per daemon) owns the watcher of the followed files' directories
+and pokes the follower of a file that changed, found through the feature states it indexes by
+file; a follower also looks now and then without an event, in case a change was not reported.
 
 What a follower reads goes through the runtime's one writer (``Runtime.commit``) under the
 session lock, exactly as an import would copy it, so the session stays what a fresh import of
@@ -28,7 +29,7 @@ import msgspec
 
 from compactd import protocol as p
 from compactd.core import tokens
-from compactd.engine.features import Feature
+from compactd.engine.features import Feature, feature_of
 from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.services.store import MAX_IMPORT_BYTES, as_imported
@@ -193,43 +194,46 @@ def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> l
 
 
 class Following(Feature["Session"]):
-    """A session's part in following (docs/engine.md#features): its follower stops with it."""
+    """A session's part in following (docs/engine.md#features): the one home of its
+    follower, which stops with the session."""
 
     def __init__(self, owner: Followers) -> None:
         self.owner = owner
         self.follower: Follower | None = None
 
     async def on_close(self, session: Session) -> None:
-        if self.follower is not None and self.owner.followers.get(session.session_id) is (
-            self.follower
-        ):
-            self.owner.stop(session.session_id)
-        self.follower = None
+        self.owner.stop(session)
+
+
+def follower_of(session: Session) -> Follower | None:
+    """``session``'s follower; None when it does not follow its transcript."""
+    state = feature_of(session, Following)
+    return state.follower if state is not None else None
 
 
 class Followers:
-    """Per-daemon owner of the followers and of the watcher of their files' directories.
+    """Per-daemon owner of the watcher of the followed files' directories.
 
-    ``followers`` indexes the running followers by session for the one watcher of their
-    directories; each session's follower also hangs on its ``Following`` feature state, which
-    stops it when the session closes.
+    A follower lives on its session's ``Following`` state only. To poke the followers of a
+    file that changed, the watcher goes through ``_following``: the states of the sessions
+    following each file (the same index the watcher's filter reads).
     """
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         runtime.features.register(Following, lambda session: Following(self))
-        self.followers: dict[str, Follower] = {}  # session id -> its follower
-        self._paths: Counter[str] = Counter()  # followed files -> how many followers
+        # Followed file -> the states of the sessions following it.
+        self._following: dict[str, set[Following]] = {}
         self.watcher = DirWatcher(
             self._on_change,
-            lambda path: path in self._paths,
+            lambda path: path in self._following,
             quiet=FOLLOW_QUIET_SECONDS,
             max_wait=FOLLOW_MAX_WAIT_SECONDS,
         )
         self._watching = False
 
-    def following(self, session_id: str) -> bool:
-        return session_id in self.followers
+    def following(self, session: Session) -> bool:
+        return follower_of(session) is not None
 
     def start(self, session: Session, path: Path, consumed: bytes | None = None) -> bool:
         """Follow ``path`` for ``session`` (idempotent); False when there is nowhere to run.
@@ -238,51 +242,53 @@ class Followers:
         after them; None (a reopen) reads the file whole first and keeps what the session lacks.
         """
         sid = session.session_id
-        current = self.followers.get(sid)
-        if current is not None and current.session is session and current.path == path:
+        state = self._runtime.features.state(session, Following)
+        current = state.follower
+        if current is not None and current.path == path:
             current.poke()
             return True
         group = self._runtime.task_group
         if group is None:
             log.warning("session %s: no task group to follow %s in", sid, path)
             return False
-        if current is not None:
-            self.stop(sid)
+        self.stop(session)
         position = position_of(consumed) if consumed is not None else None
-        follower = Follower(self._runtime, session, path, position)
-        self.followers[sid] = follower
-        self._paths[str(path)] += 1
+        follower = state.follower = Follower(self._runtime, session, path, position)
+        self._following.setdefault(str(path), set()).add(state)
         self.watcher.set_dirs(sid, [str(path.parent)])
         if not self._watching:
             self._watching = True
             group.start_soon(self.watcher.run)
         group.start_soon(follower.run, lambda: self.watcher.until_covers(str(path)))
-        self._runtime.features.state(session, Following).follower = follower
         log.info("session %s: following %s", sid, path)
         return True
 
-    async def catch_up(self, session_id: str) -> None:
+    async def catch_up(self, session: Session) -> None:
         """Read what the followed file gained, now (a reopen answers with the file's state)."""
-        follower = self.followers.get(session_id)
+        follower = follower_of(session)
         if follower is None:
             return
         try:
             await follower.sync()
         except OSError as exc:  # the open still succeeds; the follower keeps trying
-            log.warning("session %s: cannot read %s: %s", session_id, follower.path, exc)
+            log.warning("session %s: cannot read %s: %s", session.session_id, follower.path, exc)
 
-    def stop(self, session_id: str) -> None:
-        follower = self.followers.pop(session_id, None)
-        if follower is None:
+    def stop(self, session: Session) -> None:
+        """Stop following for ``session`` (nothing when it does not follow)."""
+        state = feature_of(session, Following)
+        follower = state.follower if state is not None else None
+        if state is None or follower is None:
             return
+        state.follower = None
         follower.stop()
         key = str(follower.path)
-        self._paths[key] -= 1
-        if self._paths[key] <= 0:
-            del self._paths[key]
-        self.watcher.drop(session_id)
+        sharing = self._following.get(key, set())
+        sharing.discard(state)
+        if not sharing:
+            self._following.pop(key, None)
+        self.watcher.drop(session.session_id)
 
     async def _on_change(self, path: str) -> None:
-        for follower in list(self.followers.values()):
-            if str(follower.path) == path:
-                follower.poke()
+        for state in list(self._following.get(path, ())):
+            if state.follower is not None:
+                state.follower.poke()

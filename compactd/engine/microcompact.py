@@ -32,6 +32,7 @@ from compactd.core.normalize import to_api_messages
 from compactd.core.view import main_thread
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.features import Feature
+from compactd.engine.files import file_state_of
 from compactd.services.store import atomic_write
 from compactd.transcript import entries
 from compactd.transcript.model import (
@@ -270,10 +271,11 @@ def forget_cleared_reads(session: Session, tool_ids: Sequence[str]) -> list[str]
     strategy's deletions leave ``compactedToolIds`` empty, so they come here. Returns the
     paths dropped.
     """
-    if not tool_ids:
+    state = file_state_of(session)
+    if not tool_ids or state is None:
         return []
     try:
-        return session.file_state.drop_tool_ids(tool_ids)
+        return state.drop_tool_ids(tool_ids)
     except Exception:  # the file state must not fail a committed microcompact
         log.exception("could not update the read-file state of %s", session.session_id)
         return []

@@ -33,7 +33,7 @@ from compactd.core.ledger import (
 from compactd.core.microcompact import MicroPlan
 from compactd.core.offline_summary import offline_summary
 from compactd.core.prompts import PromptKind, continuation_message, format_summary
-from compactd.engine.rehydrate import Rehydration, gather
+from compactd.engine.rehydrate import Rehydration, extras_of, gather
 from compactd.transcript.model import Record
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ class CompactionPlan:
         snap = self.snapshot
         if session.records is not snap.records or len(session.records) < snap.length:
             return None
-        if session.meta != snap.meta or session.rehydration_extras is not snap.extras:
+        if session.meta != snap.meta or extras_of(session) is not snap.extras:
             return None
         after = session.records[snap.length :]
         lead = 0

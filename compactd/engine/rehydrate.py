@@ -12,7 +12,9 @@ leaves (``limit_tokens``, docs/compaction.md#survival-ledger).
 The facts come from the current context (``core.rehydrate.scan_context``) and the session's
 read-file state; disk reads happen in a worker thread, confined to the session's roots (plan
 files may also live in Claude Code's plans directory, user skills in its skills directory);
-budgets and order are decided by the pure ``core.rehydrate.fit_attachments``.
+budgets and order are decided by the pure ``core.rehydrate.fit_attachments``. The extras a
+client supplies are the rehydration's per-session state, a feature (``ClientExtras``,
+docs/engine.md#features) that adds them to every snapshot; ``extras_of`` reads them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -30,6 +32,7 @@ from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import rehydrate as rh
 from compactd.core.ledger import SUMMARY_SHARE, view_budget
+from compactd.engine.features import Feature, feature_of
 from compactd.services import fs
 from compactd.transcript.model import Record, transcript_timestamp
 
@@ -39,6 +42,24 @@ if TYPE_CHECKING:
 
 # A skill name that can safely become a directory name.
 _SKILL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class ClientExtras(Feature["Session"]):
+    """What the client told ``attachments/rehydrate`` to re-inject besides what compactd finds
+    (announcements, plan file), remembered for the session's later compactions."""
+
+    def __init__(self) -> None:
+        self.extras: p.RehydrationExtras | None = None
+
+    def on_snapshot(self, snap: Snapshot) -> Snapshot:
+        return replace(snap, extras=self.extras)
+
+
+def extras_of(session: Session) -> p.RehydrationExtras | None:
+    """The extras the client last supplied for ``session`` (None: none, or the feature is
+    not registered)."""
+    state = feature_of(session, ClientExtras)
+    return state.extras if state is not None else None
 
 
 def claude_config_dir(runtime: Runtime) -> Path:
@@ -79,7 +100,8 @@ async def rehydrate_now(
     """``attachments/rehydrate``: what a full compaction now would re-inject, within the part
     of the view budget the summary leaves at least.
 
-    ``extras`` (validated here) are remembered for the session's later compactions.
+    ``extras`` (validated here) are remembered for the session's later compactions (by
+    ``ClientExtras``, when the wiring registered it).
     """
     if extras is not None:
         for i, item in enumerate(extras.announcements or []):
@@ -96,12 +118,16 @@ async def rehydrate_now(
             raise p.CompactdError(
                 p.ErrorCode.INVALID_PARAMS, "extras.planFilePath must be a non-empty path"
             )
-        session.rehydration_extras = extras
+        state = feature_of(session, ClientExtras)
+        if state is not None:
+            state.extras = extras
     snap = await runtime.snapshot(session)
     # The room a summary that keeps to its share leaves.
     budget = view_budget(snap.status.effective_window)
     room = budget.raw_tokens - int(budget.raw_tokens * SUMMARY_SHARE)
-    return (await _gather(runtime, snap, (), snap.extras)).fit(room)
+    # ``extras`` apply to this answer even where no feature remembers them.
+    wanted = extras if extras is not None else snap.extras
+    return (await _gather(runtime, snap, (), wanted)).fit(room)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,9 @@ takes it, each in one place (docs/engine.md#locking). ``compaction()`` marks a c
 running: a second one (or an undo) meanwhile is refused with the one ``busy`` error.
 ``snapshot`` gives an immutable view of the session up to its last entry, for decisions worked
 out off the lock and off the event loop (docs/engine.md#snapshot). Each feature keeps its state
-for the session in ``features`` (``engine/features.py``).
+for the session in ``features`` (``engine/features.py``): what a feature derives from the
+context (the files feature's read-file state) is worked out with the session's own derived
+state and replaced in the same step, and what it adds to a snapshot it adds itself.
 """
 
 from __future__ import annotations
@@ -28,10 +30,9 @@ import msgspec
 
 from compactd import protocol as p
 from compactd.core import tokens
-from compactd.core.file_state import FileState, build_file_state
 from compactd.core.rehydrate import FileCandidate
 from compactd.core.view import ViewIndex, undone_target
-from compactd.engine.features import Feature
+from compactd.engine.features import Feature, derive_states
 from compactd.services.store import SessionMeta
 from compactd.transcript.history import History
 from compactd.transcript.model import Entry, Record
@@ -70,12 +71,6 @@ class Session:
     _context: list[Record] = field(default_factory=list)
     # Each feature's state for this session (``engine/features.py``), by feature type.
     features: dict[type[Feature[Any]], Feature[Any]] = field(default_factory=dict)
-    # The agent's read-file state, derived from the context by ``rebuild`` and kept up to date
-    # by the files service's append observer (``engine/files.py``).
-    file_state: FileState = field(default_factory=FileState)
-    # What the client told ``attachments/rehydrate`` to re-inject besides what compactd finds
-    # (announcements, plan file): remembered for the session's later compactions.
-    rehydration_extras: p.RehydrationExtras | None = None
     # Opened with ``readOnly: true``: another process may own it, so nothing here writes
     # (docs/durability.md#ownership). ``check_writable`` is the guard every writer calls.
     read_only: bool = False
@@ -136,8 +131,9 @@ class Session:
             return await anyio.to_thread.run_sync(read)
 
     def snapshot(self, status: p.TokenStatus) -> Snapshot:
-        """An immutable view of the session as it is now. The caller holds the lock."""
-        return Snapshot(
+        """An immutable view of the session as it is now, with what its features add (the
+        read-file candidates, the rehydration extras). The caller holds the lock."""
+        snap = Snapshot(
             session_id=self.session_id,
             transcript_path=self.transcript_path,
             meta=self.meta,
@@ -148,10 +144,11 @@ class Session:
             cleared=frozenset(self.cleared_tool_ids),
             status=status,
             fixed_prefix=self.counter.fixed_prefix,
-            file_candidates=tuple(self.file_state.candidates()),
-            extras=self.rehydration_extras,
             records=self.records,
         )
+        for state in self.features.values():
+            snap = state.on_snapshot(snap)
+        return snap
 
     # -- derived state ---------------------------------------------------------------------------
 
@@ -165,7 +162,7 @@ class Session:
 
     def rebuild(self) -> None:
         """Recompute every derived field from the records (load, compaction, undo)."""
-        self._apply(self.derive())
+        self._apply(self.derive(list(self.features.values())))
 
     async def refresh(self) -> None:
         """``rebuild`` with the work done in a worker thread, so other sessions' requests go on.
@@ -173,12 +170,14 @@ class Session:
         The caller holds the lock. The result is applied in one step on the event loop, and a
         cancellation cannot leave the records and the derived state apart.
         """
+        states = list(self.features.values())  # taken here: the event loop owns the dict
         with anyio.CancelScope(shield=True):
-            derived = await anyio.to_thread.run_sync(self.derive)
+            derived = await anyio.to_thread.run_sync(self.derive, states)
         self._apply(derived)
 
-    def derive(self) -> Derived:
-        """Every derived field, worked out from the records without changing the session.
+    def derive(self, states: Sequence[Feature[Any]]) -> Derived:
+        """Every derived field, worked out from the records without changing the session,
+        with the part of it each of ``states`` derives (``Feature.derive``).
 
         Only the records' memory changes: the new context is what stays decoded.
         """
@@ -200,8 +199,13 @@ class Session:
         counted = _without_stale_usage(ctx, records, derived.context_start)
         derived.has_main_thread = any(_is_main_conversation(r.entry) for r in counted)
         _feed(derived, counted)
-        derived.file_state = build_file_state(counted, self.meta.cwd, derived.cleared_tool_ids)
+        derived.adopt = derive_states(states, self, ctx, derived.cleared_tool_ids)
         return derived
+
+    def adopt(self, state: Feature[Any]) -> None:
+        """Work out ``state``'s part of the derived state from the context as it is now: a
+        state made after the session derived it (``Features.make``)."""
+        derive_states([state], self, self._context, self.cleared_tool_ids)()
 
     def _apply(self, derived: Derived) -> None:
         self._context = derived.context
@@ -210,7 +214,7 @@ class Session:
         self.has_main_thread = derived.has_main_thread
         self.counter = derived.counter
         self.cleared_tool_ids = derived.cleared_tool_ids
-        self.file_state = derived.file_state
+        derived.adopt()
 
     def _rebuilds(self, new: Sequence[Record]) -> bool:
         """Whether appending ``new`` changes the view other than by adding to its end."""
@@ -375,10 +379,12 @@ class Snapshot:
     cleared: frozenset[str]
     status: p.TokenStatus
     fixed_prefix: int
-    file_candidates: tuple[FileCandidate, ...]
-    extras: p.RehydrationExtras | None
     # The session's history, only looked into below ``length`` (it only grows).
     records: History
+    # Added by the features that own them (``Feature.on_snapshot``): the files feature's
+    # read-file candidates and the rehydration extras the client supplied.
+    file_candidates: tuple[FileCandidate, ...] = ()
+    extras: p.RehydrationExtras | None = None
 
     def index_of(self, uuid: str) -> int | None:
         """Where ``uuid`` is in the history the snapshot saw, or None."""
@@ -396,7 +402,8 @@ class Derived:
     has_main_thread: bool = False
     counter: tokens.TokenCounter = field(default_factory=tokens.TokenCounter)
     cleared_tool_ids: set[str] = field(default_factory=set)
-    file_state: FileState = field(default_factory=FileState)
+    # Adopts what the session's features derived from the same context (``Feature.derive``).
+    adopt: Callable[[], None] = lambda: None
 
 
 def _feed(state: Derived, records: Sequence[Record]) -> None:

@@ -63,7 +63,7 @@ def check_writable(app: App, method: str, decoded: msgspec.Struct) -> None:
     if session is None:
         return
     session.check_writable()
-    if method != p.SESSION_CLOSE and app.follow.following(session.session_id):
+    if method != p.SESSION_CLOSE and app.follow.following(session):
         raise p.CompactdError(
             p.ErrorCode.SESSION_FOLLOWED,
             f"{method}: session {session.session_id!r} follows "

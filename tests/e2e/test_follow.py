@@ -310,6 +310,36 @@ async def test_follow_resumes_after_a_restart_and_stops_at_close(
         assert not stopped.following and stopped.entry_count == src.entries() - 1
 
 
+async def test_two_sessions_follow_one_file_until_one_closes(
+    spawn_daemon: SpawnDaemon, tmp_path: Path
+) -> None:
+    # Each session's follower is its own; a change of the file reaches every follower of it,
+    # and closing one session stops its follower only.
+    lines = fixture_lines(R16_MANUAL)
+    src = Transcript(project_dir(tmp_path) / "live.jsonl", lines[:10])
+    async with (
+        spawn_daemon() as client,
+        client.follow_updates("one") as one,
+        client.follow_updates("two") as two,
+    ):
+        for sid in ("one", "two"):
+            await client.open_session(
+                cwd=CWD, session_id=sid, transcript_path=str(src.path), follow=True
+            )
+        src.append(b"".join(lines[10:20]))
+        await until_entries(one, src.entries())
+        await until_entries(two, src.entries())
+        await client.close_session("one")
+        src.append(b"".join(lines[20:30]))
+        await until_entries(two, src.entries())
+        listed = {s.session_id: s for s in (await client.list_sessions()).sessions}
+        assert not listed["one"].following and listed["two"].following
+        assert listed["two"].entry_count == 30
+        # The closed session read nothing after it closed.
+        stopped = await client.open_session(cwd=CWD, session_id="one", follow=False)
+        assert stopped.entry_count == 20
+
+
 async def test_follow_a_file_from_its_first_line(spawn_daemon: SpawnDaemon, tmp_path: Path) -> None:
     lines = fixture_lines(R2_AUTO)
     # Claude Code has not finished writing its first line.

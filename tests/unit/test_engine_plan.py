@@ -23,6 +23,7 @@ from compactd.cli.synthetic import make_session
 from compactd.core.constants import ENV_DISABLE_MICROCOMPACT
 from compactd.engine import plan, summary_source
 from compactd.engine.auto import decide_auto, run_auto
+from compactd.engine.rehydrate import rehydrate_now
 from compactd.engine.session import Session
 
 MODEL = "claude-sonnet-4-5"
@@ -142,3 +143,18 @@ async def test_auto_from_fitting_notes_never_plans_the_full_compaction(
     assert result.was_compacted and result.mechanism == "sessionMemory", result.reason
     # The notes are the summary: one ledger (checked against them), no offline summary.
     assert counts == Counter(ledger=1)
+
+
+async def test_extras_supplied_after_the_decision_make_its_plan_stale(tmp_path: Path) -> None:
+    # The plan's rehydration read the extras its snapshot held: new ones (attachments/rehydrate,
+    # remembered by the rehydration feature) mean planning again, the same ones do not.
+    app, session = await _opened(tmp_path, False, ENTRIES, {ENV_DISABLE_MICROCOMPACT: "1"})
+    planned = (await decide_auto(app, app.session_memory, session, False)).compaction
+    assert planned is not None and planned.snapshot.extras is None
+    assert planned.rebased(session, app.status(session)) is planned
+    extras = p.RehydrationExtras(announcements=[{"type": "mcp_instructions_delta"}])
+    await rehydrate_now(app, session, extras)
+    assert planned.rebased(session, app.status(session)) is None
+    replanned = (await decide_auto(app, app.session_memory, session, False)).compaction
+    assert replanned is not None and replanned.snapshot.extras is extras
+    assert replanned.rebased(session, app.status(session)) is replanned

@@ -7,7 +7,8 @@ beside the daemon's; appends, a compaction and a close go through the real engin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,32 @@ class Recorder(Feature):
         self.calls.append("close")
 
 
+class Derived(Feature):
+    """Derives the number of records the model sees, noting whether it ran off the event loop
+    (the event loop runs in the main thread here)."""
+
+    def __init__(self) -> None:
+        self.length: int | None = None
+        self.off_loop: list[bool] = []
+
+    def derive(
+        self, session: Session, context: Sequence[Record], cleared: Set[str]
+    ) -> Callable[[], None]:
+        self.off_loop.append(threading.current_thread() is not threading.main_thread())
+        length = len(context)
+
+        def adopt() -> None:
+            self.length = length
+
+        return adopt
+
+
 class Broken(Feature):
+    def derive(
+        self, session: Session, context: Sequence[Record], cleared: Set[str]
+    ) -> Callable[[], None]:
+        raise RuntimeError("broken feature")
+
     def on_append(self, session: Session, records: Sequence[Record]) -> None:
         raise RuntimeError("broken feature")
 
@@ -94,3 +120,42 @@ async def test_each_session_gets_its_own_state_and_a_broken_feature_fails_nothin
     assert "Broken.on_append failed" in caplog.text
     assert "Broken.on_compacted failed" in caplog.text
     assert "Broken.on_close failed" in caplog.text
+    assert "Broken.derive failed" in caplog.text
+
+
+async def test_a_feature_derives_its_state_with_the_session_off_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    def app_with(feature: type[Feature]) -> App:
+        app = App(
+            p.InitializationOptions(summarizer=p.SummarizerOptions(offline=True)),
+            base_env={},
+            data_dir=tmp_path / "data",
+        )
+        app.features.register(Broken, lambda session: Broken())
+        app.features.register(feature, lambda session: feature())
+        return app
+
+    app = app_with(Derived)
+    opened = await app.open_session(p.OpenParams(cwd=str(tmp_path), model=MODEL))
+    session = await app.get_session(opened.session_id)
+    state = app.features.state(session, Derived)
+    assert state.length == 0  # derived when made, with the new session
+
+    # The first conversation entries rebuild the view (until then sidechains would count).
+    await app.append(session, _exchange(6))
+    assert state.length == 12
+    # Other appends extend the view: the hooks follow them, nothing is derived again.
+    await app.append(session, [user("one more question", uuid="u-more")])
+    assert state.length == 12
+    await run_full(app, session, None, _no_progress)
+    assert state.length == session.context_size < 12  # the compaction derived it again
+    await app.close_session(session.session_id)
+
+    # A restart: the load derives the state of every feature with the session's.
+    again = app_with(Derived)
+    loaded = await again.get_session(session.session_id)
+    reloaded = again.features.state(loaded, Derived)
+    assert reloaded.length == loaded.context_size == session.context_size
+    assert state.off_loop == [True, True, True] and reloaded.off_loop == [True]
+    await again.close_session(session.session_id)

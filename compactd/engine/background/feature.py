@@ -35,7 +35,7 @@ from compactd.core.tokens.estimate import estimate_records_raw, estimate_text_to
 from compactd.engine.background.idle import IdleWatch
 from compactd.engine.background.job import Job, micro_will_do, plan_preparation
 from compactd.engine.features import Feature, feature_of
-from compactd.engine.follow import Following
+from compactd.engine.follow import follower_of
 from compactd.engine.plan import continuation
 from compactd.engine.summary_request import catch_up_request, sum_usage
 from compactd.engine.summary_source import PreparedSummary, check_prepared
@@ -354,8 +354,7 @@ class BackgroundPreparation(Feature["Session"]):
         runtime = self.service.runtime
         if runtime.summarizer.offline or runtime.task_group is None or session.busy:
             return False
-        following = feature_of(session, Following)
-        if following is not None and following.follower is not None:
+        if follower_of(session) is not None:
             return False  # Claude Code compacts a followed transcript itself (docs/follow.md)
         return (
             status.compaction_enabled

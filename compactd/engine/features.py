@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from compactd import protocol as p
-    from compactd.engine.session import Snapshot
+    from compactd.engine.snapshot import Snapshot
     from compactd.transcript.model import Record
 
 __all__ = ["Feature", "Features", "HasFeatures", "derive_states", "feature_of"]

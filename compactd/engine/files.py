@@ -58,7 +58,8 @@ from compactd.transcript.model import (
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session, Snapshot
+    from compactd.engine.session import Session
+    from compactd.engine.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

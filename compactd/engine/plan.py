@@ -38,7 +38,8 @@ from compactd.transcript.model import Record
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session, Snapshot
+    from compactd.engine.session import Session
+    from compactd.engine.snapshot import Snapshot
     from compactd.services.store import SessionMeta
 
 __all__ = [

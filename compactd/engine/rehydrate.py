@@ -38,7 +38,8 @@ from compactd.transcript.model import Record, transcript_timestamp
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session, Snapshot
+    from compactd.engine.session import Session
+    from compactd.engine.snapshot import Snapshot
 
 # A skill name that can safely become a directory name.
 _SKILL_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

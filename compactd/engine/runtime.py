@@ -24,7 +24,8 @@ from compactd.core import constants, tokens
 from compactd.core.microcompact import MicroConfig, micro_config
 from compactd.engine.cancellation import point_of_no_return
 from compactd.engine.features import Features
-from compactd.engine.session import Session, Snapshot
+from compactd.engine.session import Session
+from compactd.engine.snapshot import Snapshot
 from compactd.services.fs import valid_memory_names
 from compactd.services.store import SessionMeta, Store
 from compactd.services.summarizer import Summarizer

@@ -45,7 +45,8 @@ from compactd.transcript.model import Record, transcript_timestamp
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session, Snapshot
+    from compactd.engine.session import Session
+    from compactd.engine.snapshot import Snapshot
 
 __all__ = ["SessionMemory", "SessionNotes"]
 

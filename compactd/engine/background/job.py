@@ -24,7 +24,8 @@ from compactd.services.summarizer import SummaryOutcome, SummaryRequest
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session, Snapshot
+    from compactd.engine.session import Session
+    from compactd.engine.snapshot import Snapshot
 
 __all__ = ["Job", "micro_will_do", "plan_preparation"]
 

@@ -105,6 +105,7 @@ def _events(done: int, result: p.AutoResult) -> list[ReplayEvent]:
                 full.pre_compact_tokens,
                 full.post_compact_tokens,
                 full.boundary.get("uuid"),
+                model_call=full.usage is not None,
             )
         )
     return out
@@ -209,13 +210,22 @@ class ReplayOutcome:
 
     @property
     def model_calls(self) -> int:
-        """Summary requests a model would have answered (one per summarizing compaction)."""
-        return sum(1 for ev in self.events if ev.mechanism == "full")
+        """Summaries a model wrote (one request per summarizing compaction)."""
+        return sum(1 for ev in self.events if ev.model_call)
 
     @property
-    def billed_input_tokens(self) -> int:
-        """Input those requests would have carried: each sends the context it summarizes."""
-        return sum(ev.pre_tokens for ev in self.events if ev.mechanism == "full")
+    def offline_summaries(self) -> int:
+        """Full compactions whose summary was built offline: no model was asked."""
+        return sum(1 for ev in self.events if ev.mechanism == "full" and not ev.model_call)
+
+    def input_tokens(self, *, model_call: bool) -> int:
+        """The input the summary requests carried (``model_call``), or would have carried had
+        a model written the offline ones: each sends the context it summarizes."""
+        return sum(
+            ev.pre_tokens
+            for ev in self.events
+            if ev.mechanism == "full" and ev.model_call == model_call
+        )
 
 
 async def replay_session(
@@ -296,7 +306,8 @@ def outcome_json(outcome: ReplayOutcome, plan: ReplayPlan, *, kept: bool) -> dic
         ],
         "tokensSaved": outcome.saved,
         "modelCalls": outcome.model_calls,
-        "billedInputTokens": outcome.billed_input_tokens,
+        "billedInputTokens": outcome.input_tokens(model_call=True),
+        "offlineSummaries": outcome.offline_summaries,
         "status": outcome.status,
     }
 
@@ -307,9 +318,14 @@ def show_outcome(term: Terminal, outcome: ReplayOutcome) -> None:
     if outcome.model_calls:
         term.say(
             f"model calls: {outcome.model_calls} (summaries), billing about "
-            f"{outcome.billed_input_tokens:,} input tokens"
+            f"{outcome.input_tokens(model_call=True):,} input tokens"
         )
-    else:
+    if outcome.offline_summaries:
+        term.say(
+            f"summaries built offline: {outcome.offline_summaries}, no model call (a model "
+            f"would have read about {outcome.input_tokens(model_call=False):,} input tokens)"
+        )
+    if not outcome.model_calls and not outcome.offline_summaries:
         term.say("model calls: none (microcompact and session memory need no model)")
     term.say()
     term.say("after the replay", style="bold")
@@ -350,7 +366,15 @@ async def replay(
         term.error(choice)
         return 2
     plan = plan_replay(lines, rounds_per_batch)
-    options: dict[str, Any] = {"summarizer": choice.options}
+    options: dict[str, Any] = {
+        "summarizer": choice.options,
+        # A replay appends as fast as the daemon takes entries, not at an agent's pace: a
+        # summary prepared in the background would rarely be ready before the next append, and
+        # compact/auto would let the replay go on to its end uncompacted (summaryPreparing).
+        # Each compaction is therefore made when compact/auto decides it
+        # (docs/background.md#options).
+        "backgroundCompaction": {"enabled": False},
+    }
     if auto_compact_tokens is not None:
         options["autoCompactTokens"] = auto_compact_tokens
     with tempfile.TemporaryDirectory(prefix="compactd-replay-") as tmp:

@@ -246,6 +246,9 @@ class ReplayEvent:
     pre_tokens: int
     post_tokens: int
     boundary_uuid: str | None
+    # A summary a model wrote (the compaction reports the request's usage); False for one
+    # built offline and for a microcompact.
+    model_call: bool = False
 
 
 def timeline(term: Terminal, events: list[ReplayEvent], saved: int, refused: bool) -> None:

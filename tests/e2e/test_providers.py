@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,9 @@ async def test_cli_compact_takes_provider_model_and_base_url(tmp_path: Path) -> 
         )
         assert code == 0, err
         assert f"compacting with the Chat Completions API at {emu.base_url}/v1" in out
+        # A model wrote the summaries: the replay counts them as model calls, none offline.
+        assert re.search(r"^model calls: [1-9]\d* \(summaries\)", out, re.M), out
+        assert "built offline" not in out
     code, _, err = await run_cli("compact", str(source), "--provider", "openai", env=env)
     assert code == 2 and "--provider openai needs OPENAI_API_KEY or --base-url" in err
     code, _, err = await run_cli("compact", str(source), "--base-url", "http://x/v1", env=env)

@@ -33,14 +33,22 @@ protocol-check: $(STAMP)
 protocol: $(STAMP)
 	$(BIN)/python -m compactd.protocol_gen
 
+# The suite on every core (pytest-xdist; CI has two): a worker takes the next test when it is
+# done, so a slow one does not hold back the others. PYTHONDONTWRITEBYTECODE is cleared for the
+# run when the environment sets it: the run starts some 350 Python processes (daemons, CLIs), and
+# each would compile compactd's modules again, and every worker would rewrite the asserts of
+# every test module again (seconds each), instead of reading the caches the first one wrote.
+PYTEST_WORKERS ?= auto
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -q -n $(PYTEST_WORKERS) --dist worksteal
 
 # The fuzz and kill tests in their full form: the counts the default run scales down to stay
 # well inside each test's timeout (same checks, about 4x the cases). Minutes, not seconds.
 fuzz: $(STAMP)
 	FUZZ_EXAMPLES=210 FUZZ_SCHEMA_EXAMPLES=80 FUZZ_MUTATION_EXAMPLES=120 CANCEL_TRIALS=100 \
-		KILL_TRIALS=50 $(BIN)/python -m pytest -q --timeout=900 \
+		KILL_TRIALS=50 $(PYTEST) -q --timeout=900 \
 		tests/e2e/test_fuzz.py tests/e2e/test_durability.py
 
 # The TypeScript client package, then the VS Code extension built on it, against the real daemon.

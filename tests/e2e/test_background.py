@@ -16,8 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from compactd_client import Client
+from compactd_client.protocol import AutoResult
 
 from compactd import protocol as p
 from compactd.core.ledger import view_budget
@@ -302,7 +304,7 @@ async def test_a_prepared_summary_leaving_a_user_message_to_a_pointer_is_set_asi
 
 async def test_summary_preparing_below_the_blocking_limit_then_waits_at_it(h: Harness) -> None:
     client, emu = h.client, h.emu
-    emu.set_latency("summary", 3.0)
+    emu.hold("summary")  # the preparation is being written until released below
     convo = Convo("b")
     # A larger window: what is appended from the start level to the blocking limit, kept
     # verbatim after the summary, must leave the headroom (else it compacts as without one).
@@ -325,7 +327,11 @@ async def test_summary_preparing_below_the_blocking_limit_then_waits_at_it(h: Ha
         # the threshold, so it is brought into the summary before it is applied
         # (docs/background.md#bound): the verbatim tail stays under the bound.
         await grow_until(client, sid, convo, above.status.blocking_limit)
-        auto = await client.compact_auto(sid)
+        # compact/auto is sent while the preparation is still being written, then the model
+        # finishes it.
+        _, answer = await client.request_with_id(p.COMPACT_AUTO, {"sessionId": sid})
+        emu.release("summary")
+        auto = msgspec.convert(await answer, AutoResult)
     assert auto.was_compacted and auto.result is not None, auto
     assert summary_requests(emu) >= 2
     quarter = status.auto_compact_threshold // 4
@@ -386,7 +392,9 @@ async def test_a_failed_preparation_is_counted_and_never_stops_the_agent(h: Harn
     convo = Convo("e")
     sid = await open_convo(client, convo, 10)
     status = await client.tokens_status(sid)
-    emu.set_default(api_error(message="prepared summaries fail here"))
+    # The SDK retries each request as usual; the answer's retry-after-ms keeps its backoff
+    # (half a second, then one) from adding seconds of waiting per request.
+    emu.set_default(api_error(message="prepared summaries fail here", retry_after_ms=5))
     async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
         await grow_until(client, sid, convo, int(status.auto_compact_threshold * 0.8))
         failed = await next_phase(queue, "failed")
@@ -656,7 +664,11 @@ async def test_a_failed_refresh_leaves_the_ready_summary_and_is_not_asked_again(
         convo = Convo("t")
         async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:
             sid, _, first = await _refresh_that_fails(
-                client, convo, queue, lambda: emulator.set_default(api_error(message="no"))
+                client,
+                convo,
+                queue,
+                # Retried by the SDK as usual, without its backoff (retry-after-ms).
+                lambda: emulator.set_default(api_error(message="no", retry_after_ms=5)),
             )
             failed = await next_phase(queue, "failed")
         assert failed["background"] is True

@@ -71,7 +71,7 @@ async def test_the_tail_is_brought_in_ahead_of_the_threshold(h: Harness) -> None
         assert (await _phase(queue, ("prepared", "failed")))["phase"] == "prepared"
         ready = await client.tokens_status(sid)
         threshold = ready.auto_compact_threshold
-        h.emu.set_latency("summary", 8.0)  # the catch-up takes its time
+        h.emu.hold("summary")  # the catch-up is being written until released below
         asked = len(_summaries(h))
         while not await _refreshing(client, sid):
             await client.append(sid, burst.take(20))
@@ -82,12 +82,12 @@ async def test_the_tail_is_brought_in_ahead_of_the_threshold(h: Harness) -> None
         waiting = await client.compact_auto(sid)
         assert not waiting.was_compacted and waiting.reason_code == "summaryPreparing", waiting
         assert waiting.tokens_left == status.blocking_limit - status.tokens
+        h.emu.release("summary")
         assert (await _phase(queue, ("prepared", "failed")))["phase"] == "prepared"
     # The catch-up's request: the ready summary as the opening, then the entries after it.
     catch_up = _summaries(h)[asked:]
     assert len(catch_up) == 1, len(catch_up)
     assert user_texts(catch_up[0].body)[0].startswith(OPENING)
-    h.emu.set_latency("summary", 0.0)
     asked = len(_summaries(h))
     before = await client.tokens_status(sid)
     auto = await client.compact_auto(sid)

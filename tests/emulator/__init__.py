@@ -12,7 +12,8 @@ Quick use::
         emu.cost_summary()    # token totals incl. cache reads/writes
 
 Agents: ``request_kind(body)`` tells compactd's summary requests ("summary") from an
-agent's own ("main"); ``emu.set_latency("summary", 0.9)`` makes summaries take their time.
+agent's own ("main"); ``emu.set_latency("summary", 0.9)`` makes summaries take their time,
+``emu.hold("summary")`` keeps them waiting until ``emu.release("summary")``.
 
 Pytest fixture: ``from tests.emulator.fixtures import emulator``.
 Command line: ``python -m tests.emulator --port 8080``, or ``python -m tests.emulator

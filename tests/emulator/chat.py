@@ -196,7 +196,9 @@ def _reply(emu: Emulator, x: _Exchange, seq: int, body: dict[str, Any], reply: R
     }
     usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
     x.rec.usage = usage
-    delay = reply.delay + emu.latency(request_kind(body))
+    kind = request_kind(body)
+    emu._pass_hold(kind)
+    delay = reply.delay + emu.latency(kind)
     if delay:
         emu._wait(delay)
     ident = f"chatcmpl-emu{seq:08d}"

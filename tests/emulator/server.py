@@ -281,6 +281,8 @@ class Emulator:
         self._totals = CostSummary()
         self._cache = PromptCache(lookback=lookback)
         self._latency: dict[str, float] = {}
+        # Kinds of request whose replies wait for ``release`` (``hold``): each a gate.
+        self._held: dict[str, threading.Event] = {}
         # Every pause served before a reply or between stream chunks, in seconds, in order: what
         # a test checks instead of timing the client (a busy machine only makes that slower).
         self._waits: list[float] = []
@@ -319,6 +321,7 @@ class Emulator:
             return
         self._server = None
         self._stopping.set()
+        self._open_gates()  # a held reply ends with the connection, as a delayed one does
         server.shutdown()
         server.server_close()
         server.close_connections(timeout)
@@ -425,6 +428,34 @@ class Emulator:
         with self._lock:
             return self._latency.get(kind, 0.0)
 
+    def hold(self, kind: str) -> None:
+        """Keep every reply to a request of ``kind`` (``script.request_kind``) from starting
+        until ``release(kind)``: a model still writing for as long as the test needs, however
+        fast or slow the machine, where a latency would be a guess. The request is received and
+        recorded at once; only its reply waits."""
+        if kind not in REQUEST_KINDS:
+            raise ValueError(f"unknown request kind {kind!r}; expected one of {REQUEST_KINDS}")
+        with self._lock:
+            self._held.setdefault(kind, threading.Event())
+
+    def release(self, kind: str) -> None:
+        """Let the held replies to ``kind`` go on (and later ones start at once)."""
+        with self._lock:
+            gate = self._held.pop(kind, None)
+        if gate is not None:
+            gate.set()
+
+    def held(self, kind: str) -> bool:
+        with self._lock:
+            return kind in self._held
+
+    def _open_gates(self) -> None:
+        with self._lock:
+            gates = list(self._held.values())
+            self._held.clear()
+        for gate in gates:
+            gate.set()
+
     def set_context_window(self, model: str, tokens: int) -> None:
         with self._lock:
             self.context_windows[model] = tokens
@@ -486,8 +517,9 @@ class Emulator:
             return self._totals
 
     def reset(self) -> None:
-        """Forget requests, script, default behaviour, latencies, cache and totals (keeps the
-        context windows and cache minimums)."""
+        """Forget requests, script, default behaviour, latencies, holds (their replies go on),
+        cache and totals (keeps the context windows and cache minimums)."""
+        self._open_gates()
         with self._lock:
             self._requests.clear()
             self._waits.clear()
@@ -500,6 +532,15 @@ class Emulator:
     estimate_tokens = staticmethod(estimate_tokens)
 
     # ------------------------------------------------------- request handling
+
+    def _pass_hold(self, kind: str) -> None:
+        """Wait while ``kind`` is held (``hold``); a stop ends the exchange."""
+        with self._lock:
+            gate = self._held.get(kind)
+        if gate is not None:
+            gate.wait()
+            if self._stopping.is_set():
+                raise _Abort()
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0:
@@ -833,7 +874,9 @@ class Emulator:
         usage = self._account(body, out_tokens)
         x.rec.usage = usage
         msg_id = f"msg_emu_{seq:08d}"
-        delay = reply.delay + self.latency(request_kind(body))
+        kind = request_kind(body)
+        self._pass_hold(kind)
+        delay = reply.delay + self.latency(kind)
         if delay:
             self._wait(delay)
         if body.get("stream"):

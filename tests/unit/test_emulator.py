@@ -796,3 +796,37 @@ def test_latency_delays_only_its_kind(emulator: Emulator) -> None:
     assert emulator.latency("summary") == 0.3 and emulator.latency("main") == 0.0
     emulator.reset()
     assert emulator.latency("summary") == 0.0
+
+
+def test_hold_keeps_only_its_kind_waiting_until_released(emulator: Emulator) -> None:
+    from compactd.core.prompts import compact_prompt
+
+    with pytest.raises(ValueError):
+        emulator.hold("extraction")
+    emulator.hold("summary")
+    assert emulator.held("summary") and not emulator.held("main")
+    summary = [user("hello\n\n" + compact_prompt("full"))]
+    done = threading.Event()
+    with emulator.client() as client:
+        client.messages.create(model=MODEL, max_tokens=50, messages=[user("hello")])
+
+        def ask() -> None:
+            client.messages.create(model=MODEL, max_tokens=50, messages=summary)
+            done.set()
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        # The summary request is received and recorded at once; its reply waits.
+        deadline = time.monotonic() + 20
+        while len(emulator.message_requests) < 2:
+            assert time.monotonic() < deadline, "the held request never arrived"
+            time.sleep(0.01)
+        assert not done.is_set()
+        emulator.release("summary")
+        asker.join(20)
+        assert done.is_set() and not emulator.held("summary")
+        # Released, later summaries are answered at once; a reset lets held replies go too.
+        client.messages.create(model=MODEL, max_tokens=50, messages=summary)
+    emulator.hold("summary")
+    emulator.reset()
+    assert not emulator.held("summary")

@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,6 +150,19 @@ def linked_record(
     if kind in ("user", "assistant") and "message" not in fields:
         obj["message"] = {"role": kind, "content": f"text of {uuid}"}
     return record_from_dict({**obj, **fields})
+
+
+def counting_calls(
+    counted: Counter[str], name: str, fn: Callable[..., Any]
+) -> Callable[..., Any]:
+    """``fn``, counting each call in ``counted[name]``: monkeypatched in where a test counts
+    how often a real function runs."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        counted[name] += 1
+        return fn(*args, **kwargs)
+
+    return call
 
 
 def uuids(records: Iterable[Record]) -> list[str | None]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from compactd.cli.synthetic import make_session
 from compactd.engine import summary_source
 from compactd.engine.background import preparation_of, run_full
 from tests.emulator import Emulator
-from tests.helpers import emulator_options
+from tests.helpers import counting_calls, emulator_options
 
 MODEL = "claude-sonnet-4-5"
 
@@ -69,18 +68,9 @@ async def test_a_prepared_summary_is_checked_before_the_compaction_that_applies_
             assert job is not None and job.checked is not None and not job.checked.lost
 
             calls: Counter[str] = Counter()
-
-            def counting(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-                def call(*args: Any, **kwargs: Any) -> Any:
-                    calls[name] += 1
-                    return fn(*args, **kwargs)
-
-                return call
-
             for name in ("written", "check_summary"):
-                monkeypatch.setattr(
-                    summary_source, name, counting(name, getattr(summary_source, name))
-                )
+                counted = counting_calls(calls, name, getattr(summary_source, name))
+                monkeypatch.setattr(summary_source, name, counted)
             result = await run_full(app, session, None, _no_progress)
             assert result.prepared
             assert calls == Counter()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from compactd.engine import plan, summary_source
 from compactd.engine.auto import decide_auto, run_auto
 from compactd.engine.rehydrate import rehydrate_now
 from compactd.engine.session import Session
+from tests.helpers import counting_calls
 
 MODEL = "claude-sonnet-4-5"
 
@@ -41,18 +41,12 @@ def _recent(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     counted: Counter[str] = Counter()
-
-    def counting(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            counted[name] += 1
-            return fn(*args, **kwargs)
-
-        return call
-
     # Every place a compaction builds them (session memory's own extraction is not counted).
     for module in (plan, summary_source):
-        monkeypatch.setattr(module, "build_ledger", counting("ledger", module.build_ledger))
-        monkeypatch.setattr(module, "offline_summary", counting("summary", module.offline_summary))
+        ledger = counting_calls(counted, "ledger", module.build_ledger)
+        monkeypatch.setattr(module, "build_ledger", ledger)
+        summary = counting_calls(counted, "summary", module.offline_summary)
+        monkeypatch.setattr(module, "offline_summary", summary)
     return counted
 
 

@@ -20,6 +20,7 @@ import anyio
 
 from compactd import protocol as p
 from compactd.core import constants as c
+from compactd.core.outbound import remember_secret, upstream
 from compactd.core.tokens import chars_to_tokens, pad
 
 __all__ = [
@@ -111,19 +112,22 @@ class Reply:
 
 
 class ProviderFailed(Exception):
-    """The provider could not write the summary (an error, the API unreachable, no text)."""
+    """The provider could not write the summary (an error, the API unreachable, no text).
+
+    The message may quote the upstream: it is redacted and bounded here, once, before anything
+    passes it on (core/outbound.py)."""
 
     def __init__(self, message: str, *, api_failure: bool = True) -> None:
-        super().__init__(message)
+        super().__init__(upstream(message))
         self.api_failure = api_failure
 
 
 class ContextTooLong(Exception):
     """The provider says the request does not fit its window; ``window``: the window the error
-    names, when it names one."""
+    names, when it names one. The message is redacted and bounded as ``ProviderFailed``'s."""
 
     def __init__(self, message: str, window: int | None = None) -> None:
-        super().__init__(message)
+        super().__init__(upstream(message))
         self.window = window
 
 
@@ -289,6 +293,9 @@ def resolve_settings(
     named = env.get(options.api_key_env) if options.api_key_env else None
     api_key = options.api_key or named or env.get(key_variable) or None
     token = env.get(token_variable) if token_variable and not api_key else None
+    # Whatever an upstream echoes, these never leave compactd (core/outbound.py).
+    remember_secret(api_key)
+    remember_secret(token)
     retries = options.max_retries
     return ProviderSettings(
         provider=provider,

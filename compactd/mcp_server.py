@@ -350,6 +350,16 @@ def _surrogate(value: object) -> str | None:
 _NO_REPLY: Final = object()
 
 
+def _has_id(line: str) -> bool:
+    import json
+
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and "id" in message
+
+
 def _refusal(line: str, problem: Exception) -> tuple[object, int, str]:
     """The id to answer a line the SDK refused with (``_NO_REPLY``: a notification or a
     response, which get none), the JSON-RPC error code, and why, in words."""
@@ -369,6 +379,8 @@ def _refusal(line: str, problem: Exception) -> tuple[object, int, str]:
     lone = _surrogate(message)
     if lone is not None:
         why = f"the message holds a lone surrogate ({lone}) in a string: text must be valid Unicode"
+    elif msg_id is None:
+        why = "the message's id is neither a string nor an integer"
     else:
         first: list[dict[str, Any]] = getattr(problem, "errors", list)()
         detail = (
@@ -415,7 +427,10 @@ class _Frames:
             if not line.strip():
                 continue
             try:
-                types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                if isinstance(message, types.JSONRPCNotification) and _has_id(line):
+                    # An id the SDK cannot read makes a request look like a notification.
+                    raise ValueError("the id is neither a string nor an integer")
             except Exception as exc:  # noqa: BLE001 - whatever the SDK refuses
                 msg_id, code, why = _refusal(line, exc)
                 if msg_id is _NO_REPLY:

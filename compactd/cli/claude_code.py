@@ -145,7 +145,7 @@ def _settings(args: argparse.Namespace) -> int:
 
     project = Path(args.project).resolve()
     # Absolute: the commands install writes run in whatever folder Claude Code starts them.
-    data_dir = _data_dir(args.data_dir).expanduser().absolute()
+    data_dir = Path(os.path.abspath(_data_dir(args.data_dir).expanduser()))
     try:
         if args.action == "install":
             if args.replace_compaction:

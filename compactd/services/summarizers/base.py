@@ -34,6 +34,7 @@ __all__ = [
     "SummarizerError",
     "SummaryOutcome",
     "SummaryRequest",
+    "UpstreamError",
     "estimate_message",
     "plain_messages",
     "with_instruction",
@@ -111,23 +112,29 @@ class Reply:
         return "".join(self.parts)
 
 
-class ProviderFailed(Exception):
-    """The provider could not write the summary (an error, the API unreachable, no text).
+class UpstreamError(Exception):
+    """A failure whose message may quote the upstream (its error body): the message is
+    redacted and bounded here, once, before anything passes it on (core/outbound.py). Every
+    provider's failures derive from it."""
 
-    The message may quote the upstream: it is redacted and bounded here, once, before anything
-    passes it on (core/outbound.py)."""
+    def __init__(self, message: str) -> None:
+        super().__init__(upstream(message))
+
+
+class ProviderFailed(UpstreamError):
+    """The provider could not write the summary (an error, the API unreachable, no text)."""
 
     def __init__(self, message: str, *, api_failure: bool = True) -> None:
-        super().__init__(upstream(message))
+        super().__init__(message)
         self.api_failure = api_failure
 
 
-class ContextTooLong(Exception):
+class ContextTooLong(UpstreamError):
     """The provider says the request does not fit its window; ``window``: the window the error
-    names, when it names one. The message is redacted and bounded as ``ProviderFailed``'s."""
+    names, when it names one."""
 
     def __init__(self, message: str, window: int | None = None) -> None:
-        super().__init__(upstream(message))
+        super().__init__(message)
         self.window = window
 
 

@@ -62,7 +62,9 @@ class App(Runtime):
         data_dir: Path | None = None,
     ) -> None:
         root = Path(options.data_dir) if options.data_dir else (data_dir or default_data_dir())
-        super().__init__(options, root.expanduser(), base_env)
+        # Absolute: the summary names the session's transcript by its path for the model to
+        # read back, and a path relative to the daemon's folder means nothing to the model.
+        super().__init__(options, root.expanduser().absolute(), base_env)
         if options.auto_compact_tokens is not None:
             # The daemon's absolute auto-compact level reaches every session's limits the way
             # its environment variable does (docs/thresholds.md#absolute-level).

@@ -42,6 +42,7 @@ from compactd.services.store import (
     default_data_dir,
     valid_session_id,
 )
+from compactd.transcript.bulk import collector_paused
 from compactd.transcript.model import (
     Record,
     newest_first,
@@ -117,11 +118,16 @@ class App(Runtime):
         """
         lock = self._take(sid)
         try:
-            if self.store.exists(sid):
-                session, created = self._load(sid, repair=True), False
-            elif create is not None:
-                session, created = create(), True
-            else:  # its files went away between the look and the lock
+            # Whole transcripts are read here: without the collector walking every new record.
+            session: Session | None
+            with collector_paused():
+                if self.store.exists(sid):
+                    session, created = self._load(sid, repair=True), False
+                elif create is not None:
+                    session, created = create(), True
+                else:
+                    session, created = None, False
+            if session is None:  # its files went away between the look and the lock
                 raise p.CompactdError(
                     p.ErrorCode.SESSION_NOT_FOUND, f"no session {sid!r}", sessionId=sid
                 )

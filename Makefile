@@ -24,12 +24,12 @@ PIP := $(BIN)/python -m pip --quiet --quiet --disable-pip-version-check
 RUNTIME := $(VENV)/.runtime
 
 $(RUNTIME): $(BIN)/python pyproject.toml clients/python/pyproject.toml
-	@echo "installing compactd into $(VENV) (once; the next runs start at once)" >&2
+	@echo "installing compactd and the packages it runs on into $(VENV)" >&2
 	@$(PIP) install -e .
 	@touch $@
 
 $(STAMP): $(RUNTIME)
-	@echo "installing the development tools into $(VENV) (once)" >&2
+	@echo "installing the development tools into $(VENV)" >&2
 	@$(PIP) install -e '.[dev]'
 	@touch $@
 

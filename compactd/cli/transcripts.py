@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from compactd.services.claude_state import project_dir
+from compactd.services.claude_state import project_dir, project_sessions
 
 
 class NoTranscript(Exception):
@@ -45,7 +45,7 @@ def choose(target: str | None, *, command: str, cwd: Path | None = None) -> Chos
     path = Path(target).expanduser()
     if not path.is_dir():
         return Chosen(path)  # a file, or nothing: the report says which (cli/inputs.unreadable)
-    sessions = _sessions([path])
+    sessions = project_sessions([path])
     if sessions:
         return _newest(sessions, f"in {shown(path)}", path)
     return _of_working_folder(path.absolute(), shown(path.absolute()), command, named=True)
@@ -54,7 +54,7 @@ def choose(target: str | None, *, command: str, cwd: Path | None = None) -> Chos
 def _of_working_folder(folder: Path, called: str, command: str, *, named: bool = False) -> Chosen:
     """The newest session Claude Code keeps for the working folder ``folder``."""
     homes = _project_dirs(folder)
-    sessions = _sessions(homes)
+    sessions = project_sessions(homes)
     if sessions:
         home = next(h for h in homes if h == sessions[0][1].parent)
         return _newest(sessions, f"of {called}, in {shown(home)}", home)
@@ -83,31 +83,6 @@ def _same(a: str, b: Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
-
-
-def _sessions(folders: list[Path]) -> list[tuple[float, Path]]:
-    """The session transcripts directly in ``folders``, newest first.
-
-    Empty files are passed over (nothing to read yet), and so are ``agent-*.jsonl``: sub-agent
-    transcripts, which Claude Code releases before 2.1.2 wrote beside the sessions (later ones
-    put them in ``<session id>/subagents/``).
-    """
-    found: dict[str, tuple[float, Path]] = {}
-    for folder in folders:
-        try:
-            files = list(folder.glob("*.jsonl"))
-        except OSError:
-            continue
-        for file in files:
-            if file.name.startswith("agent-"):
-                continue
-            try:
-                info = file.stat()
-            except OSError:
-                continue  # removed while we looked
-            if info.st_size > 0 and file.is_file():
-                found.setdefault(os.path.realpath(file), (info.st_mtime, file))
-    return sorted(found.values(), key=lambda found: found[0], reverse=True)
 
 
 def _newest(sessions: list[tuple[float, Path]], where: str, folder: Path) -> Chosen:
@@ -148,7 +123,7 @@ def _recent_projects(projects: Path, shown: int = 3) -> list[str]:
     except OSError:
         return []
     for folder in folders:
-        sessions = _sessions([folder])
+        sessions = project_sessions([folder])
         if sessions:
             count = len(sessions)
             noun = "session" if count == 1 else "sessions"

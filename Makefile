@@ -3,6 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make` alone is `make demo`.
+.DEFAULT_GOAL := demo
 
 .PHONY: demo test lint typecheck unit fuzz protocol-check protocol bench node-test test-editors vscode-screenshots screenshots clean
 
@@ -10,9 +12,11 @@ STAMP := $(VENV)/.installed
 # be made whole (Debian without python3-venv: no pip in it) is removed, so the next run starts
 # over instead of failing on it.
 $(BIN)/python:
+	@command -v $(PY) >/dev/null || { echo "compactd needs Python 3.11 or newer, and there is" \
+		"no $(PY) on PATH: name one, e.g. make $(or $(MAKECMDGOALS),demo) PY=python3.12" >&2; exit 1; }
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
-		echo "compactd needs Python 3.11 or newer; $(PY) is $$($(PY) --version 2>&1)." \
-			"Name another with PY, e.g. make $(MAKECMDGOALS) PY=python3.12" >&2; exit 1; }
+		echo "compactd needs Python 3.11 or newer, and $(PY) is $$($(PY) --version 2>&1):" \
+			"name another, e.g. make $(or $(MAKECMDGOALS),demo) PY=python3.12" >&2; exit 1; }
 	@$(PY) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 
 # Two steps of one venv. `make demo` installs what running compactd needs, and nothing else;
@@ -33,8 +37,15 @@ $(STAMP): $(RUNTIME)
 	@$(PIP) install -e '.[dev]'
 	@touch $@
 
+# The demo, then where to go from it (the command by its full path: it is not on PATH).
 demo: $(RUNTIME)
 	@$(BIN)/compactd demo
+	@echo
+	@echo "next:"
+	@echo "  - where your latest Claude Code session stands: in the folder you run claude in,"
+	@echo "      $(abspath $(BIN))/compactd status"
+	@echo "  - compactd on your PATH: pipx install .  (or: uv tool install .)"
+	@echo "  - the rest (Claude Code, VS Code, the protocol): README.md"
 
 lint: $(STAMP)
 	$(BIN)/ruff check compactd tests clients/python examples

@@ -130,7 +130,7 @@ def _print(
         return
     skipped = f", {opened.skipped_lines} corrupt line(s) skipped" if opened.skipped_lines else ""
     if chosen.how is not None:
-        term.say(f"{chosen.how} (another: compactd status FILE.jsonl)", style="dim")
+        term.say(chosen.how, style="dim")
     term.say(chosen.path.name, style="bold")
     # Without --model the daemon takes the model the transcript names (docs/thresholds.md).
     used = opened.model or DEFAULT_MODEL

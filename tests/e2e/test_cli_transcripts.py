@@ -77,10 +77,7 @@ async def test_a_folder_of_sessions_reads_its_newest_and_says_so(tmp_path: Path)
     code, out, err = await machine.cli("status", str(folder), "--plain", cwd=tmp_path)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == (
-        f"the newest of 2 sessions in {folder}, written 2 minutes ago "
-        "(another: compactd status FILE.jsonl)"
-    ), out
+    assert lines[0] == f"the newest of 2 sessions in {folder}, written 2 minutes ago", out
     assert lines[1] == "newest.jsonl"
     # The same report as for the file named.
     code, named, err = await machine.cli("status", str(newest), "--plain", cwd=tmp_path)
@@ -109,7 +106,7 @@ async def test_nothing_named_reads_the_current_folders_newest_session(tmp_path: 
     lines = out.splitlines()
     assert lines[0] == (
         f"the only session of this folder, in ~/.claude/projects/{slug(work)}, written 10 "
-        "minutes ago (another: compactd status FILE.jsonl)"
+        "minutes ago"
     ), out
     assert lines[1] == "a.jsonl"
     # A working folder named is read the same way, from anywhere.

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs what the real-editor tests need; `make test-editors` runs it before them.
-#   setup.sh CACHE_DIR CODE_SERVER_VERSION [CLAUDE_CODE_VERSION]
-# - Debian packages: chromium (Playwright drives it; no browser download), neovim, ripgrep, and
+#   setup.sh CACHE_DIR CODE_SERVER_VERSION [CLAUDE_CODE_VERSION [CODEX_VERSION]]
+# - Debian packages: chromium (Playwright drives it; no browser download), neovim, ripgrep,
+#   strace (test_codex.py watches where Codex connects), and
 #   the build tools code-server's native modules compile with (build-essential, pkg-config,
 #   python3, libkrb5-dev). Installed with apt-get when missing (needs root).
 # - code-server from npm (it needs Node 20), into CACHE_DIR/code-server-VERSION, once: later runs
@@ -9,6 +10,9 @@
 #   download cache it looks in first is seeded with Debian's rg.
 # - the Claude Code CLI from npm (@anthropic-ai/claude-code, pinned; its native binary comes in
 #   an optional dependency of the package) into CACHE_DIR/claude-code-VERSION, once.
+# - the Codex CLI from npm (@openai/codex, pinned; its native binary is the optional dependency
+#   @openai/codex-linux-x64 or -arm64, an alias of @openai/codex@VERSION-linux-ARCH) into
+#   CACHE_DIR/codex-VERSION, once.
 # It does not stop at the first failure: it installs what it can and says what it could not.
 # The tests then fail with what is missing.
 set -u
@@ -16,12 +20,13 @@ set -u
 cache=$1
 version=$2
 claude_version=${3:-}
+codex_version=${4:-}
 status=0
 say() { echo "setup.sh: $*" >&2; }
 
 # -- Debian packages ---------------------------------------------------------------------------
 missing=""
-for pkg in chromium neovim ripgrep build-essential pkg-config python3 libkrb5-dev; do
+for pkg in chromium neovim ripgrep strace build-essential pkg-config python3 libkrb5-dev; do
   dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then
@@ -52,6 +57,26 @@ if [ -n "$claude_version" ]; then
       touch "$cdir/.installed"
     else
       say "npm could not install @anthropic-ai/claude-code@$claude_version (see above)"
+      status=1
+    fi
+  fi
+fi
+
+# -- Codex CLI ---------------------------------------------------------------------------------
+# tests/editors/test_codex.py runs `codex exec` against tests/emulator's Responses API, offline.
+if [ -n "$codex_version" ]; then
+  xdir="$cache/codex-$codex_version"
+  if [ ! -f "$xdir/.installed" ]; then
+    rm -rf "$xdir"
+    mkdir -p "$xdir"
+    echo '{"private": true}' >"$xdir/package.json"
+    say "installing @openai/codex@$codex_version with npm into $xdir"
+    if (cd "$xdir" && npm_config_cache="$cache/npm" npm install --no-audit --no-fund --no-save \
+        --loglevel=error "@openai/codex@$codex_version" >&2) &&
+      "$xdir/node_modules/.bin/codex" --version >/dev/null 2>&1; then
+      touch "$xdir/.installed"
+    else
+      say "npm could not install @openai/codex@$codex_version (see above)"
       status=1
     fi
   fi

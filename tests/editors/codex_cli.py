@@ -266,7 +266,7 @@ def trusted_hash(event: str, matcher: str | None, hook: Mapping[str, Any]) -> st
     """What Codex 0.171.0 records as a hook handler's ``trusted_hash``: the sha256 of the
     key-sorted, compact JSON of the event's snake_case name, the group's matcher (left out for
     events without matchers) and the handler with its defaults filled in (``timeout`` 600,
-    ``async`` false; ``statusMessage`` only when set). docs/codex.md#hook-trust."""
+    ``async`` false; ``statusMessage`` only when set). docs/codex.md#hooks."""
     handler: dict[str, Any] = {
         "type": hook.get("type", "command"),
         "command": hook["command"],

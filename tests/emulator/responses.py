@@ -85,7 +85,7 @@ __all__ = [
 
 RESPONSES_PATH = "/v1/responses"
 # The opening of the prompt Codex 0.171.0 sends as the last user message of its compaction
-# request (seen in its requests; docs/codex.md#compaction).
+# request (seen in its requests; docs/codex.md#the-compaction).
 COMPACTION_PROMPT_OPENING = "You are performing a CONTEXT CHECKPOINT COMPACTION"
 # The API's automatic prompt cache: nothing under this many tokens, then steps of CACHE_STEP.
 CACHE_MIN_TOKENS = 1024

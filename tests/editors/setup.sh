@@ -42,44 +42,36 @@ if [ -n "$missing" ]; then
   fi
 fi
 
+# npm_cli DIR PACKAGE@VERSION BIN: installs an npm CLI into DIR once (DIR/.installed marks it
+# done) and checks that DIR/node_modules/.bin/BIN runs.
+npm_cli() {
+  if [ -f "$1/.installed" ]; then
+    return 0
+  fi
+  rm -rf "$1"
+  mkdir -p "$1"
+  echo '{"private": true}' >"$1/package.json"
+  say "installing $2 with npm into $1"
+  if (cd "$1" && npm_config_cache="$cache/npm" npm install --no-audit --no-fund --no-save \
+      --loglevel=error "$2" >&2) &&
+    "$1/node_modules/.bin/$3" --version >/dev/null 2>&1; then
+    touch "$1/.installed"
+  else
+    say "npm could not install $2 (see above)"
+    status=1
+  fi
+}
+
 # -- Claude Code CLI --------------------------------------------------------------------------
 # tests/editors/test_claude_code.py runs it against tests/emulator, offline.
 if [ -n "$claude_version" ]; then
-  cdir="$cache/claude-code-$claude_version"
-  if [ ! -f "$cdir/.installed" ]; then
-    rm -rf "$cdir"
-    mkdir -p "$cdir"
-    echo '{"private": true}' >"$cdir/package.json"
-    say "installing @anthropic-ai/claude-code@$claude_version with npm into $cdir"
-    if (cd "$cdir" && npm_config_cache="$cache/npm" npm install --no-audit --no-fund --no-save \
-        --loglevel=error "@anthropic-ai/claude-code@$claude_version" >&2) &&
-      "$cdir/node_modules/.bin/claude" --version >/dev/null 2>&1; then
-      touch "$cdir/.installed"
-    else
-      say "npm could not install @anthropic-ai/claude-code@$claude_version (see above)"
-      status=1
-    fi
-  fi
+  npm_cli "$cache/claude-code-$claude_version" "@anthropic-ai/claude-code@$claude_version" claude
 fi
 
 # -- Codex CLI ---------------------------------------------------------------------------------
 # tests/editors/test_codex.py runs `codex exec` against tests/emulator's Responses API, offline.
 if [ -n "$codex_version" ]; then
-  xdir="$cache/codex-$codex_version"
-  if [ ! -f "$xdir/.installed" ]; then
-    rm -rf "$xdir"
-    mkdir -p "$xdir"
-    echo '{"private": true}' >"$xdir/package.json"
-    say "installing @openai/codex@$codex_version with npm into $xdir"
-    if (cd "$xdir" && npm_config_cache="$cache/npm" npm install --no-audit --no-fund --no-save \
-        --loglevel=error "@openai/codex@$codex_version" >&2) &&
-      "$xdir/node_modules/.bin/codex" --version >/dev/null 2>&1; then
-      touch "$xdir/.installed"
-    else
-      say "npm could not install @openai/codex@$codex_version (see above)"
-      status=1
-    fi
-  fi
+  npm_cli "$cache/codex-$codex_version" "@openai/codex@$codex_version" codex
 fi
 
 # -- code-server -------------------------------------------------------------------------------

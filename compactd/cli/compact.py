@@ -21,8 +21,7 @@ from compactd_client import Client
 from compactd.cli.inputs import daemon_args, unreadable
 from compactd.cli.providers import SummarizerChoice
 from compactd.cli.term import Terminal
-from compactd.cli.transcripts import NoTranscript, choose, shown
-from compactd.services.claude_state import project_dir
+from compactd.cli.transcripts import NoTranscript, choose, resume_notes
 from compactd.transcript.claude_code import resume_command
 
 
@@ -90,25 +89,3 @@ async def compact(
     for note in notes:
         term.say(f"note: {note}", style="yellow")
     return 0
-
-
-def resume_notes(cwd: str | None, transcript: Path) -> list[str]:
-    """Why the resume command would not work on this machine, said for a person: Claude Code
-    resumes a session from the folder it ran in, looking in that folder's project folder
-    (docs/claude-code.md#where-the-sessions-are)."""
-    if not cwd:
-        return []
-    notes = []
-    if not Path(cwd).is_dir():
-        notes.append(
-            f"{shown(Path(cwd))}, the folder the session ran in, does not exist on this machine, "
-            "so the `cd` above fails: Claude Code resumes a session only from its own folder."
-        )
-    home = project_dir(cwd)
-    if transcript.parent.name != home.name:
-        notes.append(
-            f"Claude Code looks for the sessions of {shown(Path(cwd))} in {shown(home)}/, and this "
-            f"one was written to {shown(transcript.parent)}/: copy it there for `claude --resume` "
-            "to find it."
-        )
-    return notes

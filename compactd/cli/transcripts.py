@@ -6,7 +6,8 @@ Claude Code keeps the sessions started in a working folder in one folder of its 
 ``~/.claude/projects/<project>/<session id>.jsonl`` (``services/claude_state.project_dir``). A
 person may name that folder, the working folder itself, or nothing; the choice is said with the
 report (``Chosen.how``), and when there is nothing to read, :class:`NoTranscript` says where
-Claude Code keeps transcripts and how to name one.
+Claude Code keeps transcripts and how to name one. ``resume_notes`` says when the command that
+resumes a session cannot work on this machine.
 """
 
 from __future__ import annotations
@@ -49,6 +50,28 @@ def choose(target: str | None, *, command: str, cwd: Path | None = None) -> Chos
     if sessions:
         return _newest(sessions, f"in {shown(path)}", path)
     return _of_working_folder(path.absolute(), shown(path.absolute()), command, named=True)
+
+
+def resume_notes(cwd: str | None, transcript: Path) -> list[str]:
+    """Why the resume command would not work on this machine, said for a person: Claude Code
+    resumes a session from the folder it ran in, looking in that folder's project folder
+    (docs/claude-code.md#where-the-sessions-are)."""
+    if not cwd:
+        return []
+    notes = []
+    if not Path(cwd).is_dir():
+        notes.append(
+            f"{shown(Path(cwd))}, the folder the session ran in, does not exist on this machine, "
+            "so the `cd` above fails: Claude Code resumes a session only from its own folder."
+        )
+    home = project_dir(cwd)
+    if transcript.parent.name != home.name:
+        notes.append(
+            f"Claude Code looks for the sessions of {shown(Path(cwd))} in {shown(home)}/, and this "
+            f"one was written to {shown(transcript.parent)}/: copy it there for `claude --resume` "
+            "to find it."
+        )
+    return notes
 
 
 def _of_working_folder(folder: Path, called: str, command: str, *, named: bool = False) -> Chosen:
@@ -114,7 +137,7 @@ def _hint(folder: Path, home: Path, command: str, *, named: bool) -> str:
     return "\n".join(lines)
 
 
-def _recent_projects(projects: Path, shown: int = 3) -> list[str]:
+def _recent_projects(projects: Path, most: int = 3) -> list[str]:
     """The project folders with the most recent sessions, each with its count: a person sees
     what they could name."""
     found: list[tuple[float, str]] = []
@@ -129,7 +152,7 @@ def _recent_projects(projects: Path, shown: int = 3) -> list[str]:
             noun = "session" if count == 1 else "sessions"
             found.append((sessions[0][0], f"{folder.name} ({count} {noun})"))
     found.sort(reverse=True)
-    return [name for _, name in found[:shown]]
+    return [name for _, name in found[:most]]
 
 
 def shown(path: Path) -> str:

@@ -27,7 +27,7 @@ def test_compactd_asks_for_everything_the_client_it_carries_needs() -> None:
     assert _names(client["dependencies"]) <= _names(daemon["dependencies"])
     # Carried, not depended on: no index has to find the client for compactd to install.
     assert "compactd-client" not in _names(daemon["dependencies"])
-    assert client["name"] == "compactd-client" and client["version"] == daemon["version"]
+    assert client["name"] == "compactd-client"
     with (ROOT / "pyproject.toml").open("rb") as fh:
         find = tomllib.load(fh)["tool"]["setuptools"]["packages"]["find"]
     assert "clients/python" in find["where"] and "compactd_client" in find["include"]

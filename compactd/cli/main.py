@@ -107,7 +107,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "compactions already made, and what compact/auto would do next. Read-only: the "
         "transcript is imported into a throwaway daemon.",
     )
-    status.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
+    status.add_argument(
+        "transcript",
+        nargs="?",
+        help="a Claude Code transcript (.jsonl), or a folder: one of sessions "
+        "(~/.claude/projects/<project>/) or a project's working folder, for its newest session "
+        "(default: the newest Claude Code session of the current folder)",
+    )
     status.add_argument(
         "--model",
         default=None,
@@ -140,7 +146,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "message kept, the last assistant turn verbatim. Prints the command that resumes it "
         "(claude --resume <id>).",
     )
-    compact.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
+    compact.add_argument(
+        "transcript",
+        nargs="?",
+        help="a Claude Code transcript (.jsonl), or a folder for its newest session, as status "
+        "takes it (default: the newest Claude Code session of the current folder)",
+    )
     add_summarizer_flags(compact)
     compact.add_argument(
         "--instructions", default=None, help="what the summary should focus on (like /compact's)"

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from .cache import CacheControlError, CacheOutcome, PromptCache
 from .chat import CHAT_PATH, CHAT_SERVERS, handle_chat
+from .gemini import GeminiApi, parse_gemini_path
 from .script import (
     DEFAULT,
     REQUEST_KINDS,
@@ -287,6 +288,9 @@ class Emulator:
         # a test checks instead of timing the client (a busy machine only makes that slower).
         self._waits: list[float] = []
 
+        # The Gemini API (tests.emulator.gemini): its own scripts and defaults.
+        self.gemini = GeminiApi(self)
+
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -528,6 +532,7 @@ class Emulator:
             self._default = Reply()
             self._totals = CostSummary()
             self._cache.clear()
+        self.gemini.reset()
 
     estimate_tokens = staticmethod(estimate_tokens)
 
@@ -666,6 +671,9 @@ class Emulator:
     def _route(self, x: _Exchange, seq: int, path: str, parse_error: str | None) -> None:
         path = path.rstrip("/")
         method = x.handler.command
+        if parse_gemini_path(path) is not None:
+            self.gemini.handle(x, seq, parse_error)
+            return
         if path == CHAT_PATH and method == "POST":
             if self._authenticate(x):
                 handle_chat(self, x, seq)

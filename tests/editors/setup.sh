@@ -1,14 +1,17 @@
 #!/bin/sh
 # Installs what the real-editor tests need; `make test-editors` runs it before them.
-#   setup.sh CACHE_DIR CODE_SERVER_VERSION [CLAUDE_CODE_VERSION]
+#   [GEMINI_CLI_VERSION=V] setup.sh CACHE_DIR CODE_SERVER_VERSION [CLAUDE_CODE_VERSION]
 # - Debian packages: chromium (Playwright drives it; no browser download), neovim, ripgrep, and
 #   the build tools code-server's native modules compile with (build-essential, pkg-config,
-#   python3, libkrb5-dev). Installed with apt-get when missing (needs root).
+#   python3, libkrb5-dev); strace, which shows that the Gemini CLI connects to 127.0.0.1 only.
+#   Installed with apt-get when missing (needs root).
 # - code-server from npm (it needs Node 20), into CACHE_DIR/code-server-VERSION, once: later runs
 #   find it there. Its postinstall downloads ripgrep from GitHub, which may be unreachable: the
 #   download cache it looks in first is seeded with Debian's rg.
 # - the Claude Code CLI from npm (@anthropic-ai/claude-code, pinned; its native binary comes in
 #   an optional dependency of the package) into CACHE_DIR/claude-code-VERSION, once.
+# - the Gemini CLI from npm (@google/gemini-cli, pinned by GEMINI_CLI_VERSION in the
+#   environment; it needs Node >= 20) into CACHE_DIR/gemini-cli-VERSION, once.
 # It does not stop at the first failure: it installs what it can and says what it could not.
 # The tests then fail with what is missing.
 set -u
@@ -21,7 +24,7 @@ say() { echo "setup.sh: $*" >&2; }
 
 # -- Debian packages ---------------------------------------------------------------------------
 missing=""
-for pkg in chromium neovim ripgrep build-essential pkg-config python3 libkrb5-dev; do
+for pkg in chromium neovim ripgrep build-essential pkg-config python3 libkrb5-dev strace; do
   dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
 done
 if [ -n "$missing" ]; then
@@ -37,23 +40,41 @@ if [ -n "$missing" ]; then
   fi
 fi
 
-# -- Claude Code CLI --------------------------------------------------------------------------
-# tests/editors/test_claude_code.py runs it against tests/emulator, offline.
+# -- npm CLIs --------------------------------------------------------------------------------
+# npm_cli DIR PACKAGE@VERSION BIN: installs an npm package into DIR (its own package.json, the
+# shared npm cache), once: DIR/.installed marks an install whose BIN answers --version.
+npm_cli() {
+  if [ -f "$1/.installed" ]; then
+    return 0
+  fi
+  rm -rf "$1"
+  mkdir -p "$1"
+  echo '{"private": true}' >"$1/package.json"
+  say "installing $2 with npm into $1"
+  if (cd "$1" && npm_config_cache="$cache/npm" npm install --no-audit --no-fund --no-save \
+      --loglevel=error "$2" >&2) &&
+    "$1/node_modules/.bin/$3" --version >/dev/null 2>&1; then
+    touch "$1/.installed"
+  else
+    say "npm could not install $2 (see above)"
+    status=1
+  fi
+}
+
+# tests/editors/test_claude_code.py runs the Claude Code CLI against tests/emulator, offline.
 if [ -n "$claude_version" ]; then
-  cdir="$cache/claude-code-$claude_version"
-  if [ ! -f "$cdir/.installed" ]; then
-    rm -rf "$cdir"
-    mkdir -p "$cdir"
-    echo '{"private": true}' >"$cdir/package.json"
-    say "installing @anthropic-ai/claude-code@$claude_version with npm into $cdir"
-    if (cd "$cdir" && npm_config_cache="$cache/npm" npm install --no-audit --no-fund --no-save \
-        --loglevel=error "@anthropic-ai/claude-code@$claude_version" >&2) &&
-      "$cdir/node_modules/.bin/claude" --version >/dev/null 2>&1; then
-      touch "$cdir/.installed"
-    else
-      say "npm could not install @anthropic-ai/claude-code@$claude_version (see above)"
-      status=1
-    fi
+  npm_cli "$cache/claude-code-$claude_version" "@anthropic-ai/claude-code@$claude_version" claude
+fi
+
+# tests/editors/test_gemini.py runs `gemini -p` against tests/emulator's Gemini API, offline.
+gemini_version=${GEMINI_CLI_VERSION:-}
+if [ -n "$gemini_version" ]; then
+  node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if [ "$node_major" -ge 20 ] 2>/dev/null; then
+    npm_cli "$cache/gemini-cli-$gemini_version" "@google/gemini-cli@$gemini_version" gemini
+  else
+    say "@google/gemini-cli@$gemini_version needs Node.js 20 or later (found: $node_major)"
+    status=1
   fi
 fi
 

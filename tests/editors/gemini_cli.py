@@ -357,11 +357,11 @@ ALPHA = "echo alpha-check-7d1"
 COUNT = "wc -l notes.txt"
 BETA = "echo beta-check-3c9"
 NOTE = "note {:05d}: the build cache lives in .cache/build and is safe to delete\n"
-# 1,500 notes of 71 characters: about 27,000 tokens by Gemini CLI's estimate, more than the
-# threshold below once the chat is loaded again (each tool result twice), while a request after
-# the compression (system prompt and tools, about 10,700 emulated tokens) stays under it.
-NOTES = "".join(NOTE.format(i) for i in range(1, 1501))
-THRESHOLD = 0.02  # of 1,048,576 tokens: 20,971
+# 800 notes of 71 characters: about 14,200 tokens by Gemini CLI's estimate (twice that once the
+# chat is loaded again, each tool result twice), more than the threshold below, while a request
+# after the compression (system prompt and tools, about 10,700 emulated tokens) stays under it.
+NOTES = "".join(NOTE.format(i) for i in range(1, 801))
+THRESHOLD = 0.012  # of 1,048,576 tokens: 12,583
 
 
 def shell(command: str, description: str) -> ToolUse:
@@ -379,7 +379,7 @@ def compressing_turns() -> Turns:
                 ),
                 Reply(text="Running the alpha check.", tool_uses=[shell(ALPHA, "alpha check")]),
                 Reply(text="Counting the notes.", tool_uses=[shell(COUNT, "count the notes")]),
-                Reply(text="The alpha check passed and there are 1500 notes."),
+                Reply(text="The alpha check passed and there are 800 notes."),
             ],
             "SECOND": [
                 Reply(text="Running the beta check.", tool_uses=[shell(BETA, "beta check")]),

@@ -25,6 +25,7 @@ from tests.editors.gemini_cli import (
     BETA,
     COUNT,
     FIRST,
+    NOTES,
     SECOND,
     SESSION_FILE_RE,
     THIRD,
@@ -37,7 +38,12 @@ from tests.editors.gemini_cli import (
     shell,
 )
 from tests.emulator import Emulator, Reply, ToolUse
-from tests.emulator.gemini import contents_text, function_calls, function_responses
+from tests.emulator.gemini import (
+    contents_text,
+    function_calls,
+    function_responses,
+    gemini_request_kind,
+)
 
 pytestmark = pytest.mark.timeout(600)
 ALL_EVENTS = (
@@ -68,6 +74,10 @@ def _gemini(exe: str, emu: Emulator, tmp_path: Path, name: str) -> Gemini:
 
 def _declared(body: dict[str, Any]) -> list[str]:
     return [d["name"] for t in body.get("tools") or [] for d in t.get("functionDeclarations") or []]
+
+
+def _kind(rec: Any) -> str:
+    return gemini_request_kind(rec.body) if isinstance(rec.body, dict) else "-"
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -321,6 +331,57 @@ def test_compression_on_resume(exe: str, emu: Emulator, tmp_path: Path) -> None:
     # The hooks were told where the chat is (from the first BeforeAgent of a run on).
     paths = {e["transcript_path"] for e in log if e["hook_event_name"] != "SessionStart"}
     assert paths == {str(chat)}, paths
+
+
+def test_compression_mid_turn_keeps_the_current_turn(
+    exe: str, emu: Emulator, tmp_path: Path
+) -> None:
+    """#compression: in a resumed run, a tool result that takes the request past the threshold
+    makes the CLI compress before its next request, in the middle of the turn: the earlier
+    prompts go into the snapshot, the current prompt and its calls so far are kept."""
+    g = _gemini(exe, emu, tmp_path, "mid-turn")
+    hooks = Hooks(g, ["PreCompress", "BeforeModel"], tmp_path / "hooks")
+    g.compress_at(0.02)  # 20,971 tokens: under the first request with the notes in it
+    (g.project / "notes.txt").write_text(NOTES)
+    emu.gemini.set_default(
+        Turns(
+            {
+                "FIRST": [
+                    Reply(text="Alpha.", tool_uses=[shell(ALPHA, "alpha")]),
+                    Reply(text="Done."),
+                ],
+                "SECOND": [
+                    Reply(
+                        text="Reading.",
+                        tool_uses=[ToolUse("read_file", {"file_path": "notes.txt"})],
+                    ),
+                    Reply(text="Beta.", tool_uses=[shell(BETA, "beta")]),
+                    Reply(text="Second done."),
+                ],
+            }
+        )
+    )
+    g.prompt(FIRST)
+    before = len(hooks.log())
+    run = g.resume(SECOND)
+    kinds = [k for k in (_kind(r) for r in run.requests) if k != "utility"]
+    assert kinds == ["main", "main", "compression", "verification", "main"]
+    last = run.bodies("main")[-1]
+    texts = [(c["role"], "".join(p.get("text", "") for p in c["parts"])) for c in last["contents"]]
+    assert texts[0][1].startswith(CTX) and "<state_snapshot>" in texts[0][1]
+    assert texts[1] == ("model", "Got it. Thanks for the additional context!")
+    assert texts[2] == ("user", SECOND)
+    assert [c["name"] for c in function_calls(last)] == ["read_file", "run_shell_command"]
+    assert "note 00800" in json.dumps(last) and FIRST not in json.dumps(last)
+    assert ALPHA not in json.dumps(last)
+    compressed = next(
+        s for s in _sets(_records(g.chat())) if any("<state_snapshot>" in _text(m) for m in s)
+    )
+    assert [m["type"] for m in compressed][:4] == ["user", "user", "gemini", "user"]
+    assert _text(compressed[3]) == SECOND and len(compressed) > 4
+    # PreCompress before each of the three requests (the compression after the third one);
+    # nothing marks the compression itself.
+    assert hooks.names(before) == ["PreCompress", "BeforeModel"] * 3
 
 
 # ----------------------------------------------------------------------------------- hooks

@@ -487,6 +487,39 @@ def test_session_start_and_before_agent_context(exe: str, emu: Emulator, tmp_pat
     assert "TWO: the second prompt" in json.dumps(body) and "AGENT again" in json.dumps(body)
 
 
+def test_what_a_hook_prints_and_its_exit_status(exe: str, emu: Emulator, tmp_path: Path) -> None:
+    """#hook-output: text that is not JSON, and the exit status, on BeforeModel; a hook in the
+    project's .gemini/settings.json runs too (the folder is trusted: folder trust is off)."""
+    g = _gemini(exe, emu, tmp_path, "hook-output")
+    hooks = Hooks(g, ["BeforeModel"], tmp_path / "hooks")
+    emu.gemini.set_default(Turns({"ASK": [Reply(text="answered")]}))
+    outcomes = {}
+    for name, plan in {
+        "text, exit 0": {"stdout": "compactd: not json", "exit": 0},
+        "exit 1": {"stdout": "compactd: failed", "exit": 1},
+        "exit 2": {"stdout": "compactd: failed hard", "exit": 2},
+    }.items():
+        hooks.plan(BeforeModel=plan)
+        run = g.prompt(f"ASK {name}", check=False)
+        outcomes[name] = (run.returncode, len(run.bodies("main")), run.stdout + run.stderr)
+    assert outcomes["text, exit 0"][:2] == (0, 1) and "answered" in outcomes["text, exit 0"][2]
+    assert outcomes["exit 1"][:2] == (0, 1) and "answered" in outcomes["exit 1"][2]
+    # Exit status 2 blocks the model call: the prompt gets no answer.
+    assert outcomes["exit 2"][1] == 0 and "answered" not in outcomes["exit 2"][2]
+    assert "compactd: failed hard" in outcomes["exit 2"][2]
+
+    project_settings = g.project / ".gemini" / "settings.json"
+    project_settings.parent.mkdir()
+    marker = tmp_path / "project-hook-ran"
+    hook = {"type": "command", "command": f"touch {marker}", "timeout": 10_000}
+    project_settings.write_text(
+        json.dumps({"hooks": {"BeforeAgent": [{"matcher": "*", "hooks": [hook]}]}})
+    )
+    hooks.plan()
+    g.prompt("ASK again")
+    assert marker.exists()
+
+
 # ------------------------------------------------------------------------------------- MCP
 
 MCP_SERVER = """

@@ -100,7 +100,7 @@ def _text(message: dict[str, Any]) -> str:
 
 
 def test_offline_headless_run_and_its_chat_file(exe: str, emu: Emulator, tmp_path: Path) -> None:
-    """#offline, #requests, #chat-files: a headless run connects to 127.0.0.1 only; what it
+    """docs/gemini.md#offline, #requests, #chat-files: a headless run connects to 127.0.0.1 only; what it
     sends; the JSONL chat file it writes."""
     strace = shutil.which("strace")
     assert strace, "strace is not installed: apt-get install strace (tests/editors/setup.sh)"
@@ -203,7 +203,7 @@ def test_offline_headless_run_and_its_chat_file(exe: str, emu: Emulator, tmp_pat
 
 
 def test_what_a_headless_run_needs(exe: str, emu: Emulator, tmp_path: Path) -> None:
-    """#offline: without selectedType a headless run exits 41; in an untrusted folder, 55."""
+    """docs/gemini.md#offline: without selectedType a headless run exits 41; in an untrusted folder, 55."""
     g = _gemini(exe, emu, tmp_path, "needs")
     g.configure({"security": {"auth": None}})
     run = g.prompt("hello", check=False)
@@ -222,7 +222,7 @@ def test_what_a_headless_run_needs(exe: str, emu: Emulator, tmp_path: Path) -> N
 
 
 def test_compression_on_resume(exe: str, emu: Emulator, tmp_path: Path) -> None:
-    """#compression, #resume, #hook-events: a resumed session past the threshold is
+    """docs/gemini.md#compression, #resume, #hook-events: a resumed session past the threshold is
     compressed before its prompt is sent; what the file records; what the next request
     carries; which hooks fire."""
     g = _gemini(exe, emu, tmp_path, "compression")
@@ -336,7 +336,7 @@ def test_compression_on_resume(exe: str, emu: Emulator, tmp_path: Path) -> None:
 def test_compression_mid_turn_keeps_the_current_turn(
     exe: str, emu: Emulator, tmp_path: Path
 ) -> None:
-    """#compression: in a resumed run, a tool result that takes the request past the threshold
+    """docs/gemini.md#compression: in a resumed run, a tool result that takes the request past the threshold
     makes the CLI compress before its next request, in the middle of the turn: the earlier
     prompts go into the snapshot, the current prompt and its calls so far are kept."""
     g = _gemini(exe, emu, tmp_path, "mid-turn")
@@ -388,7 +388,7 @@ def test_compression_mid_turn_keeps_the_current_turn(
 
 
 def test_before_model_rewrites_one_request(exe: str, emu: Emulator, tmp_path: Path) -> None:
-    """#before-model: what BeforeModel sees, and what a returned llm_request.messages does."""
+    """docs/gemini.md#beforemodel: what BeforeModel sees, and what a returned llm_request.messages does."""
     g = _gemini(exe, emu, tmp_path, "before-model")
     hooks = Hooks(g, ["BeforeModel"], tmp_path / "hooks")
     emu.gemini.set_default(
@@ -443,7 +443,7 @@ def test_before_model_rewrites_one_request(exe: str, emu: Emulator, tmp_path: Pa
 
 
 def test_session_start_and_before_agent_context(exe: str, emu: Emulator, tmp_path: Path) -> None:
-    """#before-agent, #session-start: where their additionalContext goes, and what a later
+    """docs/gemini.md#beforeagent-and-sessionstart: where their additionalContext goes, and what a later
     --resume makes of it."""
     g = _gemini(exe, emu, tmp_path, "context")
     hooks = Hooks(g, ["SessionStart", "BeforeAgent"], tmp_path / "hooks")
@@ -488,7 +488,7 @@ def test_session_start_and_before_agent_context(exe: str, emu: Emulator, tmp_pat
 
 
 def test_what_a_hook_prints_and_its_exit_status(exe: str, emu: Emulator, tmp_path: Path) -> None:
-    """#hook-output: text that is not JSON, and the exit status, on BeforeModel; a hook in the
+    """docs/gemini.md#hook-output: text that is not JSON, and the exit status, on BeforeModel; a hook in the
     project's .gemini/settings.json runs too (the folder is trusted: folder trust is off)."""
     g = _gemini(exe, emu, tmp_path, "hook-output")
     hooks = Hooks(g, ["BeforeModel"], tmp_path / "hooks")
@@ -536,7 +536,7 @@ server.run()
 
 
 def test_mcp_server_is_offered_only_when_trusted(exe: str, emu: Emulator, tmp_path: Path) -> None:
-    """#mcp: an mcpServers entry, its tools as mcp_<server>_<tool>, offered headless only with
+    """docs/gemini.md#mcp: an mcpServers entry, its tools as mcp_<server>_<tool>, offered headless only with
     trust: true."""
     g = _gemini(exe, emu, tmp_path, "mcp")
     script = tmp_path / "mcp_server.py"
@@ -576,7 +576,7 @@ def test_mcp_server_is_offered_only_when_trusted(exe: str, emu: Emulator, tmp_pa
 
 
 def test_an_older_json_chat_is_read_and_continued(exe: str, emu: Emulator, tmp_path: Path) -> None:
-    """#older-format: a session-*.json chat (as Gemini CLI wrote them before 0.39) is resumed
+    """docs/gemini.md#older-format: a session-*.json chat (as Gemini CLI wrote them before 0.39) is resumed
     by 0.61.0, which continues it in a new .jsonl beside it and leaves the .json alone."""
     from tests.conftest import ROOT
 
@@ -602,3 +602,8 @@ def test_an_older_json_chat_is_read_and_continued(exe: str, emu: Emulator, tmp_p
     records = read_jsonl(continued)
     assert records[0]["sessionId"] == data["sessionId"]
     assert any(r.get("type") == "user" and _text(r) == "AGAIN please" for r in records)
+    # It starts with a metadata line and every record of the old chat.
+    assert {"sessionId", "projectHash", "startTime"} <= set(records[0])
+    assert [r["id"] for r in records[1 : 1 + len(data["messages"])]] == [
+        m["id"] for m in data["messages"]
+    ]

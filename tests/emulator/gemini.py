@@ -341,9 +341,16 @@ def json_for_schema(schema: Any, name: str = "") -> Any:
 
 
 def _default_answer(body: Mapping[str, Any]) -> str:
-    users = [
-        t for t in contents_text(body, "user") if not t.lstrip().startswith("<session_context>")
+    """ "Emulated answer to: <the latest text part a user wrote>" (the CLI's own context parts,
+    ``<session_context>`` and ``<hook_context>``, skipped)."""
+    texts = [
+        str(p["text"])
+        for c in _contents(body)
+        if c.get("role", "user") == "user"
+        for p in _parts(c)
+        if "text" in p and not p.get("thought")
     ]
+    users = [t for t in texts if not t.lstrip().startswith(("<session_context>", "<hook_context>"))]
     last = " ".join(users[-1].split()) if users else ""
     last = last if len(last) <= 80 else last[:77] + "..."
     return f"Emulated answer to: {last}" if last else "Emulated answer."

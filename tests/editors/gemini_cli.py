@@ -346,7 +346,7 @@ class Hooks:
 
 
 # The session that compresses on --resume (tests/editors/test_gemini.py checks it;
-# tests/editors/capture_gemini.py keeps one in tests/data/gemini/). Its first prompt reads a long
+# tests/data/gemini/capture.py keeps one in that folder). Its first prompt reads a long
 # file and runs two commands; the second, on --resume, finds the chat past the threshold, so the
 # CLI compresses all of the first turn into a snapshot before it sends the second prompt; the
 # third resumes it again without compressing.

@@ -1,6 +1,6 @@
 """Captures the Gemini CLI chats of tests/data/gemini/ from the pinned CLI (tests/data/README.md).
 
-    python -m tests.editors.capture_gemini [OUT]      (OUT: tests/data/gemini by default)
+    .venv/bin/python tests/data/gemini/capture.py [OUT]      (OUT: this folder by default)
 
 Runs the real Gemini CLI (tests/editors/gemini_cli.py: pinned, offline, against tests/emulator)
 in a fresh folder under /tmp/compactd-gemini-capture and copies what it wrote:
@@ -28,8 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
-from tests.editors.gemini_cli import (
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from tests.editors.gemini_cli import (  # noqa: E402
     SECOND,
     Gemini,
     Hooks,
@@ -38,7 +40,7 @@ from tests.editors.gemini_cli import (
     gemini_exe,
     read_jsonl,
 )
-from tests.emulator import Emulator, Reply
+from tests.emulator import Emulator, Reply  # noqa: E402
 
 WORK = Path("/tmp/compactd-gemini-capture")
 LEGACY_NAME = "session-2026-04-01T09-30-{}.json"
@@ -143,7 +145,7 @@ def legacy_from(jsonl: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0]) if argv else ROOT / "tests" / "data" / "gemini"
+    out = Path(argv[0]) if argv else Path(__file__).resolve().parent
     out.mkdir(parents=True, exist_ok=True)
     compressed = capture_compressed()
     shutil.copyfile(compressed, out / "gemini-cli-0.61.0__compressed_on_resume.jsonl")

@@ -1,6 +1,7 @@
 """The emulator's Gemini API (``generativelanguage`` v1beta), as Gemini CLI 0.61.0 uses it.
 
-Routes, under ``/v1beta/models`` (``/v1/models`` too):
+Routes, under ``/v1beta/models`` (the generate and count methods under ``/v1/models`` too; the
+bare ``/v1/models`` is left to OpenAI's clients):
 
 * ``POST <model>:streamGenerateContent?alt=sse``: the agent's turns, streamed as ``data:`` lines,
   each a whole ``GenerateContentResponse`` (text in pieces, each function call in one piece, the
@@ -138,6 +139,8 @@ def parse_gemini_path(path: str) -> tuple[str | None, str | None] | None:
     match = _PATH_RE.match(path.rstrip("/"))
     if match is None:
         return None
+    if match.group(1) == "v1" and match.group(3) is None:
+        return None  # /v1/models is OpenAI's model list (tests.emulator.responses' clients)
     return match.group(2), match.group(3)
 
 

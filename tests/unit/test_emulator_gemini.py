@@ -433,5 +433,7 @@ def test_reading_helpers() -> None:
     )
     assert parse_gemini_path("/v1beta/models") == (None, None)
     assert parse_gemini_path("/v1/messages") is None
+    assert parse_gemini_path("/v1/models") is None  # OpenAI's model list
+    assert parse_gemini_path("/v1/models/m:generateContent") == ("m", "generateContent")
     snapshot = default_snapshot({"contents": [{"role": "user", "parts": [{"text": "x"}]}]}, 3)
     assert "Emulated snapshot 3" in snapshot and "0 contents summarised" in snapshot

@@ -7,7 +7,7 @@ import sys
 if sys.argv[1:2] == ["claude-code"]:
     # What Claude Code runs at every hook event and status line render: straight to its
     # module, without importing the rest of the command line (docs/claude-code.md#hooks).
-    from compactd.cli.claude_code import main as claude_code
+    from compactd.agents.claude_code.cli import main as claude_code
 
     sys.exit(claude_code(sys.argv[2:]))
 

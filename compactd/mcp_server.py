@@ -27,10 +27,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from compactd import __version__
+from compactd.agents.claude_code.services import state as claude_state
 from compactd.core.recall import RECALL_MAX_LIMIT
 from compactd.core.recall_render import render_fetch, render_hits
 from compactd.core.recall_words import parse_query
-from compactd.services import claude_state
 from compactd.services.recall_index import open_index
 from compactd.services.store import Store, valid_session_id
 from compactd.transcript.model import is_compact_boundary_line, parse_buffer

@@ -196,7 +196,7 @@ def _add_level_flag(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["claude-code"]:  # its own parser: compactd/cli/claude_code.py
-        from compactd.cli.claude_code import main as claude_code
+        from compactd.agents.claude_code.cli import main as claude_code
 
         return claude_code(argv[1:])
     parser = _build_parser()

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from compactd import protocol as p
+from compactd.agents.claude_code import handlers as claude_code
 from compactd.handlers import (
     attachments,
     cache,
-    claude_code,
     compact,
     file_state,
     recall,

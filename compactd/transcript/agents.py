@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Final, Protocol
 
-from compactd.transcript.claude_code import CLAUDE_CODE
+from compactd.agents.claude_code.format import CLAUDE_CODE
 from compactd.transcript.model import Record
 
 __all__ = ["FORMATS", "AgentFormat", "format_of"]

@@ -21,7 +21,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from compactd.services import claude_state
+from compactd.agents.claude_code.services import state as claude_state
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.helpers import CWD
 from tests.recall_items import Item, dropped

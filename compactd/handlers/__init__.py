@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from compactd import port
 from compactd import protocol as p
-from compactd.agents.claude_code import handlers as claude_code
 from compactd.handlers import (
     attachments,
     cache,
@@ -39,7 +39,8 @@ HANDLERS: dict[str, Handler] = {
     **cache.HANDLERS,
     **stats.HANDLERS,
     **session_memory.HANDLERS,
-    **claude_code.HANDLERS,
+    # The agents' own methods (``claudeCode/*``), through the port (docs/agents.md).
+    **port.handlers(),
 }
 
 

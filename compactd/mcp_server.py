@@ -112,11 +112,11 @@ def _named(config: McpConfig, name: str) -> _Target:
     if found is not None:
         return _Target(found.transcript, found.session_id, found.how)
     path = Path(name).expanduser()
-    if path.suffix == ".jsonl" and path.is_file():
+    if port.names_a_session(path) and path.is_file():
         return _Target(path, path.stem, f"transcript {path}")
     raise ToolError(
         f"unknown session {name!r}: not a compactd session in {config.data_dir}, not "
-        f"{port.sessions_of(config.cwd)}, not a .jsonl transcript path"
+        f"{port.sessions_of(config.cwd)}, not a {port.session_suffixes()} transcript path"
     )
 
 

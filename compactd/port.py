@@ -47,10 +47,12 @@ __all__ = [
     "handlers",
     "no_current_session",
     "project_dir",
+    "names_a_session",
     "read_lines",
     "recorded_model",
     "records",
     "session_named",
+    "session_suffixes",
     "sessions_of",
     "transcript",
 ]
@@ -134,6 +136,12 @@ class Agent(Protocol):
     @property
     def vocabulary(self) -> Vocabulary:
         """Its tools by what their calls do (``core.vocabulary``)."""
+        ...
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """How the names of its session files end (``.jsonl``): a path a person gives
+        ``compactd mcp`` is taken for a session file by it."""
         ...
 
     @property
@@ -265,20 +273,23 @@ def format_of(lines: Sequence[bytes]) -> tuple[AgentFormat, list[Record]] | None
 
 def session_named(cwd: str, name: str) -> FoundSession | None:
     """The session some agent keeps for ``cwd`` under the id ``name``."""
-    for agent in AGENTS:
-        found = agent.session_named(cwd, name)
-        if found is not None:
-            return found
-    return None
+    return next((f for a in AGENTS if (f := a.session_named(cwd, name)) is not None), None)
 
 
 def current_session(data_dir: Path, cwd: str) -> FoundSession | None:
     """The session an agent is running in ``cwd`` (the first agent that knows one)."""
-    for agent in AGENTS:
-        found = agent.current_session(data_dir, cwd)
-        if found is not None:
-            return found
-    return None
+    return next((f for a in AGENTS if (f := a.current_session(data_dir, cwd)) is not None), None)
+
+
+def names_a_session(path: Path) -> bool:
+    """Whether ``path`` is named as some agent names its session files."""
+    name = "".join(path.suffixes)
+    return any(name.endswith(suffix) for agent in AGENTS for suffix in agent.suffixes)
+
+
+def session_suffixes() -> str:
+    """The endings of the agents' session files, for a message: ".jsonl"."""
+    return " or ".join(dict.fromkeys(s for agent in AGENTS for s in agent.suffixes))
 
 
 def sessions_of(cwd: str) -> str:

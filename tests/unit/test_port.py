@@ -216,3 +216,12 @@ def test_claude_code_s_lines_are_still_read_as_they_are(with_chat: None) -> None
     report = ParseReport()
     assert [r.uuid for r in port.records(line + b"not json\n", report)] == ["u1"]
     assert report.skipped == 1
+
+
+@pytest.mark.parametrize(
+    "name,named",
+    [("s.jsonl", True), ("v1.2-s.jsonl", True), ("s.jsonl.bak", False), (".jsonl", False)],
+)
+def test_a_path_names_a_session_by_how_the_agents_name_theirs(name: str, named: bool) -> None:
+    assert port.names_a_session(Path("/p") / name) is named
+    assert port.session_suffixes() == ".jsonl"

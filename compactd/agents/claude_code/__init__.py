@@ -28,6 +28,7 @@ class ClaudeCode:
     name: Final = "Claude Code"
     command: Final = "claude-code"
     help: Final = "hooks, status line and install for Claude Code"
+    suffixes: Final = (".jsonl",)
     # Claude Code names the project in it to the MCP servers it starts (docs/recall.md).
     project_env: Final = "CLAUDE_PROJECT_DIR"
 

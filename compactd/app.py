@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from compactd import port
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
@@ -45,7 +46,6 @@ from compactd.services.store import (
 from compactd.transcript.bulk import collector_paused
 from compactd.transcript.model import (
     Record,
-    newest_first,
     record_from_dict,
     without_bookkeeping,
 )
@@ -316,7 +316,7 @@ class App(Runtime):
             raise p.CompactdError(
                 p.ErrorCode.INVALID_PARAMS, "follow needs the transcriptPath to follow"
             )
-        data = b""
+        data = lines = b""
         imported_from: str | None = None
         model = params.model
         if source is not None:
@@ -326,8 +326,11 @@ class App(Runtime):
                 # A last line without its newline is still being written: followed, it is read
                 # once whole (docs/follow.md#reading-new-lines).
                 data = data[: data.rfind(b"\n") + 1]
+            # The agent's lines as compactd's own (docs/agents.md#reading); ``data`` stays the
+            # file's bytes: a follower goes on from where they end.
+            lines = port.transcript(data)
             if model is None:
-                model = _transcript_model(data)
+                model = port.recorded_model(lines)
         model = model or c.DEFAULT_MODEL
         if params.model is None:  # a model given was checked before anything was read
             self._check_limits(model, params.context_window, params.max_output_tokens)
@@ -346,7 +349,7 @@ class App(Runtime):
             follow=bool(params.follow),
             follow_model=params.model is None,
         )
-        loaded = self.store.create_transcript(sid, data)
+        loaded = self.store.create_transcript(sid, lines)
         # An empty file may be followed: the agent has not written its first line yet.
         empty = params.follow and loaded.report.lines == 0
         if source is not None and loaded.report.entries == 0 and not empty:
@@ -528,11 +531,6 @@ def parse_entries(entries: list[dict[str, Any]]) -> list[Record]:
             log.info("entries[%d]: ignored compactd's own fields %s", i, ", ".join(dropped))
         records.append(record_from_dict(clean))
     return records
-
-
-def _transcript_model(data: bytes) -> str | None:
-    """The model an imported transcript's latest response names (docs/thresholds.md#model-limits)."""
-    return tokens.recorded_model(newest_first(data, containing=b'"assistant"'))
 
 
 def _read_transcript(path: Path) -> bytes:

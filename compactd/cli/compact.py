@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 from compactd_client import Client
 
+from compactd.agents.claude_code.format import resume_command
 from compactd.cli.inputs import daemon_args, scratch_data_dir, unreadable
 from compactd.cli.providers import SummarizerChoice
 from compactd.cli.term import Terminal
 from compactd.cli.transcripts import NoTranscript, choose, resume_notes
-from compactd.transcript.claude_code import resume_command
 
 
 async def compact(

@@ -8,7 +8,7 @@ from typing import Any
 from compactd_client import Client, RpcError
 
 import compactd.cli.report as report
-from compactd import __version__
+from compactd import __version__, port
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, scratch_data_dir
 from compactd.cli.replay import (
     REPLAY_SYNTHETIC_WINDOW,
@@ -19,7 +19,6 @@ from compactd.cli.replay import (
 )
 from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.cli.term import Terminal
-from compactd.transcript.model import parse_lines
 
 # The demo's default transcript is one of the test fixtures (tests/data/README.md); an
 # installed package without the tests falls back to a synthetic session.
@@ -160,7 +159,9 @@ async def _auto(term: Terminal, client: Client, as_json: bool) -> dict[str, Any]
         term=term,
         quiet=as_json,
     )
-    stored = [r.entry for r in parse_lines(Path(outcome.transcript_path).read_bytes().splitlines())]
+    stored = [
+        r.entry for r in port.read_lines(Path(outcome.transcript_path).read_bytes().splitlines())
+    ]
     uuids = {e.uuid for e in stored}
     kept = sum(1 for e in entries if e.get("uuid") in uuids)
     boundaries = sum(1 for e in stored if e.is_compact_boundary or e.is_microcompact_boundary)

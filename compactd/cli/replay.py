@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, Tex
 from rich.text import Text
 
 import compactd.cli.report as report
-from compactd import __version__
+from compactd import __version__, port
 from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, scratch_data_dir, unreadable
 from compactd.cli.providers import OFFLINE, SummarizerChoice
 from compactd.cli.report import ReplayEvent
@@ -22,7 +22,7 @@ from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.cli.term import Terminal, gauge
 from compactd.core.split import group_rounds
 from compactd.core.tokens import recorded_model
-from compactd.transcript.model import ParseReport, parse_lines
+from compactd.transcript.model import ParseReport
 
 # The window the replay of the synthetic session uses: small enough that its ~180K tokens are
 # compacted more than once, large enough to be a real model's
@@ -64,7 +64,7 @@ def plan_replay(
     parsed = ParseReport()
     records = [
         r
-        for r in parse_lines(lines, parsed)
+        for r in port.read_lines(lines, parsed)
         if not (
             r.entry.is_compact_boundary
             or r.entry.is_microcompact_boundary

@@ -3,7 +3,7 @@ folder they name, or, when they name nothing, the newest session of the folder t
 (docs/claude-code.md#where-the-sessions-are).
 
 Claude Code keeps the sessions started in a working folder in one folder of its own,
-``~/.claude/projects/<project>/<session id>.jsonl`` (``services/claude_state.project_dir``). A
+``~/.claude/projects/<project>/<session id>.jsonl`` (``agents/claude_code/services/state.project_dir``). A
 person may name that folder, the working folder itself, or nothing; the choice is said with the
 report (``Chosen.how``), and when there is nothing to read, :class:`NoTranscript` says where
 Claude Code keeps transcripts and how to name one. ``resume_notes`` says when the command that
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from compactd.services.claude_state import project_dir, project_sessions
+from compactd.agents.claude_code.services.state import project_dir, project_sessions
 
 
 class NoTranscript(Exception):

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import msgspec
 
+from compactd import port
 from compactd.core.recall_render import Found, Revision, Stored
 from compactd.core.recall_words import SOME_WORDS, SUBSTRING, Query, file_key, fold, indexed
 
@@ -167,7 +168,8 @@ class RecallIndex:
             f.seek(offset)
             data = f.read()
             end = data.rfind(b"\n") + 1
-            for raw in data[:end].split(b"\n")[:-1]:
+            # An agent's lines as compactd's own (docs/agents.md#reading).
+            for raw in port.transcript(data[:end]).split(b"\n")[:-1]:
                 self._add(raw, lines)
                 lines += 1
             offset += end

@@ -4,7 +4,7 @@
 only what they need (``python -m compactd`` reaches this module without the rest of the CLI),
 read the event on stdin, and print the answer. They never fail the user's session: any error is
 one line on stderr and exit 0 (docs/claude-code.md#hooks). ``install`` and ``uninstall`` edit
-Claude Code's settings (``services.claude_settings``) and print what they changed.
+Claude Code's settings (``services.settings``) and print what they changed.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _data_dir(arg: str | None) -> Path:
-    from compactd.services.claude_state import default_data_dir
+    from compactd.agents.claude_code.services.state import default_data_dir
 
     return Path(arg) if arg else default_data_dir()
 
@@ -85,7 +85,7 @@ def _err(line: str) -> None:
 
 
 def _hook(args: argparse.Namespace) -> int:
-    from compactd.services.claude_hooks import answer
+    from compactd.agents.claude_code.services.hooks import answer
 
     reply = answer(
         _stdin(), _data_dir(args.data_dir), os.environ, block_compaction=args.block_compaction
@@ -96,14 +96,14 @@ def _hook(args: argparse.Namespace) -> int:
 
 
 def _statusline(args: argparse.Namespace) -> int:
-    from compactd.services.claude_status import status_line_for
+    from compactd.agents.claude_code.services.status import status_line_for
 
     _out(status_line_for(_stdin(), _data_dir(args.data_dir), os.environ))
     return 0
 
 
 def _settings(args: argparse.Namespace) -> int:
-    from compactd.services import claude_settings as cs
+    from compactd.agents.claude_code.services import settings as cs
 
     project = Path(args.project).resolve()
     data_dir = _data_dir(args.data_dir)

@@ -4,10 +4,11 @@ A second front end beside the daemon (``server.py``), as thin: each tool finds t
 calls the index (``services/recall_index.py``) or the core, and shapes the answer as text for
 the model. Built on the official MCP Python SDK's ``MCPServer``, on stdio.
 
-Which session: the ``session`` argument (a compactd session id, a Claude Code session id of the
+Which session: the ``session`` argument (a compactd session id, an agent's session id of the
 working folder, or a transcript path), else the one given at start (``--session``), else the
-Claude Code session running in the working folder (``services/claude_state``: the one a hook
-recorded, else the newest transcript there). Each answer says which and how it was found.
+agent's session running in the working folder (asked of each agent through ``compactd.port``:
+for Claude Code, the one a hook recorded, else the newest transcript there). Each answer says
+which and how it was found; the transcript is read through the port too.
 
 The process starts often and must start fast: it imports the SDK, SQLite and compactd's core,
 never a summarizer's SDK (docs/recall.md#mcp-tools).
@@ -27,12 +28,11 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from compactd import __version__
+from compactd import __version__, port
 from compactd.core.outbound import echo, redact, upstream
 from compactd.core.recall import RECALL_MAX_LIMIT
 from compactd.core.recall_render import Stored, render_fetch, render_hits
 from compactd.core.recall_words import parse_query
-from compactd.services import claude_state
 from compactd.services.fs import MAX_PATH_CHARS
 from compactd.services.recall_index import (
     Coverage,
@@ -43,7 +43,7 @@ from compactd.services.recall_index import (
 )
 from compactd.services.safe_io import Deadline, fdopen_regular, is_regular_file
 from compactd.services.store import Store, valid_session_id
-from compactd.transcript.model import is_compact_boundary_line, parse_buffer
+from compactd.transcript.model import is_compact_boundary_line
 
 __all__ = ["McpConfig", "build_server", "context_answer", "recall_answer", "run"]
 
@@ -131,17 +131,17 @@ def _named(config: McpConfig, name: str) -> _Target:
         return _Target(
             store.transcript_path(name), name, "compactd session", meta.model, meta.context_window
         )
-    claude = claude_state.project_dir(config.cwd) / f"{name}.jsonl"
-    if valid_session_id(name) and is_regular_file(claude):
-        return _Target(claude, name, f"Claude Code session in {claude.parent}")
+    found = port.session_named(config.cwd, name) if valid_session_id(name) else None
+    if found is not None:
+        return _Target(found.transcript, found.session_id, found.how)
     path = Path(name).expanduser()
-    if path.suffix == ".jsonl" and path.exists() and not is_regular_file(path):
-        raise ToolError(f"{echo(name)} is not a regular file: a transcript is a .jsonl file")
-    if path.suffix == ".jsonl" and is_regular_file(path):
+    if port.names_a_session(path) and path.exists() and not is_regular_file(path):
+        raise ToolError(f"{echo(name)} is not a regular file: a transcript is a file")
+    if port.names_a_session(path) and is_regular_file(path):
         return _Target(path, path.stem, f"transcript {path}")
     raise ToolError(
-        f"unknown session {echo(name)}: not a compactd session in {config.data_dir}, not a "
-        f"Claude Code session of {config.cwd}, not a .jsonl transcript path"
+        f"unknown session {echo(name)}: not a compactd session in {config.data_dir}, not "
+        f"{port.sessions_of(config.cwd)}, not a {port.session_suffixes()} transcript path"
     )
 
 
@@ -150,19 +150,13 @@ def find_target(config: McpConfig, session: str | None) -> _Target:
     name = session or config.session
     if name:
         return _named(config, name.strip())
-    current = claude_state.find_current(config.data_dir, config.cwd)
+    current = port.current_session(config.data_dir, config.cwd)
     if current is None:
         raise ToolError(
-            f"no Claude Code session found for {config.cwd}: no compactd hook has recorded one "
-            f"and {claude_state.project_dir(config.cwd)} has no transcript; pass `session` "
+            f"{port.no_current_session(config.cwd)}; pass `session` "
             "(a session id or a transcript path)"
         )
-    how = (
-        "the current Claude Code session, as compactd's hook recorded it"
-        if current.found_by == "hook"
-        else "the newest Claude Code transcript of this folder (no hook has recorded one)"
-    )
-    return _Target(Path(current.transcript_path), current.session_id, how)
+    return _Target(current.transcript, current.session_id, current.how)
 
 
 def _coverage_note(coverage: Coverage) -> str:
@@ -239,7 +233,7 @@ def context_answer(config: McpConfig, session: str | None) -> str:
     except OSError as exc:
         raise ToolError(f"cannot read the transcript {target.transcript}: {exc.strerror}") from exc
     # Only whole lines: the agent may be writing the last one.
-    records = [r for _, r in parse_buffer(data[: data.rfind(b"\n") + 1])]
+    records = port.records(data[: data.rfind(b"\n") + 1])
     seen = outlook(records, os.environ, model=target.model, context_window=target.context_window)
     g = seen.gauge
     s = g.status

@@ -27,6 +27,7 @@ from typing import Final
 import anyio
 import msgspec
 
+from compactd import port
 from compactd import protocol as p
 from compactd.core import tokens
 from compactd.engine.features import Feature, feature_of
@@ -35,7 +36,7 @@ from compactd.engine.session import Session
 from compactd.services.store import MAX_IMPORT_BYTES, as_imported
 from compactd.services.tail import Position, TailRead, position_of, read_new
 from compactd.services.watch import DirWatcher
-from compactd.transcript.model import ParseReport, Record, parse_buffer
+from compactd.transcript.model import ParseReport, Record
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ def _read(path: Path, since: Position | None) -> tuple[TailRead, list[Record], i
     """What the file gained, its records as an import copies them, and the lines skipped."""
     read = read_new(path, since, MAX_IMPORT_BYTES)
     report = ParseReport()
-    records = [as_imported(r) for _, r in parse_buffer(read.data, report)]
+    records = [as_imported(r) for r in port.records(read.data, report)]
     return read, records, report.skipped
 
 

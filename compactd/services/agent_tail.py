@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from compactd.port import AgentFormat, format_of, formats
 from compactd.services.safe_io import NotRegularFile, open_regular
-from compactd.transcript.agents import FORMATS, AgentFormat, format_of
 from compactd.transcript.model import Record
 
 __all__ = ["MAX_TAIL_BYTES", "Tail", "TailError", "read_tail"]
@@ -115,7 +115,7 @@ def read_tail(path: Path, *, need: str = "compaction", limit: int = MAX_TAIL_BYT
 
 def _guess(data: bytes) -> AgentFormat | None:
     """The format whose compaction marks appear in ``data`` (checked again on the records)."""
-    for fmt in FORMATS:
+    for fmt in formats():
         if fmt.compaction_marks.search(data):
             return fmt
     return None

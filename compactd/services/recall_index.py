@@ -44,6 +44,7 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
+from compactd import port
 from compactd.core.recall_render import Found, Revision, Stored
 from compactd.core.recall_words import SOME_WORDS, SUBSTRING, Query, file_key, fold, indexed
 from compactd.services.safe_io import Deadline, NotRegularFile, open_regular
@@ -409,7 +410,8 @@ class RecallIndex:
             # One line longer than a chunk: read on to its end.
             data = _line_from(fd, offset, st.st_size)
             end = data.rfind(b"\n") + 1
-        for raw in data[:end].split(b"\n")[:-1]:
+        # An agent's lines as compactd's own (docs/agents.md#reading).
+        for raw in port.transcript(data[:end]).split(b"\n")[:-1]:
             self._add(raw, lines)
             lines += 1
         offset += end

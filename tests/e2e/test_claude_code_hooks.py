@@ -351,7 +351,7 @@ def test_short_processes_import_no_sdk_daemon_or_event_loop(
         else json.dumps(event).encode()
     )
     imported = _imports(tmp_path, ["-m", "compactd", "claude-code", *args], stdin).imported
-    assert "compactd.cli.claude_code" in imported
+    assert "compactd.agents.claude_code.cli" in imported
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd.cli.main"}
     assert not heavy & imported, heavy & imported
 
@@ -390,7 +390,10 @@ EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("PreCompact", {"trigger": "auto"}),
 ]
 # What Claude Code gives a hook run: its timeout (what install writes), the guard of these tests.
-from compactd.services.claude_settings import HOOK_TIMEOUT_S, STATUS_TIMEOUT_S  # noqa: E402
+from compactd.agents.claude_code.services.settings import (  # noqa: E402
+    HOOK_TIMEOUT_S,
+    STATUS_TIMEOUT_S,
+)
 
 
 def _spawn(tmp: Path, args: list[str], stdin: Any) -> subprocess.Popen[bytes]:

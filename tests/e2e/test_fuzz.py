@@ -684,7 +684,7 @@ def test_settings_of_every_shape_install_or_refuse_in_one_line(
 ) -> None:
     import tempfile
 
-    from compactd.cli.claude_code import main as claude_code
+    from compactd.agents.claude_code.cli import main as claude_code
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

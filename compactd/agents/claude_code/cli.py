@@ -6,8 +6,8 @@ read the event on stdin, and print the answer. They never fail the user's sessio
 one line on stderr and exit 0 (docs/claude-code.md#hooks). Each has a deadline of its own, well
 under the timeout Claude Code is given for it: standard input is read until it ends or holds a
 whole event, and past the deadline the process says so on stderr and exits 0 without an answer
-(``services.safe_io``, docs/safe-io.md). ``install`` and ``uninstall`` edit Claude Code's
-settings (``services.claude_settings``) and print what they changed.
+(``compactd.services.safe_io``, docs/safe-io.md). ``install`` and ``uninstall`` edit Claude
+Code's settings (``services.settings``) and print what they changed.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 MAX_STATUS_BYTES: Final = 1024 * 1024
 # A hook's and the status line's own deadlines, from the process's start (compactd's choice:
 # a third of the timeout install gives Claude Code for them, HOOK_TIMEOUT_S and
-# STATUS_TIMEOUT_S in services/claude_settings.py; generous beside the tenth of a second they
+# STATUS_TIMEOUT_S in services/settings.py; generous beside the tenth of a second they
 # take, so that a busy machine does not cut them). Reading standard input gets half of it.
 HOOK_DEADLINE_S: Final = 10.0
 STATUS_DEADLINE_S: Final = 5.0
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _data_dir(arg: str | None) -> Path:
-    from compactd.services.claude_state import default_data_dir
+    from compactd.agents.claude_code.services.state import default_data_dir
 
     return Path(arg) if arg else default_data_dir()
 
@@ -122,7 +122,7 @@ def _err(line: str) -> None:
 
 
 def _hook(args: argparse.Namespace) -> tuple[str, int]:
-    from compactd.services.claude_hooks import answer
+    from compactd.agents.claude_code.services.hooks import answer
 
     reply = answer(
         _stdin(HOOK_DEADLINE_S, MAX_EVENT_BYTES),
@@ -134,14 +134,14 @@ def _hook(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def _statusline(args: argparse.Namespace) -> tuple[str, int]:
-    from compactd.services.claude_status import status_line_for
+    from compactd.agents.claude_code.services.status import status_line_for
 
     raw = _stdin(STATUS_DEADLINE_S, MAX_STATUS_BYTES)
     return status_line_for(raw, _data_dir(args.data_dir), os.environ), 0
 
 
 def _settings(args: argparse.Namespace) -> int:
-    from compactd.services import claude_settings as cs
+    from compactd.agents.claude_code.services import settings as cs
 
     project = Path(args.project).resolve()
     # Absolute: the commands install writes run in whatever folder Claude Code starts them.

@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from compactd.services.claude_state import claude_config_dir
+from compactd.agents.claude_code.services.state import claude_config_dir
 from compactd.services.safe_io import read_regular
 
 __all__ = ["InstallError", "Plan", "Scope", "install", "uninstall"]
@@ -44,7 +44,7 @@ HOOK_EVENTS: Final[tuple[tuple[str, str], ...]] = (
     ("UserPromptSubmit", ""),
 )
 # Seconds Claude Code waits for one hook run (its default is ten minutes), and for one run of
-# the status line: each is three times the process's own deadline (cli/claude_code.py).
+# the status line: each is three times the process's own deadline (agents/claude_code/cli.py).
 HOOK_TIMEOUT_S: Final = 30
 STATUS_TIMEOUT_S: Final = 15
 # The subcommand of a compactd command: how its entries are found again.

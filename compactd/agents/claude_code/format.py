@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from compactd.transcript.entries import COMPACTION_CONTENT, new_uuid
-from compactd.transcript.model import COMPACT_BOUNDARY, Record, parse_lines, transcript_timestamp
+from compactd.transcript.model import (
+    COMPACT_BOUNDARY,
+    ParseReport,
+    Record,
+    parse_lines,
+    transcript_timestamp,
+)
 
 __all__ = [
     "CLAUDE_CODE",
@@ -219,10 +225,11 @@ def resume_command(session_id: str, cwd: str | None, *, here: str | None = None)
 
 
 class ClaudeCodeFormat:
-    """Claude Code's JSONL transcript, as the readers of another agent's session take it
-    (``compactd.transcript.agents.AgentFormat``)."""
+    """Claude Code's JSONL transcript, as the port reads an agent's session
+    (``compactd.port.AgentFormat``). Its lines are compactd's own: read as they are."""
 
     name: Final = "Claude Code"
+    native: Final = True
     # A compaction's lines: the boundary and its summary (docs/claude-code.md#the-lines). The
     # quotes are JSON's own, so the same words inside a string (escaped quotes) never match.
     compaction_marks: Final = re.compile(
@@ -230,8 +237,15 @@ class ClaudeCodeFormat:
     )
     boundary_mark: Final = re.compile(rb'"subtype"\s*:\s*"compact_boundary"')
 
-    def records(self, lines: Iterable[bytes]) -> list[Record]:
-        return list(parse_lines(lines))
+    def claims(self, head: bytes) -> bool:
+        """Whether the complete lines among a file's first bytes are Claude Code's."""
+        return self.recognizes(self.records(head.split(b"\n")[:-1]))
+
+    def records(self, lines: Iterable[bytes], report: ParseReport | None = None) -> list[Record]:
+        return list(parse_lines(lines, report))
+
+    def transcript(self, data: bytes) -> bytes:
+        return data
 
     def recognizes(self, records: Iterable[Record]) -> bool:
         """Whether the lines are Claude Code's: messages and system lines with uuids."""

@@ -29,7 +29,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from compactd import __version__, port
-from compactd.core.outbound import echo, redact, upstream
+from compactd.core.outbound import bounded, echo, redact, upstream
 from compactd.core.recall import RECALL_MAX_LIMIT
 from compactd.core.recall_render import Stored, render_fetch, render_hits
 from compactd.core.recall_words import parse_query
@@ -265,18 +265,13 @@ def context_answer(config: McpConfig, session: str | None) -> str:
     )
 
 
-# The most a tool's error text says (compactd's choice: a few lines; what the caller sent is
-# quoted shorter still, core/outbound.py).
-_ERROR_CHARS: Final = 2_000
-
-
 def _answered(name: str, produce: Callable[[], str]) -> str:
     """A tool's answer, redacted; every failure a ToolError that says why, bounded (never the
     SDK's bare "Error executing tool")."""
     try:
         return redact(produce())
     except ToolError as exc:
-        raise ToolError(upstream(str(exc), _ERROR_CHARS)) from None
+        raise ToolError(bounded(str(exc))) from None
     except Exception as exc:  # noqa: BLE001 - the model gets a reason, the log the traceback
         log.exception("the %s tool failed", name)
         raise ToolError(f"{name} failed: {type(exc).__name__}: {upstream(str(exc))}") from None

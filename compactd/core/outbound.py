@@ -26,9 +26,11 @@ from typing import Final
 
 __all__ = [
     "ECHO_CHARS",
+    "ERROR_CHARS",
     "MIN_SECRET_CHARS",
     "REDACTED",
     "UPSTREAM_CHARS",
+    "bounded",
     "echo",
     "forget_secrets",
     "redact",
@@ -48,6 +50,8 @@ MIN_SECRET_CHARS: Final = 8
 ECHO_CHARS: Final = 200
 #: The most of an upstream's error text passed on (a proxy may answer with a whole HTML page).
 UPSTREAM_CHARS: Final = 600
+#: The most an error message says, whatever it quotes (the daemon's, an MCP tool's).
+ERROR_CHARS: Final = 2_000
 
 # Environment variables whose values are secrets: these names, and any name ending in one of
 # the suffixes (OPENAI_API_KEY, GEMINI_API_KEY, a gateway's FOO_AUTH_TOKEN, ...).
@@ -156,3 +160,9 @@ def upstream(text: str, limit: int = UPSTREAM_CHARS) -> str:
     if len(flat) <= limit:
         return flat
     return f"{flat[:limit]}… ({len(flat):,} characters)"
+
+
+def bounded(text: str, limit: int = ERROR_CHARS) -> str:
+    """``text`` redacted and cut to ``limit`` characters (its length said when cut)."""
+    text = redact(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"

@@ -19,7 +19,7 @@ from lsprotocol import types as lsp
 from pygls.protocol import default_converter
 
 from compactd import protocol as p
-from compactd.core.outbound import redact, redact_bytes
+from compactd.core.outbound import bounded, redact_bytes
 
 __all__ = ["ClientRefused", "Connection", "StdinSource", "WorkDone", "request_key"]
 
@@ -84,8 +84,9 @@ class Connection:
         # JSON-RPC wants ``"id": null`` when the id could not be read: the key is always set.
         error = {
             "code": p.jsonrpc_number(code),
-            # An error quotes the request or an upstream: anything shaped like a key goes too.
-            "message": redact(message),
+            # An error quotes the request or an upstream: anything shaped like a key goes too,
+            # and it is bounded whatever it quotes (docs/secrets.md#bounded-echoes).
+            "message": bounded(message),
             "data": {**(data or {}), "code": code},
         }
         try:

@@ -749,3 +749,25 @@ class _captured:
 
     def __exit__(self, *exc: object) -> None:
         sys.stdout, sys.stderr = self._saved
+
+
+def test_error_messages_are_bounded_whatever_they_quote(wire: tuple[Wire, Path]) -> None:
+    from compactd.core.outbound import ERROR_CHARS
+
+    w, data = wire
+    before = digest(data)
+    big = "z" * 1_000_000
+    key = "sk-ant-api03-" + "W4r" * 30
+    requests = [
+        (p.RECALL_SEARCH, {"sessionId": big, "query": "x"}),
+        (p.RECALL_SEARCH, {"sessionId": "victim", "query": "x", "limit": 10**6}),
+        (p.TOKENS_STATUS, {"sessionId": "nope-" + big}),
+        ("no/such/" + big, {}),
+        (p.SESSION_APPEND, {"sessionId": f"{key}-{big}", "entries": []}),
+    ]
+    for method, params in requests:
+        answer = w.call(method, params)
+        message = answer["error"]["message"]
+        assert len(message) <= ERROR_CHARS + 40, (method[:30], len(message))
+        assert key not in json.dumps(answer)
+    assert digest(data) == before

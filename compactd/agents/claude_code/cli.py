@@ -31,8 +31,9 @@ MAX_STATUS_BYTES: Final = 1024 * 1024
 # A hook's and the status line's own deadlines, from the process's start (compactd's choice:
 # a third of the timeout install gives Claude Code for them, HOOK_TIMEOUT_S and
 # STATUS_TIMEOUT_S in services/settings.py; generous beside the tenth of a second they
-# take, so that a busy machine does not cut them). Reading standard input gets half of it.
-HOOK_DEADLINE_S: Final = 10.0
+# usually take, so that a busy machine does not cut them: the hand-back of a 32 MB tail takes
+# some 9 s on a shared 2-core machine). Reading standard input gets half of it.
+HOOK_DEADLINE_S: Final = 20.0
 STATUS_DEADLINE_S: Final = 5.0
 # The most one line on stderr carries (a path or a message quoted in it is cut).
 _ERR_CHARS: Final = 1_000

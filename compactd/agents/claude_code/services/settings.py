@@ -45,7 +45,7 @@ HOOK_EVENTS: Final[tuple[tuple[str, str], ...]] = (
 )
 # Seconds Claude Code waits for one hook run (its default is ten minutes), and for one run of
 # the status line: each is three times the process's own deadline (agents/claude_code/cli.py).
-HOOK_TIMEOUT_S: Final = 30
+HOOK_TIMEOUT_S: Final = 60
 STATUS_TIMEOUT_S: Final = 15
 # The subcommand of a compactd command: how its entries are found again.
 _HOOK_TAIL: Final = "claude-code hook"

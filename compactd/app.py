@@ -44,6 +44,7 @@ from compactd.services.store import (
     valid_session_id,
 )
 from compactd.transcript.model import (
+    ParseReport,
     Record,
     record_from_dict,
     without_bookkeeping,
@@ -309,6 +310,7 @@ class App(Runtime):
                 p.ErrorCode.INVALID_PARAMS, "follow needs the transcriptPath to follow"
             )
         data = lines = b""
+        unread = ParseReport()  # the agent's lines its reader could not take
         imported_from: str | None = None
         model = params.model
         if source is not None:
@@ -317,10 +319,10 @@ class App(Runtime):
             if params.follow:
                 # A last line without its newline is still being written: followed, it is read
                 # once whole (docs/follow.md#reading-new-lines).
-                data = data[: data.rfind(b"\n") + 1]
+                data = port.complete(data)
             # The agent's lines as compactd's own (docs/agents.md#reading); ``data`` stays the
             # file's bytes: a follower goes on from where they end.
-            lines = port.transcript(data)
+            lines = port.transcript(data, unread)
             if model is None:
                 model = port.recorded_model(lines)
         model = model or c.DEFAULT_MODEL
@@ -342,13 +344,15 @@ class App(Runtime):
             follow_model=params.model is None,
         )
         loaded = self.store.create_transcript(sid, lines)
+        loaded.report.skipped += unread.skipped
         # An empty file may be followed: the agent has not written its first line yet.
         empty = params.follow and loaded.report.lines == 0
         if source is not None and loaded.report.entries == 0 and not empty:
             # ``_own`` removes what was written.
             raise p.CompactdError(
                 p.ErrorCode.TRANSCRIPT_UNREADABLE,
-                f"{source} is not a Claude Code transcript: {loaded.report.describe()}",
+                f"{source} is not a session file compactd reads (a Claude Code transcript or a "
+                f"Codex rollout): {loaded.report.describe()}",
             )
         # The meta file comes last: until it exists the session does not either.
         self.store.write_meta(meta)

@@ -182,7 +182,7 @@ def context_answer(config: McpConfig, session: str | None) -> str:
     except OSError as exc:
         raise ToolError(f"cannot read the transcript {target.transcript}: {exc.strerror}") from exc
     # Only whole lines: the agent may be writing the last one.
-    records = port.records(data[: data.rfind(b"\n") + 1])
+    records = port.records(port.complete(data))
     seen = outlook(records, os.environ, model=target.model, context_window=target.context_window)
     g = seen.gauge
     s = g.status

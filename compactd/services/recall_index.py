@@ -167,8 +167,9 @@ class RecallIndex:
             lines = int(meta.get("lines", 0))
             f.seek(offset)
             data = f.read()
-            end = data.rfind(b"\n") + 1
-            # An agent's lines as compactd's own (docs/agents.md#reading).
+            # Whole lines only (or a compressed file whole), read as compactd's own lines
+            # (docs/agents.md#reading).
+            end = len(port.complete(data))
             for raw in port.transcript(data[:end]).split(b"\n")[:-1]:
                 self._add(raw, lines)
                 lines += 1

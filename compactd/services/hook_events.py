@@ -1,0 +1,82 @@
+"""An agent's hook event as compactd reads it, and the answer a hook prints (docs/agents.md#hooks).
+
+Claude Code and Codex CLI run their hooks the same way: the event as JSON on stdin
+(``hook_event_name``, ``session_id``, ``transcript_path``, ``cwd``, and per event ``source``,
+``trigger``, ``prompt``...), an answer on stdout, where ``hookSpecificOutput.additionalContext``
+is text for the model. Imports only msgspec: the hooks start often.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+__all__ = [
+    "ENV_NO_WARNING",
+    "HookAnswer",
+    "HookEvent",
+    "HookInputError",
+    "context_json",
+    "parse_event",
+    "transcript_of",
+]
+
+# Set to 1 to switch the threshold warning off (every agent's hook reads it).
+ENV_NO_WARNING: Final = "COMPACTD_NO_THRESHOLD_WARNING"
+
+
+class HookInputError(ValueError):
+    """The event on stdin is not one a hook can act on (the message says why)."""
+
+
+class HookEvent(msgspec.Struct, kw_only=True):
+    """The fields of a hook event compactd reads; unknown ones are ignored."""
+
+    hook_event_name: str
+    session_id: str = ""
+    transcript_path: str | None = ""
+    cwd: str = ""
+    source: str | None = None
+    trigger: str | None = None
+    compact_summary: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HookAnswer:
+    """What the hook prints: ``stdout`` (text or one JSON object), and its exit code."""
+
+    stdout: str = ""
+    exit_code: int = 0
+
+
+def parse_event(raw: bytes, agent: str = "Claude Code") -> HookEvent:
+    """The event ``raw`` that ``agent`` sent (raises ``HookInputError``)."""
+    if not raw.strip():
+        raise HookInputError(f"no hook event on stdin (expected {agent}'s JSON)")
+    try:
+        return msgspec.json.decode(raw, type=HookEvent)
+    except msgspec.ValidationError as exc:
+        raise HookInputError(f"the hook event is not one {agent} sends: {exc}") from None
+    except msgspec.DecodeError:
+        raise HookInputError("the hook event on stdin is not JSON") from None
+
+
+def context_json(event: str, text: str, message: str | None = None) -> str:
+    """The answer that gives the model ``text`` (and the person ``message``)."""
+    out: dict[str, Any] = {
+        "hookSpecificOutput": {"hookEventName": event, "additionalContext": text}
+    }
+    if message:
+        out["systemMessage"] = message
+    return msgspec.json.encode(out).decode()
+
+
+def transcript_of(event: HookEvent) -> Path:
+    """The session file the event names (raises ``HookInputError`` when it names none)."""
+    if not event.transcript_path:
+        raise HookInputError(f"the {event.hook_event_name} event names no transcript_path")
+    return Path(event.transcript_path)

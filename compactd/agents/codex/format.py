@@ -442,7 +442,7 @@ class CodexStream:
             given = item.get("input")
             patch = given if isinstance(given, str) else ""
             if name == APPLY_PATCH:
-                return self._assistant(uuid, stamp, _patch_uses(call_id, patch))
+                return self._assistant(uuid, stamp, _patch_uses(call_id, patch, self.cwd))
             args = {"input": patch}
         else:
             raw = item.get("arguments")
@@ -455,11 +455,11 @@ class CodexStream:
             if isinstance(namespace, str) and namespace:
                 name = f"{namespace}__{name}" if not name.startswith(namespace) else name
             elif name in RUN_TOOLS or name == APPLY_PATCH:
-                return self._assistant(uuid, stamp, _run_uses(call_id, name, args))
+                return self._assistant(uuid, stamp, _run_uses(call_id, name, args, self.cwd))
         use = {"type": "tool_use", "id": call_id, "name": name or "tool", "input": args}
         blocks = [use]
         if name == LOCAL_SHELL:
-            blocks = _run_uses(call_id, name, args)
+            blocks = _run_uses(call_id, name, args, self.cwd)
         return self._assistant(uuid, stamp, blocks)
 
     def _other_call(self, item: dict[str, Any], uuid: str, stamp: str | None) -> Record:
@@ -542,7 +542,14 @@ class CodexStream:
         return [boundary, summary_record]
 
 
-def _patch_uses(call_id: str, patch: str) -> list[dict[str, Any]]:
+def _absolute(path: str, folder: str | None) -> str:
+    """``path`` against the folder a call ran in (Codex's paths are relative to it)."""
+    if not folder or path.startswith("/"):
+        return path
+    return f"{folder.rstrip('/')}/{path.removeprefix('./')}"
+
+
+def _patch_uses(call_id: str, patch: str, cwd: str | None = None) -> list[dict[str, Any]]:
     """A patch's tool uses: one per file it changes (the first carries the whole patch and
     the call's id; the others are named after it and have no result of their own)."""
     files = patch_files(patch)
@@ -550,11 +557,11 @@ def _patch_uses(call_id: str, patch: str) -> list[dict[str, Any]]:
         return [{"type": "tool_use", "id": call_id, "name": APPLY_PATCH, "input": {"patch": patch}}]
     uses: list[dict[str, Any]] = []
     for n, f in enumerate(files):
-        args: dict[str, Any] = {"file_path": f.path, "action": f.action.lower()}
+        args: dict[str, Any] = {"file_path": _absolute(f.path, cwd), "action": f.action.lower()}
         if f.added:
             args["new_string"] = f.added
         if f.moved_to:
-            args["move_to"] = f.moved_to
+            args["move_to"] = _absolute(f.moved_to, cwd)
         if n == 0:
             args["patch"] = patch
         ident = call_id if n == 0 else f"{call_id}.file{n}"
@@ -562,20 +569,24 @@ def _patch_uses(call_id: str, patch: str) -> list[dict[str, Any]]:
     return uses
 
 
-def _run_uses(call_id: str, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+def _run_uses(
+    call_id: str, name: str, args: dict[str, Any], cwd: str | None = None
+) -> list[dict[str, Any]]:
     """A command's tool uses: the command (a ``command`` string), or the patch an
     ``apply_patch`` heredoc applies; and a ``shell_read`` of each file a reading command shows."""
+    workdir = args.get("workdir") if isinstance(args.get("workdir"), str) else None
+    folder = workdir or cwd
     if name == APPLY_PATCH:
         patch = args.get("input") or args.get("patch") or ""
-        return _patch_uses(call_id, patch if isinstance(patch, str) else "")
+        return _patch_uses(call_id, patch if isinstance(patch, str) else "", folder)
     command = _command_of(args.get("command", args.get("cmd"))) or ""
     patch = heredoc_patch(command)
     if patch is not None:
-        return _patch_uses(call_id, patch)
+        return _patch_uses(call_id, patch, folder)
     # apply_patch given as an argv: ["apply_patch", "<patch>"]
     argv = args.get("command")
     if isinstance(argv, list) and len(argv) == 2 and argv[0] == APPLY_PATCH:
-        return _patch_uses(call_id, str(argv[1]))
+        return _patch_uses(call_id, str(argv[1]), folder)
     kept = {
         k: v
         for k, v in args.items()
@@ -584,13 +595,10 @@ def _run_uses(call_id: str, name: str, args: dict[str, Any]) -> list[dict[str, A
     uses: list[dict[str, Any]] = [
         {"type": "tool_use", "id": call_id, "name": name, "input": {"command": command, **kept}}
     ]
-    workdir = args.get("workdir") if isinstance(args.get("workdir"), str) else None
     for n, path in enumerate(read_files(command)):
-        if workdir and not path.startswith("/"):
-            path = f"{workdir.rstrip('/')}/{path}"
         uses.append(
             {"type": "tool_use", "id": f"{call_id}.read{n}", "name": SHELL_READ,
-             "input": {"file_path": path}}
+             "input": {"file_path": _absolute(path, folder)}}
         )  # fmt: skip
     return uses
 

@@ -210,3 +210,20 @@ def test_compactd_installed_in_codex_hands_back_what_each_compaction_dropped(
     assert done.returncode == 0, done.stderr
     assert codex.config_path.read_bytes() == before
     assert not (codex.codex_home / "hooks.json").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_project_install_is_trusted_by_codex(exe: str, emu: Emulator, tmp_path: Path) -> None:
+    """``--scope project``: the project's .codex/ files name no path of this machine, and Codex
+    trusts the hooks there through the entries compactd put in the user's config."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    codex = Codex(exe, emu, tmp_path / "home", project, out_dir("codex-project") / "codex.log",
+                  extra_config=f'\n[projects."{project}"]\ntrust_level = "trusted"\n')  # fmt: skip
+    done = _compactd(codex, "codex", "install", "--scope", "project")
+    assert done.returncode == 0 and "note:" not in done.stdout, done.stderr
+    for name in ("hooks.json", "config.toml"):
+        assert str(tmp_path) not in (project / ".codex" / name).read_text()
+    listed = [h for h in hooks_list(exe, codex.env, project)
+              if h["sourcePath"] == str(project / ".codex" / "hooks.json")]  # fmt: skip
+    assert len(listed) == 2 and {h["trustStatus"] for h in listed} == {"trusted"}, listed

@@ -287,7 +287,10 @@ def plan_install(
         else:
             writes[path] = tomlkit.dumps(tomls[path]).encode()
     notes: list[str] = []
-    if scope == "project":
+    projects = trust.get("projects")
+    entry = projects.get(str(project)) if isinstance(projects, dict) else None
+    trusted = isinstance(entry, dict) and entry.get("trust_level") == "trusted"
+    if scope == "project" and not trusted:
         notes.append(
             f"Codex reads {files.hooks.parent} only when {project} is a trusted project "
             f'([projects."{project}"] trust_level = "trusted" in {files.trust})'

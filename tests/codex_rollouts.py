@@ -167,3 +167,65 @@ def older_rollout() -> Rollout:
 def compressed(data: bytes) -> bytes:
     """A rollout as Codex rewrites an idle one (``.jsonl.zst``)."""
     return zstandard.ZstdCompressor(level=3).compress(data)
+
+
+_PROGRAMS = (
+    "pytest -q tests/test_{w}.py", "rg -n {w}_handler src/", "git diff --stat src/{w}.py",
+    "make check-{w}", "sed -n 10,80p src/{w}.py", "ls -la src/{w}/", "npm run build:{w}",
+    "cargo test {w}_roundtrip", "python scripts/{w}_report.py --since 3d", "go vet ./{w}/...",
+)
+_WORDS = (
+    "ledger", "invoice", "pelican", "kiwi", "harbor", "quartz", "meadow", "lantern", "cobalt",
+    "saffron", "tundra", "walnut", "zephyr", "orchid", "basalt", "falcon", "juniper", "marble",
+)
+
+
+def long_rollout(seed: int = 7, turns: int = 36) -> Rollout:
+    """A long session in an older CLI's variant: many commands (some failing), patches to many
+    files, the person's requests, and a compaction every twelve turns; the remote ones keep
+    every message, the local ones only the latest three (Codex keeps the user's messages up to a
+    budget: the older ones are what compactd gives back)."""
+    import random
+
+    rng = random.Random(seed)
+    r = Rollout()
+    r.meta()
+    tokens = 12_000
+    for turn in range(turns):
+        word, other = rng.sample(_WORDS, 2)
+        r.user(f"Turn {turn}: make the {word} export handle {other} records, and never drop "
+               f"the {other} totals when the {word} file is empty")  # fmt: skip
+        r.reasoning()
+        for _ in range(rng.randint(1, 3)):
+            command = rng.choice(_PROGRAMS).format(w=f"{word}{turn}")
+            code = 1 if rng.random() < 0.2 else 0
+            r.shell(command, f"{command}: {'FAILED' if code else 'ok'} ({rng.randint(1, 99)} lines)",
+                    code=code)  # fmt: skip
+            tokens += rng.randint(800, 3_000)
+            r.usage(tokens)
+        if rng.random() < 0.6:
+            r.patch(f"src/{word}/{other}_{turn}.py", f"def export_{other}(): return {turn}")
+        r.assistant(f"The {word} export handles {other} now.")
+        tokens += 400
+        r.usage(tokens)
+        if turn % 12 == 11:
+            if (turn // 12) % 2 == 0:
+                r.compact_remote()
+            else:
+                _compact_keeping_latest(r, 3, f"Summary: the {word} export work goes on.")
+            tokens = 14_000
+    return r
+
+
+def _compact_keeping_latest(r: Rollout, keep: int, summary: str) -> None:
+    """A local compaction (0.171-style) whose history keeps only the latest user messages."""
+    prefix = ("Another language model started to solve this problem and produced a summary of "
+              "its thinking process. use the information in this summary to assist with your "
+              "own analysis:\n")  # fmt: skip
+    kept = [{"type": "message", "role": "user",
+             "content": [{"type": "input_text", "text": m}]}
+            for m in r._all_messages()[-keep:]]  # fmt: skip
+    kept.append({"type": "message", "role": "user",
+                 "content": [{"type": "input_text", "text": prefix + summary}]})  # fmt: skip
+    r.add("compacted", {"message": prefix + summary, "replacement_history": kept})
+    r._close_span()

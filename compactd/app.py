@@ -311,6 +311,7 @@ class App(Runtime):
             )
         data = lines = b""
         unread = ParseReport()  # the agent's lines its reader could not take
+        window, auto_tokens = params.context_window, params.auto_compact_tokens
         imported_from: str | None = None
         model = params.model
         if source is not None:
@@ -325,16 +326,23 @@ class App(Runtime):
             lines = port.transcript(data, unread)
             if model is None:
                 model = port.recorded_model(lines)
+            # An agent whose model names say no window records it (a Codex rollout).
+            recorded = port.recorded_limits(data)
+            if recorded is not None:
+                if params.model is None and recorded.model and model is None:
+                    model = recorded.model
+                window = window or recorded.context_window
+                auto_tokens = auto_tokens or recorded.auto_compact_tokens
         model = model or c.DEFAULT_MODEL
         if params.model is None:  # a model given was checked before anything was read
-            self._check_limits(model, params.context_window, params.max_output_tokens)
+            self._check_limits(model, window, params.max_output_tokens)
         meta = SessionMeta(
             session_id=sid,
             cwd=params.cwd,
             model=model,
-            context_window=params.context_window,
+            context_window=window,
             max_output_tokens=params.max_output_tokens,
-            auto_compact_tokens=params.auto_compact_tokens,
+            auto_compact_tokens=auto_tokens,
             agent_kind=params.agent_kind or "main",
             cache_safe_params=_builtins(params.cache_safe_params),
             api_context_management=params.api_context_management,

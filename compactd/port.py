@@ -41,6 +41,7 @@ __all__ = [
     "FoundSession",
     "Reading",
     "RecordStream",
+    "RecordedLimits",
     "Session",
     "agent_for",
     "complete",
@@ -54,6 +55,7 @@ __all__ = [
     "project_dir",
     "names_a_session",
     "read_lines",
+    "recorded_limits",
     "recorded_model",
     "records",
     "session_named",
@@ -80,6 +82,17 @@ class RecordStream(Protocol):
     def feed(self, data: bytes, report: ParseReport | None = None) -> list[Record]:
         """The records of ``data``: the file's next whole lines (or the whole file)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedLimits:
+    """What an agent's file says of the model it runs, when the model's name alone does not
+    tell compactd its window (docs/agents.md#reading): the model, its window, and the size at
+    which the agent compacts."""
+
+    model: str | None = None
+    context_window: int | None = None
+    auto_compact_tokens: int | None = None
 
 
 class AgentFormat(Protocol):
@@ -127,6 +140,11 @@ class AgentFormat(Protocol):
     def complete(self, data: bytes) -> int:
         """How many bytes of a file's start can be read now: up to its last newline (a last
         line without one is being written), or the whole of a file written at once."""
+        ...
+
+    def recorded_limits(self, data: bytes) -> tuple[str | None, int | None, int | None] | None:
+        """The model, window and compaction size (``RecordedLimits``) a whole file records,
+        when its model names are not Claude's (None: the model its responses name is enough)."""
         ...
 
 
@@ -340,6 +358,12 @@ class Reading:
 def read_lines(lines: Sequence[bytes], report: ParseReport | None = None) -> list[Record]:
     """Like ``records``, for a file already cut into lines."""
     return detect(b"\n".join(lines[:64])).records(lines, report)
+
+
+def recorded_limits(data: bytes) -> RecordedLimits | None:
+    """The model, window and compaction size a session file records (``AgentFormat``)."""
+    found = detect(data).recorded_limits(data)
+    return RecordedLimits(*found) if found is not None else None
 
 
 def recorded_model(data: bytes) -> str | None:

@@ -328,3 +328,30 @@ def test_the_hook_imports_no_sdk_daemon_or_event_loop(tmp_path: Path) -> None:
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "tomlkit",
              "compactd.cli.main", "compactd.engine", "compactd.agents.claude_code.cli"}  # fmt: skip
     assert not heavy & imported, heavy & imported
+
+
+def test_compactd_mcp_serves_the_rollout_the_hook_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compactd mcp``'s tools for a Codex session: the one the hook recorded for the working
+    folder, or a rollout named by path (a compressed one too)."""
+    from compactd.mcp_server import McpConfig, context_answer, recall_answer
+    from tests.codex_rollouts import compressed
+
+    rollout = tmp_path / "rollout-2026-11-28T08-26-39-thread-1.jsonl"
+    rollout.write_bytes(ROLLOUT.read_bytes())
+    data = tmp_path / "data" / "compactd"  # XDG_DATA_HOME/compactd: the hook's data dir
+    run = _run(tmp_path, "hook", stdin=_event("SessionStart", rollout, source="startup"))
+    assert run.returncode == 0, run.stderr
+    config = McpConfig(data, CWD)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))  # no Claude Code session
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "home" / ".codex"))
+    answer = recall_answer(config, "seq 1 4000", 5, None)
+    assert "thread-1 (the current Codex session, as compactd's hook recorded it)" in answer
+    assert "exec_command: seq 1 4000" in answer
+    status = context_answer(config, None)
+    assert "model emu-codex" in status and "258,400-token window" in status
+    assert "compactions so far: 2" in status
+    packed = tmp_path / "rollout-2026-11-28T08-26-39-thread-2.jsonl.zst"
+    packed.write_bytes(compressed(ROLLOUT.read_bytes()))
+    assert "cat notes.txt" in recall_answer(config, "cat notes", 5, str(packed))

@@ -143,6 +143,14 @@ def test_a_registered_agent_gives_the_port_everything(agent: port.Agent) -> None
     assert set(mine.file_args) <= set(union.file_args)
 
 
+def test_codex_is_registered_through_the_same_port() -> None:
+    assert port.INSTALLED == ("claude_code", "codex")
+    codex = port.agent_for("codex")
+    assert codex is not None and codex.format().name == "Codex"
+    assert {"exec_command", "shell", "local_shell"} <= vocabulary().runs
+    assert "apply_patch" in vocabulary().writes
+
+
 def test_exactly_one_format_reads_compactd_s_own_lines() -> None:
     assert [f.name for f in port.formats() if f.native] == ["Claude Code"]
 
@@ -198,6 +206,9 @@ class ChatFormat:
 
     def complete(self, data: bytes) -> int:
         return data.rfind(b"\n") + 1
+
+    def recorded_limits(self, data: bytes) -> None:
+        return None  # its model names are Claude's
 
 
 CHAT = b'{"said": "fix the bug", "by": "me"}\n{"said": "done", "by": "it", "m": "%s"}\n' % (

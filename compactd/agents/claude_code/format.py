@@ -257,6 +257,9 @@ class ClaudeCodeFormat:
     def complete(self, data: bytes) -> int:
         return data.rfind(b"\n") + 1  # a last line without its newline is being written
 
+    def recorded_limits(self, data: bytes) -> tuple[str | None, int | None, int | None] | None:
+        return None  # Claude's model names say their window (docs/thresholds.md#model-limits)
+
     def recognizes(self, records: Iterable[Record]) -> bool:
         """Whether the lines are Claude Code's: messages and system lines with uuids."""
         return any(r.entry.type in _CLAUDE_CODE_KINDS and r.entry.uuid is not None for r in records)

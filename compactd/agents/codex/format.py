@@ -61,6 +61,8 @@ __all__ = [
     "read_files",
 ]
 
+# Codex compacts at this share of the window unless configured otherwise (docs/codex.md#the-compaction).
+AUTO_COMPACT_SHARE: Final = 0.9
 # The first bytes of a zstd frame (RFC 8878): a rollout Codex compressed whole.
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 # The most a compressed rollout is inflated to (compactd's bound, the import's own limit).
@@ -683,6 +685,52 @@ class CodexFormat:
         if data.startswith(ZSTD_MAGIC):
             return len(data)
         return data.rfind(b"\n") + 1
+
+
+    def recorded_limits(self, data: bytes) -> tuple[str | None, int | None, int | None] | None:
+        """The model of the rollout's latest turn, the window Codex reported for it and the
+        size at which Codex compacts by default (90% of it; ``model_auto_compact_token_limit``
+        in the user's config, which the rollout does not record, may lower it)."""
+        if data.startswith(ZSTD_MAGIC):
+            data = decompress(data)
+        model = window = None
+        for raw in reversed(data.splitlines()):
+            if model is None and b'"turn_context"' in raw:
+                model = _field(raw, "model")
+            if window is None and b'"model_context_window"' in raw:
+                window = _window(raw)
+            if model is not None and window is not None:
+                break
+        if model is None and window is None:
+            return None
+        auto = int(window * AUTO_COMPACT_SHARE) if window else None
+        return model, window, auto
+
+
+def _field(raw: bytes, name: str) -> str | None:
+    try:
+        line = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    payload = line.get("payload") if isinstance(line, dict) else None
+    value = payload.get(name) if isinstance(payload, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _window(raw: bytes) -> int | None:
+    try:
+        line = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    payload = line.get("payload") if isinstance(line, dict) else None
+    if not isinstance(payload, dict):
+        return None
+    info = payload.get("info")
+    for holder in (payload, info if isinstance(info, dict) else {}):
+        window = holder.get("model_context_window")
+        if isinstance(window, int) and window > 0:
+            return window
+    return None
 
 
 CODEX: Final = CodexFormat()

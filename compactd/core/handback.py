@@ -56,6 +56,8 @@ HANDBACK_TITLE: Final = "compactd: what Claude Code's summary above left out"
 def handback_title(agent: str) -> str:
     """The opening of the text handed back to ``agent``'s model."""
     return f"compactd: what {agent}'s summary above left out"
+
+
 # How many pointers of messages that did not fit are listed one by one (the rest are counted).
 _OLDER_POINTERS: Final = 12
 

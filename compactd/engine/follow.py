@@ -184,8 +184,6 @@ class Follower:
         log.info("session %s: the followed transcript now uses %s", session.session_id, model)
 
 
-
-
 def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:
     """The records the session does not hold yet, in order.
 

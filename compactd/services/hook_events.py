@@ -8,6 +8,7 @@ is text for the model. Imports only msgspec: the hooks start often.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -16,6 +17,10 @@ import msgspec
 
 __all__ = [
     "ENV_NO_WARNING",
+    "MAX_EVENT_BYTES",
+    "err",
+    "out",
+    "read_stdin",
     "HookAnswer",
     "HookEvent",
     "HookInputError",
@@ -24,6 +29,9 @@ __all__ = [
     "transcript_of",
 ]
 
+# The most a hook reads from stdin: the agents' events are small (Claude Code's PostCompact
+# holds a summary); anything larger is not an event.
+MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 # Set to 1 to switch the threshold warning off (every agent's hook reads it).
 ENV_NO_WARNING: Final = "COMPACTD_NO_THRESHOLD_WARNING"
 
@@ -80,3 +88,22 @@ def transcript_of(event: HookEvent) -> Path:
     if not event.transcript_path:
         raise HookInputError(f"the {event.hook_event_name} event names no transcript_path")
     return Path(event.transcript_path)
+
+
+def read_stdin() -> bytes:
+    """The event on stdin (at most ``MAX_EVENT_BYTES``)."""
+    data = sys.stdin.buffer.read(MAX_EVENT_BYTES + 1)
+    if len(data) > MAX_EVENT_BYTES:
+        raise ValueError(f"more than {MAX_EVENT_BYTES:,} bytes on stdin: not a hook event")
+    return data
+
+
+def out(line: str) -> None:
+    """One line on stdout: what the agent reads from a hook (a hook's process is the agent's,
+    not the daemon's: no protocol frames here)."""
+    sys.stdout.write(line + "\n")
+
+
+def err(line: str) -> None:
+    """One line on stderr: a message for the person, never read by the agent as output."""
+    sys.stderr.write(line + "\n")

@@ -37,6 +37,11 @@ def _last_tokens(data: bytes) -> int:
     raise AssertionError("no token count")
 
 
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data)
+
+
 async def _open(client: Client, path: Path, sid: str, **kw: Any) -> p.OpenResult:
     return await client.open_session(cwd=CWD, session_id=sid, transcript_path=str(path), **kw)
 
@@ -112,13 +117,9 @@ async def test_a_live_rollout_is_followed_as_codex_writes_it(
         # The rest as Codex writes it: in bursts, one line in two pieces, an unknown line.
         rest = lines[12:]
         middle = len(rest) // 2
-        with open(path, "ab") as fh:
-            fh.write(b"".join(rest[:middle]))
-            fh.write(rest[middle][:40])  # a line still being written
-        with open(path, "ab") as fh:
-            fh.write(rest[middle][40:])
-            fh.write(b'{"timestamp":"2026-11-28T08:27:00.000Z","type":"future_kind","payload":{}}\n')
-            fh.write(b"".join(rest[middle + 1 :]))
+        _append(path, b"".join(rest[:middle]) + rest[middle][:40])  # a line still being written
+        unknown = b'{"timestamp":"2026-11-28T08:27:00.000Z","type":"future_kind","payload":{}}\n'
+        _append(path, rest[middle][40:] + unknown + b"".join(rest[middle + 1 :]))
         imported = await _open(client, whole, "whole")
         note = await until(imported.entry_count)
         assert note.entry_count == imported.entry_count

@@ -13,13 +13,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Final
+
+from compactd.services import hook_events
 
 __all__ = ["main"]
-
-# The most a hook reads from stdin: Claude Code's events are small, a PostCompact event holds a
-# summary; anything larger is not an event.
-MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,22 +63,7 @@ def _data_dir(arg: str | None) -> Path:
     return Path(arg) if arg else default_data_dir()
 
 
-def _stdin() -> bytes:
-    data = sys.stdin.buffer.read(MAX_EVENT_BYTES + 1)
-    if len(data) > MAX_EVENT_BYTES:
-        raise ValueError(f"more than {MAX_EVENT_BYTES:,} bytes on stdin: not a hook event")
-    return data
-
-
-def _out(line: str) -> None:
-    """One line on stdout: what Claude Code reads from a hook or a status line (this process
-    is Claude Code's, not the daemon's: no protocol frames here)."""
-    sys.stdout.write(line + "\n")
-
-
-def _err(line: str) -> None:
-    """One line on stderr: a message for the person, never read by Claude Code as output."""
-    sys.stderr.write(line + "\n")
+_stdin, _out, _err = hook_events.read_stdin, hook_events.out, hook_events.err
 
 
 def _hook(args: argparse.Namespace) -> int:

@@ -686,7 +686,6 @@ class CodexFormat:
             return len(data)
         return data.rfind(b"\n") + 1
 
-
     def recorded_limits(self, data: bytes) -> tuple[str | None, int | None, int | None] | None:
         """The model of the rollout's latest turn, the window Codex reported for it and the
         size at which Codex compacts by default (90% of it; ``model_auto_compact_token_limit``

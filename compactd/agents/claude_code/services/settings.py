@@ -14,18 +14,15 @@ and otherwise takes out only its own entries. Running ``install`` twice changes 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import secrets
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import msgspec
-
 from compactd.agents.claude_code.services.state import claude_config_dir
+from compactd.services import installed
 
 __all__ = ["InstallError", "Plan", "Scope", "install", "uninstall"]
 
@@ -150,40 +147,8 @@ class Plan:
     changes: list[str]
 
 
-class _Record(msgspec.Struct, kw_only=True):
-    path: str
-    original: bytes | None
-    written: str  # sha256 of the bytes compactd wrote
-    # Whether the file's folder did not exist before compactd's first install.
-    made_folder: bool = False
-
-
-def _record_file(data_dir: Path, path: Path) -> Path:
-    key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:24]
-    return data_dir / "claude-code" / "installed" / f"{key}.json"
-
-
-def _read_record(path: Path) -> _Record | None:
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=_Record)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-
-
-def _write(path: Path, data: bytes | None) -> None:
-    if data is None:
-        path.unlink(missing_ok=True)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.write_bytes(data)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+# What install wrote, kept for uninstall (services/installed).
+AGENT_DIR: Final = "claude-code"
 
 
 def plan_install(
@@ -229,16 +194,7 @@ def install(
         return plan
     for path, new in plan.writes.items():
         assert new is not None
-        record = _record_file(data_dir, path)
-        saved = _read_record(record)
-        if saved is None:  # the bytes from before compactd's first install are kept
-            saved = _Record(
-                path=str(path), original=before[path], written="",
-                made_folder=not path.parent.exists(),
-            )  # fmt: skip
-        saved.written = hashlib.sha256(new).hexdigest()
-        _write(record, msgspec.json.encode(saved))
-        _write(path, new)
+        installed.remember(data_dir, AGENT_DIR, path, before[path], new)
     return plan
 
 
@@ -272,9 +228,8 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
     changes: list[str] = []
     folders: list[Path] = []
     for path, (raw, data) in loaded.items():
-        record = _read_record(_record_file(data_dir, path))
-        digest = hashlib.sha256(raw).hexdigest() if raw is not None else None
-        if record is not None and digest == record.written:
+        record = installed.left_as_written(data_dir, AGENT_DIR, path, raw)
+        if record is not None:
             writes[path] = record.original
             changes.append(f"{path}: " + ("removed" if record.original is None else "restored"))
             if record.original is None and record.made_folder:
@@ -287,24 +242,16 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
                 changes.append(f"{path}: compactd's entries taken out")
     removed = {p for p, content in writes.items() if content is None}
     # A folder install created goes only when the files it removes are all that is in it.
-    folders = [f for f in dict.fromkeys(folders) if _only(f, removed)]
+    folders = [f for f in dict.fromkeys(folders) if installed.only(f, removed)]
     changes += [f"{f}: removed (empty)" for f in folders]
     if not dry_run:
         for path, content in writes.items():
-            _write(path, content)
+            installed.write_file(path, content)
         for path in loaded:
-            _record_file(data_dir, path).unlink(missing_ok=True)
+            installed.record_path(data_dir, AGENT_DIR, path).unlink(missing_ok=True)
         for folder in folders:
             try:
                 folder.rmdir()
             except OSError:  # something appeared in it meanwhile: it stays
                 pass
     return Plan(writes, changes)
-
-
-def _only(folder: Path, files: set[Path]) -> bool:
-    """Whether ``folder`` holds nothing but ``files``."""
-    try:
-        return all(entry in files for entry in folder.iterdir())
-    except OSError:
-        return False

@@ -27,20 +27,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import secrets
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import msgspec
 import tomlkit
 import tomlkit.exceptions
 from tomlkit.items import Table
 from tomlkit.toml_document import TOMLDocument
 
 from compactd.agents.codex.services.sessions import codex_home
+from compactd.services import installed
 
 __all__ = [
     "HOOK_EVENTS",
@@ -298,45 +296,9 @@ def plan_install(
     return Plan(writes, changes, notes), before
 
 
-# -- what compactd wrote, kept for uninstall -----------------------------------------------------
+# -- what compactd wrote, kept for uninstall (services/installed) ---------------------------------
 
-
-class _Record(msgspec.Struct, kw_only=True):
-    path: str
-    original: bytes | None
-    written: str  # sha256 of the bytes compactd wrote
-    made_folder: bool = False  # the file's folder did not exist before compactd's first install
-    hooks_path: str = ""  # for trust entries: the hooks.json they name
-
-
-def _record_file(data_dir: Path, path: Path) -> Path:
-    key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:24]
-    return data_dir / "codex" / "installed" / f"{key}.json"
-
-
-def _read_record(path: Path) -> _Record | None:
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=_Record)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-
-
-def _write(path: Path, data: bytes | None) -> None:
-    """Write ``path`` whole in one rename (through a symlink to the file it names), or remove it."""
-    if data is None:
-        path.unlink(missing_ok=True)
-        return
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.write_bytes(data)
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+AGENT_DIR: Final = "codex"
 
 
 def install(
@@ -349,16 +311,7 @@ def install(
         return plan
     for path, new in plan.writes.items():
         assert new is not None
-        record = _record_file(data_dir, path)
-        saved = _read_record(record)
-        if saved is None:  # the bytes from before compactd's first install are kept
-            saved = _Record(
-                path=str(path), original=before[path], written="",
-                made_folder=not path.parent.exists(),
-            )  # fmt: skip
-        saved.written = hashlib.sha256(new).hexdigest()
-        _write(record, msgspec.json.encode(saved))
-        _write(path, new)
+        installed.remember(data_dir, AGENT_DIR, path, before[path], new)
     return plan
 
 
@@ -409,9 +362,8 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
     tomls = {p: _toml(p, raws[p]) for p in paths if p != files.hooks}
     for path in paths:
         raw = raws[path]
-        record = _read_record(_record_file(data_dir, path))
-        digest = hashlib.sha256(raw).hexdigest() if raw is not None else None
-        if record is not None and digest == record.written:
+        record = installed.left_as_written(data_dir, AGENT_DIR, path, raw)
+        if record is not None:
             writes[path] = record.original
             changes.append(f"{path}: " + ("removed" if record.original is None else "restored"))
             if record.original is None and record.made_folder:
@@ -433,13 +385,13 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
                 writes[path] = new
                 changes.append(f"{path}: compactd's entries taken out")
     removed = {p for p, content in writes.items() if content is None}
-    folders = [f for f in dict.fromkeys(folders) if _only(f, removed)]
+    folders = [f for f in dict.fromkeys(folders) if installed.only(f, removed)]
     changes += [f"{f}: removed (empty)" for f in folders]
     if not dry_run:
         for path, content in writes.items():
-            _write(path, content)
+            installed.write_file(path, content)
         for path in paths:
-            _record_file(data_dir, path).unlink(missing_ok=True)
+            installed.record_path(data_dir, AGENT_DIR, path).unlink(missing_ok=True)
         for folder in folders:
             try:
                 folder.rmdir()
@@ -472,11 +424,3 @@ def _strip_trust(doc: TOMLDocument, keys: set[str]) -> None:
         del hooks["state"]
         if not hooks:
             del doc["hooks"]
-
-
-def _only(folder: Path, files: set[Path]) -> bool:
-    """Whether ``folder`` holds nothing but ``files``."""
-    try:
-        return all(entry in files for entry in folder.iterdir())
-    except OSError:
-        return False

@@ -1,0 +1,88 @@
+"""What an agent's ``install`` wrote into the agent's own files, kept so that ``uninstall``
+leaves them exactly as they were (docs/agents.md#install).
+
+For each file an install changes, compactd keeps under its data dir
+(``<agent>/installed/<key>.json``) the file's bytes from before its first install (or that there
+was no file, and whether its folder existed) and a digest of what it wrote last. Uninstall puts
+the old bytes back while the file is still as install left it; otherwise the agent takes out
+only its own entries. Files are written whole in one rename, through a symlink to the file it
+names (a dotfiles checkout stays linked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+import msgspec
+
+__all__ = ["Installed", "left_as_written", "only", "record_path", "remember", "write_file"]
+
+
+class Installed(msgspec.Struct, kw_only=True):
+    path: str
+    original: bytes | None
+    written: str  # sha256 of the bytes compactd wrote
+    # Whether the file's folder did not exist before compactd's first install.
+    made_folder: bool = False
+
+
+def record_path(data_dir: Path, agent: str, path: Path) -> Path:
+    key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:24]
+    return data_dir / agent / "installed" / f"{key}.json"
+
+
+def _read(path: Path) -> Installed | None:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=Installed)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def write_file(path: Path, data: bytes | None) -> None:
+    """Write ``path`` whole in one rename (through a symlink to the file it names), keeping its
+    mode; None removes it."""
+    if data is None:
+        path.unlink(missing_ok=True)
+        return
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_bytes(data)
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def remember(data_dir: Path, agent: str, path: Path, before: bytes | None, new: bytes) -> None:
+    """Write ``new`` to ``path``, keeping what it held before compactd's first install."""
+    record = record_path(data_dir, agent, path)
+    saved = _read(record)
+    if saved is None:  # the bytes from before compactd's first install are kept
+        saved = Installed(
+            path=str(path), original=before, written="", made_folder=not path.parent.exists()
+        )
+    saved.written = hashlib.sha256(new).hexdigest()
+    write_file(record, msgspec.json.encode(saved))
+    write_file(path, new)
+
+
+def left_as_written(data_dir: Path, agent: str, path: Path, raw: bytes | None) -> Installed | None:
+    """What install kept for ``path`` when the file (``raw``) is still as it wrote it."""
+    record = _read(record_path(data_dir, agent, path))
+    digest = hashlib.sha256(raw).hexdigest() if raw is not None else None
+    return record if record is not None and digest == record.written else None
+
+
+def only(folder: Path, files: set[Path]) -> bool:
+    """Whether ``folder`` holds nothing but ``files``."""
+    try:
+        return all(entry in files for entry in folder.iterdir())
+    except OSError:
+        return False

@@ -94,16 +94,19 @@ CODE_SERVER_VERSION := 4.100.3
 CLAUDE_CODE_VERSION := 2.1.330
 # The Codex CLI tests/editors/test_codex.py runs against the emulator's Responses API.
 CODEX_VERSION := 0.171.0
+# The Gemini CLI tests/editors/test_gemini.py checks docs/gemini.md's facts on (Node >= 20).
+GEMINI_CLI_VERSION := 0.61.0
 
 EDITOR_TESTS ?= tests/editors
 
 test-editors: $(STAMP)
 	-tests/editors/setup.sh "$(EDITORS_CACHE)" $(CODE_SERVER_VERSION) $(CLAUDE_CODE_VERSION) \
-		$(CODEX_VERSION)
+		$(CODEX_VERSION) $(GEMINI_CLI_VERSION)
 	$(MAKE) -C clients/vscode package
 	CODE_SERVER=$(EDITORS_CACHE)/code-server-$(CODE_SERVER_VERSION)/node_modules/.bin/code-server \
 	CLAUDE_CODE=$(EDITORS_CACHE)/claude-code-$(CLAUDE_CODE_VERSION)/node_modules/.bin/claude \
 	CODEX=$(EDITORS_CACHE)/codex-$(CODEX_VERSION)/node_modules/.bin/codex \
+	GEMINI_CLI=$(EDITORS_CACHE)/gemini-cli-$(GEMINI_CLI_VERSION)/node_modules/.bin/gemini \
 		$(BIN)/python -m pytest -q -rs $(EDITOR_TESTS)
 
 # The real-editor tests again, this time copying the shots the VS Code extension's README shows

@@ -43,6 +43,7 @@ from compactd.services.store import (
     default_data_dir,
     valid_session_id,
 )
+from compactd.transcript.bulk import collector_paused
 from compactd.transcript.model import (
     ParseReport,
     Record,
@@ -63,7 +64,9 @@ class App(Runtime):
         data_dir: Path | None = None,
     ) -> None:
         root = Path(options.data_dir) if options.data_dir else (data_dir or default_data_dir())
-        super().__init__(options, root.expanduser(), base_env)
+        # Absolute: the summary names the session's transcript by its path for the model to
+        # read back, and a path relative to the daemon's folder means nothing to the model.
+        super().__init__(options, root.expanduser().absolute(), base_env)
         if options.auto_compact_tokens is not None:
             # The daemon's absolute auto-compact level reaches every session's limits the way
             # its environment variable does (docs/thresholds.md#absolute-level).
@@ -116,11 +119,16 @@ class App(Runtime):
         """
         lock = self._take(sid)
         try:
-            if self.store.exists(sid):
-                session, created = self._load(sid, repair=True), False
-            elif create is not None:
-                session, created = create(), True
-            else:  # its files went away between the look and the lock
+            # Whole transcripts are read here: without the collector walking every new record.
+            session: Session | None
+            with collector_paused():
+                if self.store.exists(sid):
+                    session, created = self._load(sid, repair=True), False
+                elif create is not None:
+                    session, created = create(), True
+                else:
+                    session, created = None, False
+            if session is None:  # its files went away between the look and the lock
                 raise p.CompactdError(
                     p.ErrorCode.SESSION_NOT_FOUND, f"no session {sid!r}", sessionId=sid
                 )

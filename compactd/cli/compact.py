@@ -11,7 +11,6 @@ folder's sessions (docs/claude-code.md#where-the-sessions-are).
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from compactd_client import Client
 
 from compactd import port
 from compactd.agents.claude_code.format import resume_command
-from compactd.cli.inputs import daemon_args, unreadable
+from compactd.cli.inputs import daemon_args, scratch_data_dir, unreadable
 from compactd.cli.providers import SummarizerChoice
 from compactd.cli.term import Terminal
 from compactd.cli.transcripts import NoTranscript, choose, shown
@@ -75,7 +74,7 @@ async def compact(
     # Without --online or --provider the summary is the offline one even when a key is set.
     options: dict[str, Any] = {"summarizer": summarizer.options}
     online = summarizer.online
-    with tempfile.TemporaryDirectory(prefix="compactd-compact-") as tmp:
+    with scratch_data_dir() as tmp:
         async with Client.spawn(daemon_args(tmp), initialization_options=options) as client:
             result = await client.claude_code_compact(
                 str(path), custom_instructions=instructions, online=online

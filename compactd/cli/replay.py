@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from rich.text import Text
 
 import compactd.cli.report as report
 from compactd import __version__, port
-from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, scratch_data_dir, unreadable
 from compactd.cli.providers import OFFLINE, SummarizerChoice
 from compactd.cli.report import ReplayEvent
 from compactd.cli.synthetic import make_session, to_jsonl
@@ -378,7 +377,7 @@ async def replay(
     }
     if auto_compact_tokens is not None:
         options["autoCompactTokens"] = auto_compact_tokens
-    with tempfile.TemporaryDirectory(prefix="compactd-replay-") as tmp:
+    with scratch_data_dir() as tmp:
         async with Client.spawn(
             daemon_args(data_dir or tmp), initialization_options=options
         ) as client:

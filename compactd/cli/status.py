@@ -5,7 +5,6 @@ folder's newest Claude Code session (``cli/transcripts``), and the report says w
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from compactd_client import Client, RpcError, Subscription
 from compactd_client import protocol as p
 
 import compactd.cli.report as report
-from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, scratch_data_dir, unreadable
 from compactd.cli.term import Terminal, gauge
 from compactd.cli.transcripts import Chosen, NoTranscript, choose
 
@@ -54,7 +53,7 @@ async def status(
     if problem is not None:
         term.error(f"{path}: {problem}")
         return 1
-    with tempfile.TemporaryDirectory(prefix="compactd-status-") as tmp:
+    with scratch_data_dir() as tmp:
         # Offline: a preview never calls a model, and nothing here may need a key.
         options: dict[str, Any] = {"summarizer": {"offline": True}}
         if auto_compact_tokens is not None:

@@ -166,7 +166,7 @@ async def test_demo_runs_offline_and_keeps_the_originals() -> None:
     assert match and match.group(1) == match.group(2)
     assert re.search(r"timeline: [1-9]\d* compaction\(s\)", out)
     assert "after the replay" in out
-    assert "<temporary folder>/data/sessions/" in out  # not a path that is gone at exit
+    assert "<temporary folder>/sessions/" in out  # not a path that is gone at exit
 
 
 async def test_bad_input_is_reported_without_a_traceback(tmp_path: Path) -> None:

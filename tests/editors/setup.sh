@@ -1,8 +1,8 @@
 #!/bin/sh
 # Installs what the real-editor tests need; `make test-editors` runs it before them.
-#   setup.sh CACHE_DIR CODE_SERVER_VERSION [CLAUDE_CODE_VERSION [CODEX_VERSION]]
+#   setup.sh CACHE_DIR CODE_SERVER_VERSION [CLAUDE_CODE_VERSION [CODEX_VERSION [GEMINI_CLI_VERSION]]]
 # - Debian packages: chromium (Playwright drives it; no browser download), neovim, ripgrep,
-#   strace (test_codex.py watches where Codex connects), and
+#   strace (test_codex.py and test_gemini.py watch where Codex and Gemini CLI connect), and
 #   the build tools code-server's native modules compile with (build-essential, pkg-config,
 #   python3, libkrb5-dev). Installed with apt-get when missing (needs root).
 # - code-server from npm (it needs Node 20), into CACHE_DIR/code-server-VERSION, once: later runs
@@ -13,6 +13,8 @@
 # - the Codex CLI from npm (@openai/codex, pinned; its native binary is the optional dependency
 #   @openai/codex-linux-x64 or -arm64, an alias of @openai/codex@VERSION-linux-ARCH) into
 #   CACHE_DIR/codex-VERSION, once.
+# - the Gemini CLI from npm (@google/gemini-cli, pinned; it needs Node >= 20) into
+#   CACHE_DIR/gemini-cli-VERSION, once.
 # It does not stop at the first failure: it installs what it can and says what it could not.
 # The tests then fail with what is missing.
 set -u
@@ -21,6 +23,7 @@ cache=$1
 version=$2
 claude_version=${3:-}
 codex_version=${4:-}
+gemini_version=${5:-}
 status=0
 say() { echo "setup.sh: $*" >&2; }
 
@@ -72,6 +75,18 @@ fi
 # tests/editors/test_codex.py runs `codex exec` against tests/emulator's Responses API, offline.
 if [ -n "$codex_version" ]; then
   npm_cli "$cache/codex-$codex_version" "@openai/codex@$codex_version" codex
+fi
+
+# -- Gemini CLI --------------------------------------------------------------------------------
+# tests/editors/test_gemini.py runs `gemini -p` against tests/emulator's Gemini API, offline.
+if [ -n "$gemini_version" ]; then
+  node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if [ "$node_major" -ge 20 ] 2>/dev/null; then
+    npm_cli "$cache/gemini-cli-$gemini_version" "@google/gemini-cli@$gemini_version" gemini
+  else
+    say "@google/gemini-cli@$gemini_version needs Node.js 20 or later (found: $node_major)"
+    status=1
+  fi
 fi
 
 # -- code-server -------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from .cache import CacheControlError, CacheOutcome, PromptCache
 from .chat import CHAT_PATH, CHAT_SERVERS, handle_chat
+from .gemini import GeminiApi, parse_gemini_path
 from .responses import RESPONSES_PATH, handle_responses
 from .script import (
     DEFAULT,
@@ -288,6 +289,9 @@ class Emulator:
         # a test checks instead of timing the client (a busy machine only makes that slower).
         self._waits: list[float] = []
 
+        # The Gemini API (tests.emulator.gemini): its own scripts and defaults.
+        self.gemini = GeminiApi(self)
+
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -538,6 +542,7 @@ class Emulator:
             self._default = Reply()
             self._totals = CostSummary()
             self._cache.clear()
+        self.gemini.reset()
 
     estimate_tokens = staticmethod(estimate_tokens)
 
@@ -683,6 +688,9 @@ class Emulator:
     def _route(self, x: _Exchange, seq: int, path: str, parse_error: str | None) -> None:
         path = path.rstrip("/")
         method = x.handler.command
+        if parse_gemini_path(path) is not None:
+            self.gemini.handle(x, seq, parse_error)
+            return
         handler = self.API_ROUTES.get(path)
         if handler is not None and method == "POST":
             if self._authenticate(x):

@@ -14,11 +14,20 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import msgspec
 
-__all__ = ["Installed", "left_as_written", "only", "record_path", "remember", "write_file"]
+__all__ = [
+    "Installed",
+    "left_as_written",
+    "only",
+    "record_path",
+    "remember",
+    "undo",
+    "write_file",
+]
 
 
 class Installed(msgspec.Struct, kw_only=True):
@@ -86,3 +95,48 @@ def only(folder: Path, files: set[Path]) -> bool:
         return all(entry in files for entry in folder.iterdir())
     except OSError:
         return False
+
+
+def undo(
+    data_dir: Path,
+    agent: str,
+    raws: Mapping[Path, bytes | None],
+    strip: Callable[[Path, bytes], bytes | None],
+    *,
+    dry_run: bool,
+) -> tuple[dict[Path, bytes | None], list[str]]:
+    """Take an install out of the files ``raws`` (each file's bytes now, None: none): a file
+    still as install left it gets its bytes from before (a file it created is removed, and a
+    folder it created too once nothing else is in it); another gets ``strip(path, raw)``, its
+    bytes without compactd's entries (None: nothing of compactd's in it). The new bytes of each
+    file changed (None: removed) and the changes in words; nothing is written on ``dry_run``."""
+    writes: dict[Path, bytes | None] = {}
+    changes: list[str] = []
+    folders: list[Path] = []
+    for path, raw in raws.items():
+        record = left_as_written(data_dir, agent, path, raw)
+        if record is not None:
+            writes[path] = record.original
+            changes.append(f"{path}: " + ("removed" if record.original is None else "restored"))
+            if record.original is None and record.made_folder:
+                folders.append(path.parent)
+        elif raw is not None:
+            new = strip(path, raw)
+            if new is not None:
+                writes[path] = new
+                changes.append(f"{path}: compactd's entries taken out")
+    removed = {p for p, content in writes.items() if content is None}
+    # A folder install created goes only when the files it removes are all that is in it.
+    folders = [f for f in dict.fromkeys(folders) if only(f, removed)]
+    changes += [f"{f}: removed (empty)" for f in folders]
+    if not dry_run:
+        for path, content in writes.items():
+            write_file(path, content)
+        for path in raws:
+            record_path(data_dir, agent, path).unlink(missing_ok=True)
+        for folder in folders:
+            try:
+                folder.rmdir()
+            except OSError:  # something appeared in it meanwhile: it stays
+                pass
+    return writes, changes

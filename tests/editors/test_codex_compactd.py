@@ -160,6 +160,9 @@ def test_compactd_installed_in_codex_hands_back_what_each_compaction_dropped(
     )
     second = codex.resume(first.thread_id, SECOND)
     assert second.kinds().count("compaction") == 1, second.kinds()
+    # The context was past 80% of Codex's limit at the prompt: the model was warned, once.
+    warned = [t for r, t in message_texts(second.bodies()[0]) if "the context holds" in t]
+    assert len(warned) == 1 and warned[0].startswith("compactd:"), warned
     assert codex.rollouts() == [rollout]
     (after,) = _after(second.requests)
     text = _text(after)

@@ -224,34 +224,13 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
     """Take out what ``install`` put in (see the module docstring)."""
     files = scope_files(scope, project)
     loaded = {p: _load(p) for p in dict.fromkeys((files.settings, files.mcp))}
-    writes: dict[Path, bytes | None] = {}
-    changes: list[str] = []
-    folders: list[Path] = []
-    for path, (raw, data) in loaded.items():
-        record = installed.left_as_written(data_dir, AGENT_DIR, path, raw)
-        if record is not None:
-            writes[path] = record.original
-            changes.append(f"{path}: " + ("removed" if record.original is None else "restored"))
-            if record.original is None and record.made_folder:
-                folders.append(path.parent)
-        elif raw is not None:
-            _strip(data, files, path)
-            new = _dump(data)
-            if new != _dump(json.loads(raw) if raw.strip() else {}):
-                writes[path] = new
-                changes.append(f"{path}: compactd's entries taken out")
-    removed = {p for p, content in writes.items() if content is None}
-    # A folder install created goes only when the files it removes are all that is in it.
-    folders = [f for f in dict.fromkeys(folders) if installed.only(f, removed)]
-    changes += [f"{f}: removed (empty)" for f in folders]
-    if not dry_run:
-        for path, content in writes.items():
-            installed.write_file(path, content)
-        for path in loaded:
-            installed.record_path(data_dir, AGENT_DIR, path).unlink(missing_ok=True)
-        for folder in folders:
-            try:
-                folder.rmdir()
-            except OSError:  # something appeared in it meanwhile: it stays
-                pass
+
+    def strip(path: Path, raw: bytes) -> bytes | None:
+        data = loaded[path][1]
+        _strip(data, files, path)
+        new = _dump(data)
+        return new if new != _dump(json.loads(raw) if raw.strip() else {}) else None
+
+    raws = {p: raw for p, (raw, _) in loaded.items()}
+    writes, changes = installed.undo(data_dir, AGENT_DIR, raws, strip, dry_run=dry_run)
     return Plan(writes, changes)

@@ -353,50 +353,25 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
     files = scope_files(scope, project)
     paths = list(dict.fromkeys((files.hooks, files.config, files.trust)))
     raws = {p: _read(p) for p in paths}
-    writes: dict[Path, bytes | None] = {}
-    changes: list[str] = []
-    folders: list[Path] = []
     # Parsed first: nothing is written when one file cannot be read.
     hooks = _json(files.hooks, raws[files.hooks])
     ours = _our_keys(files, hooks)
     tomls = {p: _toml(p, raws[p]) for p in paths if p != files.hooks}
-    for path in paths:
-        raw = raws[path]
-        record = installed.left_as_written(data_dir, AGENT_DIR, path, raw)
-        if record is not None:
-            writes[path] = record.original
-            changes.append(f"{path}: " + ("removed" if record.original is None else "restored"))
-            if record.original is None and record.made_folder:
-                folders.append(path.parent)
-        elif raw is not None:
-            if path == files.hooks:
-                _strip_hooks(hooks)
-                new = _dump_json(hooks)
-                same = new == _dump_json(_json(path, raw))
-            else:
-                doc = tomls[path]
-                if path == files.trust:
-                    _strip_trust(doc, ours)
-                if path == files.config:
-                    _strip_server(doc)
-                new = tomlkit.dumps(doc).encode()
-                same = new == raw
-            if not same:
-                writes[path] = new
-                changes.append(f"{path}: compactd's entries taken out")
-    removed = {p for p, content in writes.items() if content is None}
-    folders = [f for f in dict.fromkeys(folders) if installed.only(f, removed)]
-    changes += [f"{f}: removed (empty)" for f in folders]
-    if not dry_run:
-        for path, content in writes.items():
-            installed.write_file(path, content)
-        for path in paths:
-            installed.record_path(data_dir, AGENT_DIR, path).unlink(missing_ok=True)
-        for folder in folders:
-            try:
-                folder.rmdir()
-            except OSError:  # something appeared in it meanwhile: it stays
-                pass
+
+    def strip(path: Path, raw: bytes) -> bytes | None:
+        if path == files.hooks:
+            _strip_hooks(hooks)
+            new = _dump_json(hooks)
+            return new if new != _dump_json(_json(path, raw)) else None
+        doc = tomls[path]
+        if path == files.trust:
+            _strip_trust(doc, ours)
+        if path == files.config:
+            _strip_server(doc)
+        new = tomlkit.dumps(doc).encode()
+        return new if new != raw else None
+
+    writes, changes = installed.undo(data_dir, AGENT_DIR, raws, strip, dry_run=dry_run)
     return Plan(writes, changes)
 
 

@@ -68,7 +68,7 @@ __all__ = [
 
 # The agents compactd knows, by package under ``compactd/agents/``: adding an agent is its
 # package and its name here (docs/agents.md#adding-an-agent).
-INSTALLED: Final = ("claude_code", "codex")
+INSTALLED: Final = ("claude_code", "codex", "gemini")
 
 # How much of a file's start a format is told from (a few complete lines of any agent's).
 _HEAD_BYTES: Final = 64 * 1024

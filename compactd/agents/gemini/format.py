@@ -157,6 +157,30 @@ class _Read:
     calls: set[str] = field(default_factory=set)
     usage: bool = False
     chunks: int = 0
+    #: what the record says, to know it again under another id (``_signature``)
+    signature: str = ""
+
+
+def _signature(record: dict[str, Any]) -> str:
+    """What a record says (its type, text and calls), the same whichever list holds it: a
+    compression writes the records it keeps again under new ids (docs/gemini.md#compression)."""
+    parts = _parts(record.get("content"))
+    names = [
+        f"{p['functionCall'].get('name')}:{msgspec.json.encode(p['functionCall'].get('args'))!r}"
+        for p in parts
+        if isinstance(p.get("functionCall"), dict)
+    ]
+    answers = [
+        str(p["functionResponse"].get("id"))
+        for p in parts
+        if isinstance(p.get("functionResponse"), dict)
+    ]
+    for call in record.get("toolCalls") or []:
+        if isinstance(call, dict):
+            call_sig = f"{call.get('name')}:{msgspec.json.encode(call.get('args'))!r}"
+            if call_sig not in names:
+                names.append(call_sig)
+    return "\x00".join([str(record.get("type")), "".join(_texts(parts)), *names, *answers])
 
 
 def _first_object(data: bytes) -> dict[str, Any] | None:
@@ -277,6 +301,8 @@ class GeminiStream:
             messages = update.get("messages")
             return self._replace(messages, rep) if isinstance(messages, list) else []
         if isinstance(obj.get("id"), str):
+            if obj["id"] not in self.seen:
+                self.current.append(obj["id"])
             return self._record(obj, rep)
         if isinstance(obj.get("sessionId"), str) and "projectHash" in obj:
             self._meta(obj)
@@ -324,10 +350,10 @@ class GeminiStream:
         out: list[Record] = []
         read = self.seen.get(ident)
         if texts and read is None:
-            read = self.seen[ident] = _Read()
+            read = self.seen[ident] = _Read(signature=_signature(obj))
             out += self._words(obj, ident, stamp, texts, read)
         elif read is None:
-            read = self.seen[ident] = _Read()
+            read = self.seen[ident] = _Read(signature=_signature(obj))
         for part in parts:
             response = part.get("functionResponse")
             if isinstance(response, dict):
@@ -402,6 +428,7 @@ class GeminiStream:
             status = given.get("status") if given is not None else None
             calls.append((cid, name, args if isinstance(args, dict) else {}, result, status))
         read = self.seen.setdefault(ident, _Read())
+        read.signature = _signature(obj)
         blocks: list[dict[str, Any]] = []
         if text and text != read.text:
             added = text[len(read.text) :] if read.text and text.startswith(read.text) else text
@@ -470,6 +497,7 @@ class GeminiStream:
         self.snapshots.add(ident)
         ack = items[2] if len(items) > 2 and items[2].get("type") == "gemini" else None
         kept = items[3:] if ack is not None else items[2:]
+        self._known_again(kept)
         positions = [
             self.order[u]
             for item in kept
@@ -525,6 +553,19 @@ class GeminiStream:
         self.last_tokens = None
         self.compressed_since_prompt = True
         return out
+
+    def _known_again(self, kept: list[dict[str, Any]]) -> None:
+        """Take the kept records a compression wrote under new ids as the records of the
+        current list that say the same (the latest first), so that none is read twice."""
+        free = [i for i in self.current if i in self.seen]
+        for item in reversed(kept):
+            if item["id"] in self.seen:
+                continue
+            wanted = _signature(item)
+            for n in range(len(free) - 1, -1, -1):
+                if self.seen[free[n]].signature == wanted:
+                    self.seen[item["id"]] = self.seen[free.pop(n)]
+                    break
 
     def _noted_compression(self, obj: dict[str, Any]) -> list[Record]:
         """An older chat's note of a compression: a compaction whose snapshot it never held.

@@ -260,7 +260,8 @@ def test_compactd_in_gemini_hands_back_what_each_compression_dropped(
     starts = [i for i, n in enumerate(names) if n == "SessionStart"]
     runs = [first, second, third]
     assert len(starts) == 3
-    for (a, b), run in zip(zip(starts, [*starts[1:], len(names)]), runs, strict=True):
+    spans = zip(starts, [*starts[1:], len(names)], strict=True)
+    for (a, b), run in zip(spans, runs, strict=True):
         n = len(run.bodies("main"))
         assert names[a:b] == [
             "SessionStart", "BeforeAgent", *(["PreCompress", "BeforeModel"] * n), "AfterAgent",

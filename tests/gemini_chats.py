@@ -301,6 +301,15 @@ _PROGRAMS = (
     "make check-{w}", "ls -la src/{w}/", "npm run build:{w}", "cargo test {w}_roundtrip",
     "python scripts/{w}_report.py --since 3d", "go vet ./{w}/...",
 )  # fmt: skip
+# What the person asks, turn by turn (the words that tell one request from another are in the
+# middle, as people write them).
+_ASKS = (
+    "Turn {t}: the {w} export drops {o} rows when the file is empty, fix that",
+    "Turn {t}: why do the {w} totals differ from the {o} report since Monday?",
+    "Turn {t}: rename {w}_{o} to {o}_{w} everywhere and update the tests",
+    "Turn {t}: keep the {w} cache but never write {o} entries into it",
+    "Turn {t}: add a {w} flag to the {o} command and document it in the README",
+)
 _WORDS = (
     "ledger", "invoice", "pelican", "kiwi", "harbor", "quartz", "meadow", "lantern", "cobalt",
     "saffron", "tundra", "walnut", "zephyr", "orchid", "basalt", "falcon", "juniper", "marble",
@@ -317,8 +326,7 @@ def long_chat(seed: int = 7, turns: int = 36) -> Chat:
     for turn in range(turns):
         word, other = rng.sample(_WORDS, 2)
         mid_turn = turn % 12 == 11 and (turn // 12) % 2 == 1
-        c.user(f"Turn {turn}: make the {word} export handle {other} records, and never drop "
-               f"the {other} totals when the {word} file is empty")  # fmt: skip
+        c.user(rng.choice(_ASKS).format(t=turn, w=word, o=other))
         for _ in range(rng.randint(1, 3)):
             command = rng.choice(_PROGRAMS).format(w=f"{word}{turn}")
             failed = rng.random() < 0.2

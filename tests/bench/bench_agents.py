@@ -224,7 +224,9 @@ def main() -> int:
         found = sum(r.found for r in mine)
         share = found / tried if tried else 1.0
         print(f"{agent}: count equals the file's last record in {agree}/{known} files; "
-              f"{sum(r.compactions for r in mine)} compactions; dropped items recalled "
+              f"{sum(r.compactions for r in mine)} compactions; dropped "
+              f"{'/'.join(str(sum(r.dropped[k] for r in mine)) for k in range(3))} "
+              "(messages/commands/files); recalled "
               f"{found}/{tried} = {share:.1%} (target {RECALL_TARGET:.0%})")
         for r in mine:
             for miss in r.misses[:5]:

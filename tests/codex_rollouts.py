@@ -1,5 +1,5 @@
 """Codex rollouts for the tests and the benchmark: the two captured from the real CLI 0.171.0
-(tests/data/codex/) and synthetic ones in the variants older CLIs write (docs/codex.md#format-variants):
+(tests/data/codex/) and synthetic ones in the variants older CLIs write (docs/codex.md#format-variants-in-public-rollouts):
 no ``ordinal``, usage only in ``event_msg`` ``token_count``, ``shell`` calls with an argv,
 outputs as JSON with ``metadata.exit_code``, ``local_shell_call`` items, a remote compaction
 whose ``message`` is empty and whose history holds an encrypted item, an old ``compacted`` line

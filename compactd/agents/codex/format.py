@@ -67,7 +67,7 @@ AUTO_COMPACT_SHARE: Final = 0.9
 ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 # The most a compressed rollout is inflated to (compactd's bound, the import's own limit).
 MAX_DECOMPRESSED_BYTES: Final = 512 * 1024 * 1024
-# The line types Codex writes (docs/codex.md#rollouts and #format-variants).
+# The line types Codex writes (docs/codex.md#rollouts and #format-variants-in-public-rollouts).
 LINE_TYPES: Final = frozenset(
     {
         "session_meta",
@@ -98,7 +98,7 @@ _HARNESS_OPENINGS: Final = (
     "<skills_instructions>",
     "<permissions instructions>",
 )
-# The command names Codex runs commands through (docs/codex.md#format-variants).
+# The command names Codex runs commands through (docs/codex.md#format-variants-in-public-rollouts).
 RUN_TOOLS: Final = frozenset({"exec_command", "shell", "shell_command", "container.exec"})
 # The name compactd gives a local_shell_call, a file read by a command, and a patch.
 LOCAL_SHELL: Final = "local_shell"
@@ -501,7 +501,7 @@ class CodexStream:
                     kept.append(text)
         else:
             # Older versions kept no history in the line: Codex rebuilt it from the user's
-            # messages before it (docs/codex.md#format-variants).
+            # messages before it (docs/codex.md#format-variants-in-public-rollouts).
             kept = list(self.user_messages)
         summary = summary_text(message).strip()
         parts = [*kept]

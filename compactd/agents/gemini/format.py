@@ -504,38 +504,17 @@ class GeminiStream:
             for u in (self.seen[item["id"]].uuids if item["id"] in self.seen else [])
             if u in self.order
         ]
-        by_position = {n: u for u, n in self.order.items()} if positions else {}
-        boundary_uuid = f"gemini-compression-{ident}"
         summary_uuid = f"gemini-{ident}"
         ack_uuid = f"gemini-{ack['id']}" if ack is not None else None
-        meta: dict[str, Any] = {"trigger": "auto"}
-        if self.last_tokens is not None:
-            meta["preTokens"] = self.last_tokens
+        segment = None
         if positions:
-            meta["preservedSegment"] = {
+            by_position = {n: u for u, n in self.order.items()}
+            segment = {
                 "headUuid": by_position[min(positions)],
                 "anchorUuid": ack_uuid or summary_uuid,
                 "tailUuid": by_position[max(positions)],
             }
-        out = [
-            self._make(
-                "system",
-                boundary_uuid,
-                stamp,
-                subtype=COMPACT_BOUNDARY,
-                content="Conversation compressed",
-                level="info",
-                compactMetadata=meta,
-            ),
-            self._make(
-                "user",
-                summary_uuid,
-                stamp,
-                isCompactSummary=True,
-                isVisibleInTranscriptOnly=True,
-                message={"role": "user", "content": _text_of(snapshot)},
-            ),
-        ]
+        out = self._compaction(ident, stamp, _text_of(snapshot), segment)
         self.seen[ident] = _Read(uuids=[summary_uuid])
         if ack is not None and ack_uuid is not None:
             message: dict[str, Any] = {
@@ -550,9 +529,27 @@ class GeminiStream:
             if item["id"] not in self.seen:
                 out += self._record(item, ParseReport())
         self.current = [m["id"] for m in items]
+        return out
+
+    def _compaction(
+        self, ident: str, stamp: Any, summary: str, segment: dict[str, str] | None = None
+    ) -> list[Record]:
+        """A compaction's boundary and its summary (the records it keeps: ``segment``)."""
+        meta: dict[str, Any] = {"trigger": "auto"}
+        if self.last_tokens is not None:
+            meta["preTokens"] = self.last_tokens
+        if segment is not None:
+            meta["preservedSegment"] = segment
         self.last_tokens = None
         self.compressed_since_prompt = True
-        return out
+        boundary = {"subtype": COMPACT_BOUNDARY, "content": "Conversation compressed"}
+        message = {"role": "user", "content": summary}
+        return [
+            self._make("system", f"gemini-compression-{ident}", stamp, level="info",
+                       compactMetadata=meta, **boundary),
+            self._make("user", f"gemini-{ident}", stamp, isCompactSummary=True,
+                       isVisibleInTranscriptOnly=True, message=message),
+        ]  # fmt: skip
 
     def _known_again(self, kept: list[dict[str, Any]]) -> None:
         """Take the kept records a compression wrote under new ids as the records of the
@@ -574,36 +571,13 @@ class GeminiStream:
         if ident in self.seen or self.compressed_since_prompt:
             return []
         self.seen[ident] = _Read(uuids=[f"gemini-{ident}"])
-        self.compressed_since_prompt = True
-        meta: dict[str, Any] = {"trigger": "auto"}
-        if self.last_tokens is not None:
-            meta["preTokens"] = self.last_tokens
-        self.last_tokens = None
         note = _text_of(obj).strip()
         summary = (
             f"[Gemini CLI compressed the conversation here ({note}). This chat was written by "
             "a version before 0.39, which kept no copy of its snapshot: everything before this "
             "point is in compactd's recall]"
         )
-        return [
-            self._make(
-                "system",
-                f"gemini-compression-{ident}",
-                stamp,
-                subtype=COMPACT_BOUNDARY,
-                content="Conversation compressed",
-                level="info",
-                compactMetadata=meta,
-            ),
-            self._make(
-                "user",
-                f"gemini-{ident}",
-                stamp,
-                isCompactSummary=True,
-                isVisibleInTranscriptOnly=True,
-                message={"role": "user", "content": summary},
-            ),
-        ]
+        return self._compaction(ident, stamp, summary)
 
 
 def _skip(rep: ParseReport, why: str) -> list[Record]:

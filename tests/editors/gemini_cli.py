@@ -21,6 +21,7 @@ threshold low enough that the CLI compresses when a ``--resume`` finds a long ch
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -56,6 +57,7 @@ BASE_SETTINGS: dict[str, Any] = {
 SHELL_POLICY = '[[rule]]\ntoolName = "run_shell_command"\ndecision = "allow"\npriority = 500\n'
 
 
+@functools.cache
 def gemini_exe() -> str:
     """The Gemini CLI to run (checked to be the pinned version), or fail saying how to get it."""
     exe = require(

@@ -154,7 +154,7 @@ def before_model(raw: bytes, event: HookEvent, data_dir: Path) -> HookAnswer:
         ) from None
     messages = request.messages if request is not None else []
     snapshot = snapshot_of(messages)
-    if snapshot is None:
+    if snapshot is None or _handed(messages):
         return HookAnswer()
     key = _key(snapshot)
     kept = state.load_session(data_dir, AGENT_DIR, event.session_id)
@@ -164,6 +164,15 @@ def before_model(raw: bytes, event: HookEvent, data_dir: Path) -> HookAnswer:
     if last is None or not last.text:
         return HookAnswer()
     return HookAnswer(handback_request(messages, last.text))
+
+
+def _handed(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the request already carries a hand-back (compactd installed twice: for the user
+    and for the project; the first hook's answer is the one the second is given)."""
+    from compactd.core.handback import handback_title
+
+    title = handback_title(AGENT)
+    return any(str(m.get("content", "")).startswith(title) for m in messages[2:])
 
 
 def _same(a: str, b: str) -> bool:

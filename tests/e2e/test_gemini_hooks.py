@@ -120,6 +120,11 @@ def test_every_request_after_a_compression_carries_what_it_dropped(tmp_path: Pat
         {"role": "model", "content": "Running the beta check."}
     ]
     assert _answered(_run(tmp_path, "hook", stdin=_model(chat, later)), later) == text
+    # A request that already carries a hand-back (compactd installed twice, the hooks run one
+    # after the other) gets no second one.
+    twice = [*later, {"role": "user", "content": text}]
+    again = _run(tmp_path, "hook", stdin=_model(chat, twice))
+    assert again.returncode == 0 and again.stdout == b"" and again.stderr == b""
     # A request without a snapshot (a chat never compressed) gets nothing.
     plain = _run(tmp_path, "hook", stdin=_model(chat, _request(None)))
     assert plain.returncode == 0 and plain.stdout == b"" and plain.stderr == b""

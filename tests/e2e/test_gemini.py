@@ -12,6 +12,7 @@ followed chat ends as a fresh import of the whole file would. The daemon's
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from compactd_client import Client
 from compactd import protocol as p
 from tests.conftest import SpawnDaemon
 from tests.gemini_chats import CAPTURED, LEGACY, edge_chat, legacy, long_chat
-from tests.helpers import CWD
+from tests.helpers import CWD, run_cli
 
 DEADLINE = 15.0
 COMPRESSED = next(path for path in CAPTURED if "compressed_on_resume" in path.name)
@@ -145,3 +146,33 @@ async def test_an_older_chat_rewritten_whole_is_read_again(
         assert note.entry_count == imported.entry_count and note.reread
         assert note.status.exact_tokens == _last_total(final)
         assert (await client.messages("old")).messages == (await client.messages("whole")).messages
+
+
+async def test_compactd_status_and_replay_on_a_chat(tmp_path: Path) -> None:
+    """``compactd status`` in a project's folder finds its newest chat (not the stub a resume
+    left beside it), and measures it against Gemini CLI's window; ``compactd replay`` replays
+    a chat (the older format too) into that window."""
+    home = tmp_path / "home"
+    project = tmp_path / "pelican"
+    project.mkdir()
+    chats = home / ".gemini" / "tmp" / "pelican" / "chats"
+    chats.mkdir(parents=True)
+    (home / ".gemini" / "projects.json").write_text(json.dumps({"projects": {str(project): "pelican"}}))
+    chat = chats / "session-2026-11-28T08-47-c051a701.jsonl"
+    chat.write_bytes(COMPRESSED.read_bytes())
+    stub = chats / "session-2026-11-28T08-49-c051a701.jsonl"
+    stub.write_bytes(b"\n".join(COMPRESSED.read_bytes().splitlines()[:2]) + b"\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GEMINI", "CODEX", "CLAUDE"))}
+    env.update(HOME=str(home), PWD=str(project))
+    code, out, err = await run_cli("status", "--plain", env=env, cwd=project)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("the only session of this folder, in ~/.gemini/tmp/pelican/chats")
+    assert lines[1] == chat.name
+    assert f"{_last_total(COMPRESSED.read_bytes()):,} / 524,288 tokens" in out
+    assert "window 1,048,576" in out and "compactions in the transcript: 1" in out
+    for source in (COMPRESSED, LEGACY):
+        code, out, err = await run_cli("replay", str(source), "--plain", env=env)
+        assert code == 0, err
+        assert "into a 1,048,576-token window (auto-compact at 524,288)" in out, out
+        assert "next request [" in out and f"{_last_total(source.read_bytes()):,} / 524,288" in out

@@ -634,7 +634,8 @@ class GeminiFormat:
         return GeminiStream()
 
     def records(self, lines: Iterable[bytes], report: ParseReport | None = None) -> list[Record]:
-        return GeminiStream().records(lines, report)
+        """The records of a chat's lines (an older chat's lines are one object: read whole)."""
+        return GeminiStream().feed(b"\n".join(lines), report)
 
     def recognizes(self, records: Iterable[Record]) -> bool:
         return any((r.uuid or "").startswith("gemini-") for r in records)

@@ -239,6 +239,73 @@ def test_bad_input_is_one_line_and_exit_zero(
         assert _stat(chat) == before
 
 
+HOOK_GUARD_S = 60.0  # the timeout install gives Gemini CLI for the hook
+
+
+def _spawn(tmp: Path, stdin: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "compactd", "gemini", "hook"], stdin=stdin,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp), cwd=tmp,
+    )  # fmt: skip
+
+
+def _finish(run: subprocess.Popen[bytes]) -> tuple[int, bytes, bytes]:
+    try:
+        run.wait(timeout=HOOK_GUARD_S)  # not communicate(): it would close stdin
+    except subprocess.TimeoutExpired:
+        run.kill()
+        run.wait()
+        raise AssertionError("still running: Gemini CLI would kill it") from None
+    assert run.stdout is not None and run.stderr is not None
+    return run.returncode, run.stdout.read(), run.stderr.read()
+
+
+def test_stdin_that_is_never_closed(tmp_path: Path) -> None:
+    chat = tmp_path / "session.jsonl"
+    shutil.copyfile(COMPRESSED, chat)
+    (snapshot,) = _snapshots(chat.read_bytes())
+    whole = _model(chat, _request(snapshot))
+    cases = [(whole, "answer"), (whole[: len(whole) // 2], "refusal"), (b"", "refusal")]
+    runs = []
+    for written, expected in cases:
+        run = _spawn(tmp_path, subprocess.PIPE)
+        assert run.stdin is not None
+        run.stdin.write(written)
+        run.stdin.flush()  # and never closed while the process runs
+        runs.append((run, expected))
+    for run, expected in runs:
+        try:
+            code, out, err = _finish(run)
+        finally:
+            assert run.stdin is not None
+            run.stdin.close()
+        assert code == 0, err
+        if expected == "answer":
+            assert TITLE.encode() in out, err
+        else:
+            line = err.decode()
+            assert out == b"" and line.count("\n") == 1, line
+            assert "was not closed within" in line or "gave up after" in line, line
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "fifo"])
+def test_dev_zero_or_a_fifo_without_writer_on_stdin(tmp_path: Path, source: str) -> None:
+    if source == "fifo":
+        fifo = tmp_path / "in"
+        os.mkfifo(fifo)
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO nobody writes to, as stdin
+    else:
+        fd = os.open(source, os.O_RDONLY)
+    try:
+        run = _spawn(tmp_path, fd)
+    finally:
+        os.close(fd)
+    code, out, err = _finish(run)
+    line = err.decode()
+    assert code == 0 and out == b"" and line.count("\n") == 1, line
+    assert line.startswith("compactd gemini hook: ")
+
+
 def test_events_compactd_has_nothing_to_say_to_get_nothing(tmp_path: Path) -> None:
     chat = tmp_path / "session.jsonl"
     shutil.copyfile(COMPRESSED, chat)
@@ -379,6 +446,11 @@ REFUSED = [
     ("an event", b'{"hooks": {"BeforeModel": {"matcher": "*"}}}', "hooks.BeforeModel is not a list of groups"),
     ("a group", b'{"hooks": {"BeforeAgent": [{"hooks": "x"}]}}', "hooks.BeforeAgent[0].hooks is not a list"),
     ("mcpServers", b'{"mcpServers": []}', "'mcpServers' is not an object"),
+    ("hooks null", b'{"hooks": null}', "'hooks' is not an object"),
+    ("mcpServers null", b'{"mcpServers": null}', "'mcpServers' is not an object"),
+    ("an event null", b'{"hooks": {"BeforeAgent": null}}', "hooks.BeforeAgent is not a list of groups"),
+    ("a handler", b'{"hooks": {"AfterAgent": [{"hooks": [5]}]}}', "hooks.AfterAgent[0].hooks[0] is not an object"),
+    ("a server", b'{"mcpServers": {"compactd": "compactd mcp"}}', "mcpServers.compactd is a server of another program"),
     ("another compactd", b'{"mcpServers": {"compactd": {"command": "other", "args": []}}}',
      "mcpServers.compactd is a server of another program"),
 ]  # fmt: skip
@@ -394,7 +466,7 @@ def test_install_refuses_what_it_does_not_expect(
     settings.write_bytes(content)
     before = _tree(tmp_path / "home")
     for action in ("install", "uninstall"):
-        if action == "uninstall" and what in ("another compactd",):
+        if action == "uninstall" and what in ("another compactd", "a server"):
             continue  # nothing of compactd's to take out: uninstall leaves it
         run = _run(tmp_path, action)
         assert run.returncode == 1, run.stdout

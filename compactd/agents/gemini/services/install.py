@@ -144,24 +144,25 @@ def _settings(path: Path, raw: bytes | None) -> dict[str, Any]:
         raise InstallError(f"{path} is not valid JSON ({exc}); nothing was changed") from None
     if not isinstance(data, dict):
         raise InstallError(f"{path} does not hold a JSON object; nothing was changed")
-    hooks = data.get("hooks")
-    if hooks is not None and not isinstance(hooks, dict):
-        raise InstallError(f"{path}: 'hooks' is not an object; nothing was changed")
-    for event, groups in (hooks or {}).items():
+
+    def refuse(key: str, what: str) -> InstallError:
+        return InstallError(f"{path}: {key} is not {what}; nothing was changed")
+
+    if "hooks" in data and not isinstance(data["hooks"], dict):
+        raise refuse("'hooks'", "an object")
+    for event, groups in data.get("hooks", {}).items():
         if event in _HOOK_SETTINGS:
             continue
         if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
-            raise InstallError(
-                f"{path}: hooks.{event} is not a list of groups; nothing was changed"
-            )
+            raise refuse(f"hooks.{event}", "a list of groups")
         for n, group in enumerate(groups):
             if "hooks" in group and not isinstance(group["hooks"], list):
-                raise InstallError(
-                    f"{path}: hooks.{event}[{n}].hooks is not a list; nothing was changed"
-                )
-    servers = data.get("mcpServers")
-    if servers is not None and not isinstance(servers, dict):
-        raise InstallError(f"{path}: 'mcpServers' is not an object; nothing was changed")
+                raise refuse(f"hooks.{event}[{n}].hooks", "a list")
+            for m, handler in enumerate(group.get("hooks") or []):
+                if not isinstance(handler, dict):
+                    raise refuse(f"hooks.{event}[{n}].hooks[{m}]", "an object")
+    if "mcpServers" in data and not isinstance(data["mcpServers"], dict):
+        raise refuse("'mcpServers'", "an object")
     return data
 
 

@@ -18,22 +18,21 @@ it was located in.
 from __future__ import annotations
 
 import bisect
+import operator
 import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final, overload
+from itertools import chain
+from typing import Final, cast, overload
 
 from compactd.transcript.model import (
-    COMPACT_BOUNDARY,
-    MICROCOMPACT_BOUNDARY,
+    BOUNDARY_SUBTYPES,
     LineReader,
     Record,
+    is_boundary_line,
 )
 
 __all__ = ["BOUNDARY_SUBTYPES", "History", "UuidIndex", "boundary_indices"]
-
-# System entries that start or undo a compaction: the lines scans over history look for.
-BOUNDARY_SUBTYPES: Final = frozenset({COMPACT_BOUNDARY, MICROCOMPACT_BOUNDARY})
 
 # Line codes of kinds beyond this many distinct (type, subtype) pairs share the last code and
 # keep their pair in a side table (only hostile or very odd transcripts get there).
@@ -46,6 +45,10 @@ _HANDED_SWEEP_MIN: Final = 1024
 # arrays. compactd's own figure: a fold copies the arrays in a few slices, so folding this
 # often costs little, and it bounds the uuid strings of released lines kept alive.
 _UUID_FOLD_AT: Final = 1024
+
+# A fold of at least one new uuid for this many already in the arrays (a whole transcript read
+# at once) sorts everything in one go instead of inserting the new ones a run at a time.
+_UUID_MERGE_RATIO: Final = 8
 
 
 class UuidIndex:
@@ -71,6 +74,12 @@ class UuidIndex:
         if len(self._recent) >= _UUID_FOLD_AT:
             self.fold()
 
+    def add_many(self, lines: dict[str, int]) -> None:
+        """``add`` each uuid (the lines are newer than any added before), folding once."""
+        self._recent.update(lines)
+        if len(self._recent) >= _UUID_FOLD_AT:
+            self.fold()
+
     def get(self, uuid: str, uuid_at: Callable[[int], str | None]) -> int | None:
         line = self._recent.get(uuid)
         if line is not None:
@@ -91,6 +100,12 @@ class UuidIndex:
         if not self._recent:
             return
         hashes, lines = self._sorted
+        if len(self._recent) * _UUID_MERGE_RATIO >= len(hashes):
+            self._sorted = _sorted_pairs(
+                chain(hashes, map(hash, self._recent)), chain(lines, self._recent.values())
+            )
+            self._recent = {}
+            return
         new_hashes: array[int] = array("q")
         new_lines: array[int] = array("I")
         done = 0
@@ -107,6 +122,24 @@ class UuidIndex:
         # One assignment, so a reader in another thread sees either the old or the new pair.
         self._sorted = (new_hashes, new_lines)
         self._recent = {}
+
+
+_KIND_PAIR: Final = operator.attrgetter("kind", "subtype")
+
+
+def _sorted_pairs(hashes: Iterable[int], lines: Iterable[int]) -> tuple[array[int], array[int]]:
+    """The (hash, line) pairs sorted, as the two arrays of ``UuidIndex``, in one sort.
+
+    Each pair is sorted as one integer, ``hash * 2**32 + line`` (a line fits in 32 bits, the
+    arrays' own limit), which orders as the pair does: sorting plain integers is several times
+    quicker than sorting tuples, and every step here runs in C.
+    """
+    keys = sorted(map(operator.add, map(_SHIFT.__rlshift__, hashes), lines))
+    return array("q", map(_SHIFT.__rrshift__, keys)), array("I", map(_LOW.__and__, keys))
+
+
+_SHIFT: Final = 32
+_LOW: Final = (1 << 32) - 1
 
 
 class History(Sequence[Record]):
@@ -176,7 +209,7 @@ class History(Sequence[Record]):
             self._offsets.append(-1)
             self._lengths.append(0)
         self._kinds.append(self._code(line, record.kind, record.subtype))
-        if record.kind == "system" and record.subtype in BOUNDARY_SUBTYPES:
+        if is_boundary_line(record.kind, record.subtype):
             self._boundaries.append(line)
         self._live[line] = record
         record.line = line
@@ -188,11 +221,56 @@ class History(Sequence[Record]):
         for record in records:
             self.append(record)
 
+    def adopt(
+        self,
+        records: list[Record],
+        path: str,
+        offsets: Sequence[int],
+        lengths: Sequence[int],
+        uuids: Sequence[str | None],
+        boundaries: Iterable[int],
+    ) -> None:
+        """``extend`` by a whole transcript's records at once, with what ``append`` would work
+        out of each given beside it (what ``model.read_buffer`` gathers): their lines are at
+        ``offsets`` in ``path``, ``lengths`` long, and hold ``uuids``; ``boundaries`` are the
+        indices of the compact and microcompact boundaries among them. Each step runs over all
+        of the records at once, in C where it can."""
+        if self._path not in (None, path):
+            self.extend(records)
+            return
+        pairs = list(map(_KIND_PAIR, records))
+        codes = self._kind_codes
+        fresh = set(pairs).difference(codes)
+        if len(self._kind_pairs) + len(fresh) > _MAX_KIND_CODES:
+            self.extend(records)  # odd kinds are kept line by line
+            return
+        for pair in sorted(fresh, key=pairs.index):  # codes in order of first appearance
+            codes[pair] = len(self._kind_pairs)
+            self._kind_pairs.append(pair)
+        first = len(self._offsets)
+        lines = range(first, first + len(records))
+        self._path = path
+        self._offsets.extend(offsets)
+        self._lengths.extend(lengths)
+        self._kinds.extend(map(codes.__getitem__, pairs))
+        self._boundaries.extend(first + i for i in boundaries)
+        for line, record in zip(lines, records, strict=True):
+            record.line = line
+        self._live.update(zip(lines, records, strict=True))
+        named = dict(zip(uuids, lines, strict=True))
+        named.pop(None, None)
+        self._uuids.add_many(cast(dict[str, int], named))
+
     # -- lookups -----------------------------------------------------------------------------------
 
     def index_of(self, uuid: str) -> int | None:
         """The last line whose entry has ``uuid``, or None."""
         return self._uuids.get(uuid, self._uuid_at)
+
+    def records_at(self, lines: Iterable[int]) -> list[Record]:
+        """``[self[i] for i in lines]`` for lines known to be in range, without the checks."""
+        live = self._live
+        return [live.get(i) or self._get(i) for i in lines]
 
     def raw_line(self, line: int) -> bytes:
         """The bytes of one line, without making a record of it (for scans over history)."""
@@ -220,23 +298,26 @@ class History(Sequence[Record]):
         ``keep`` holds records of this history (typically the current context). Lines that
         were never written to the transcript stay in memory whatever ``keep`` says.
         """
+        current = self._live
         live: dict[int, Record] = {}
         for record in keep:
-            if self._owns(record.line, record):
+            line = record.line
+            if current.get(line) is record:  # decoded already (most of a context)
+                live[line] = record
+            elif self._owns(line, record):
                 record.materialize()
-                live[record.line] = record
-        previous, self._live = self._live, live
-        self._release(previous)
-        del previous
+                live[line] = record
+        self._live = live
+        self._release(current)
+        del current  # the released records die here, unless someone holds them
         self._sweep()
 
     # -- internals ---------------------------------------------------------------------------------
 
     def _release(self, previous: dict[int, Record]) -> None:
         live = self._live
-        for line, record in previous.items():
-            if line in live:
-                continue
+        for line in previous.keys() - live.keys():
+            record = previous[line]
             if self._offsets[line] < 0:
                 live[line] = record
                 continue
@@ -308,6 +389,4 @@ def boundary_indices(records: Sequence[Record]) -> list[int]:
     """
     if isinstance(records, History):
         return records.boundary_lines()
-    return [
-        i for i, r in enumerate(records) if r.kind == "system" and r.subtype in BOUNDARY_SUBTYPES
-    ]
+    return [i for i, r in enumerate(records) if is_boundary_line(r.kind, r.subtype)]

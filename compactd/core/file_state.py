@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from compactd.core import rehydrate as rh
 from compactd.core.microcompact import parse_timestamp
 from compactd.core.tools import file_path, result_text
@@ -121,7 +123,7 @@ class FileState:
                     for block in message.content:
                         # Only the result of a file tool's call matters (``_tool_use``).
                         if isinstance(block, ToolResultBlock) and block.tool_use_id in awaiting:
-                            self._tool_result(block, entry.tool_use_result_value(), out)
+                            self._tool_result(block, entry.tool_use_result, out)
                     continue
                 ts: float | None = None
                 for block in message.content:
@@ -164,7 +166,8 @@ class FileState:
             self._awaiting[block.id] = path
         out.changed = True
 
-    def _tool_result(self, block: ToolResultBlock, result: Any, out: StateChanges) -> None:
+    def _tool_result(self, block: ToolResultBlock, result: msgspec.Raw, out: StateChanges) -> None:
+        """The result of a file tool's call; ``result``: the line's ``toolUseResult``."""
         path = self._awaiting.pop(block.tool_use_id, None)
         read = self.files.get(path) if path else None
         if read is None or read.tool_use_id != block.tool_use_id:
@@ -178,9 +181,9 @@ class FileState:
         tools = vocabulary()
         if read.source in tools.reads and text.lstrip().startswith(tools.unchanged_stubs):
             read.stub = True
-        file_info = result.get("file") if isinstance(result, dict) else None
-        if isinstance(file_info, dict) and isinstance(file_info.get("content"), str):
-            read.content_hash = content_hash(file_info["content"].encode())
+        content = _file_content(result)
+        if content is not None:
+            read.content_hash = content_hash(content.encode())
 
     def _attachment(self, payload: dict[str, Any], ts: float, cwd: str, out: StateChanges) -> None:
         kind = payload.get("type")
@@ -224,6 +227,34 @@ class FileState:
         )
         out.read.append(path)
         out.changed = True
+
+
+class _FileRead(msgspec.Struct):
+    content: str | None = None
+
+
+class _ToolRun(msgspec.Struct):
+    """Of a line's ``toolUseResult``, the file a read tool read (Claude Code records it)."""
+
+    file: _FileRead | None = None
+
+
+_tool_run = msgspec.json.Decoder(_ToolRun)
+
+
+def _file_content(result: msgspec.Raw) -> str | None:
+    """The content of the file a tool call read, as its line's ``toolUseResult`` records it.
+
+    Only that field is decoded (the rest of the record, often the largest part of the line,
+    is passed over); anything of another shape records no content.
+    """
+    if not result:
+        return None
+    try:
+        run = _tool_run.decode(result)
+    except msgspec.ValidationError:
+        return None
+    return run.file.content if run.file is not None else None
 
 
 def _stamp(entry: Entry, now: float) -> float:

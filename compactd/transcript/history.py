@@ -125,6 +125,7 @@ class UuidIndex:
 
 
 _KIND_PAIR: Final = operator.attrgetter("kind", "subtype")
+_LINE: Final = operator.attrgetter("line")
 
 
 def _sorted_pairs(hashes: Iterable[int], lines: Iterable[int]) -> tuple[array[int], array[int]]:
@@ -267,10 +268,12 @@ class History(Sequence[Record]):
         """The last line whose entry has ``uuid``, or None."""
         return self._uuids.get(uuid, self._uuid_at)
 
-    def records_at(self, lines: Iterable[int]) -> list[Record]:
+    def records_at(self, lines: Sequence[int]) -> list[Record]:
         """``[self[i] for i in lines]`` for lines known to be in range, without the checks."""
-        live = self._live
-        return [live.get(i) or self._get(i) for i in lines]
+        found: list[Record | None] = list(map(self._live.get, lines))
+        if all(found):  # all decoded (a context, nearly always): no line is read back
+            return cast(list[Record], found)
+        return [r if r is not None else self._get(i) for i, r in zip(lines, found, strict=True)]
 
     def raw_line(self, line: int) -> bytes:
         """The bytes of one line, without making a record of it (for scans over history)."""
@@ -299,11 +302,15 @@ class History(Sequence[Record]):
         were never written to the transcript stay in memory whatever ``keep`` says.
         """
         current = self._live
+        keep = keep if isinstance(keep, list) else list(keep)
+        if len(keep) == len(current) and self._all_live(keep):
+            return  # the records decoded are those to keep (a context read whole): no change
         live: dict[int, Record] = {}
         for record in keep:
             line = record.line
-            if current.get(line) is record:  # decoded already (most of a context)
-                live[line] = record
+            found = current.get(line)
+            if found is not None and found is record:  # decoded already (most of a context)
+                live[line] = found
             elif self._owns(line, record):
                 record.materialize()
                 live[line] = record
@@ -313,6 +320,14 @@ class History(Sequence[Record]):
         self._sweep()
 
     # -- internals ---------------------------------------------------------------------------------
+
+    def _all_live(self, records: list[Record]) -> bool:
+        """Whether ``records`` are live records of this history, each line once."""
+        lines = list(map(_LINE, records))
+        live = self._live
+        return len(set(lines)) == len(lines) and all(
+            map(operator.is_, map(live.get, lines), records)
+        )
 
     def _release(self, previous: dict[int, Record]) -> None:
         live = self._live

@@ -124,8 +124,8 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc
     microcompact_metadata: MicrocompactMetadata | None = None
     # What Claude Code recorded of a tool's run, beside the tool result the model saw (a file's
     # content, a command's output): often the largest part of a line, and read only for the
-    # results of file reads (``core.file_state``). Kept as its JSON text, a slice of the line
-    # that costs neither decoding nor memory: ``tool_use_result_value`` decodes it.
+    # results of file reads (``core.file_state``, which decodes the part it needs). Kept as its
+    # JSON text, a slice of the line that costs neither decoding nor memory (empty: none).
     tool_use_result: msgspec.Raw = msgspec.Raw()
     summary: str | None = None
 
@@ -140,11 +140,6 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc
         if isinstance(m.content, str):
             return [TextBlock(text=m.content)] if m.content else []
         return m.content
-
-    def tool_use_result_value(self) -> Any:
-        """``toolUseResult`` decoded (None when the line has none)."""
-        raw = self.tool_use_result
-        return _generic_decoder.decode(raw) if raw else None
 
     @property
     def message_id(self) -> str | None:

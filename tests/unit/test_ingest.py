@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactd.core import constants as c
-from compactd.core.file_state import build_file_state
+from compactd.core.file_state import build_file_state, content_hash
 from compactd.core.tokens import TokenCounter, estimate_record_raw
 from compactd.core.tokens import count as count_module
 from compactd.core.tokens.count import _LAZY_MIN
@@ -76,7 +76,7 @@ def _entry(draw: st.DrawFn) -> dict[str, Any]:
             "model": draw(st.sampled_from(["claude-sonnet-4-5", c.SYNTHETIC_MODEL])),
         }
         # A few ids, so that one response is often written as several entries; some none.
-        msg_id = draw(st.sampled_from([None, "m1", "m2", "m3", "m4", "m5", "m6"]))
+        msg_id = draw(st.sampled_from([None, "", "m1", "m2", "m3", "m4", "m5", "m6"]))
         if msg_id is not None:
             message["id"] = msg_id
         usage = draw(_usage)
@@ -219,8 +219,8 @@ def test_tool_use_results_stay_json_until_read() -> None:
     result = {"file": {"content": "a = 1\n", "numLines": 1}, "type": "text"}
     record = record_from_dict({"type": "user", "uuid": "u", "toolUseResult": result})
     assert isinstance(record.entry.tool_use_result, msgspec.Raw)
-    assert record.entry.tool_use_result_value() == result
-    assert record_from_dict({"type": "user", "uuid": "v"}).entry.tool_use_result_value() is None
+    assert msgspec.json.decode(record.entry.tool_use_result) == result
+    assert not record_from_dict({"type": "user", "uuid": "v"}).entry.tool_use_result
     # A line that only decodes degraded keeps it the same way.
     odd = record_from_dict(
         {
@@ -230,7 +230,7 @@ def test_tool_use_results_stay_json_until_read() -> None:
             "message": {"role": "user", "content": [{"type": "new_kind"}]},
         }
     )
-    assert odd.entry.tool_use_result_value() == result
+    assert msgspec.json.decode(odd.entry.tool_use_result) == result
 
 
 # -- the history of a whole transcript ----------------------------------------------------------
@@ -268,26 +268,22 @@ def test_an_adopted_history_answers_as_one_built_line_by_line(tmp_path: Path) ->
     assert path.read_bytes() == data
 
 
-def test_the_file_state_of_a_context_is_the_same_built_in_one_pass() -> None:
+def test_the_file_state_takes_what_the_tool_calls_and_their_records_say() -> None:
     def call(i: int, name: str, path: str) -> dict[str, Any]:
         return {
             "type": "assistant",
             "uuid": f"a{i}",
-            "timestamp": f"2026-01-01T00:00:{i % 60:02d}.000Z",
+            "timestamp": f"2026-01-01T00:{i // 60:02d}:{i % 60:02d}.000Z",
             "message": {
                 "role": "assistant",
                 "content": [
-                    {
-                        "type": "tool_use",
-                        "id": f"t{i}",
-                        "name": name,
-                        "input": {"file_path": path, "content": "x"},
-                    }
+                    {"type": "text", "text": "reading"},
+                    {"type": "tool_use", "id": f"t{i}", "name": name, "input": {"file_path": path}},
                 ],
             },
         }
 
-    def result(i: int) -> dict[str, Any]:
+    def result(i: int, record: Any) -> dict[str, Any]:
         return {
             "type": "user",
             "uuid": f"r{i}",
@@ -295,17 +291,25 @@ def test_the_file_state_of_a_context_is_the_same_built_in_one_pass() -> None:
                 "role": "user",
                 "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": "1\tx"}],
             },
-            "toolUseResult": {"file": {"content": f"x{i}"}},
+            "toolUseResult": record,
         }
 
-    objs: list[dict[str, Any]] = []
-    for i in range(40):
-        objs += [call(i, ["Read", "Write", "Bash", "Edit"][i % 4], f"src/f{i % 7}.py"), result(i)]
-    records = _records(objs)
-    state = build_file_state(records, "/p")
-    assert {Path(p).name for p in state.files} == {f"f{i}.py" for i in range(7)}
-    read = state.files["/p/src/f4.py"]  # written by the last call on it (Write, i=25... 32)
-    assert read.timestamp > 0 and read.tool_use_id is not None
+    objs = [
+        call(0, "Read", "a.py"),
+        result(0, {"type": "text", "file": {"filePath": "/p/a.py", "content": "a = 1\n"}}),
+        call(1, "Bash", "b.py"),  # not a file tool: nothing recorded
+        result(1, {"stdout": "ok"}),
+        call(2, "Read", "c.py"),
+        result(2, "a string, not a record"),
+        call(3, "Read", "d.py"),
+        result(3, {"file": {"content": 7}}),  # not text: no content
+    ]
+    state = build_file_state(_records(objs), "/p")  # type: ignore[arg-type]
+    assert sorted(state.files) == ["/p/a.py", "/p/c.py", "/p/d.py"]
+    assert state.files["/p/a.py"].content_hash == content_hash(b"a = 1\n")
+    assert state.files["/p/c.py"].content_hash is None
+    assert state.files["/p/d.py"].content_hash is None
+    assert state.files["/p/a.py"].timestamp == 1767225600.0  # its entry's own time
 
 
 def test_the_collector_is_back_on_and_walked_nothing_after_a_bulk_read() -> None:

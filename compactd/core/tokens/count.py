@@ -353,37 +353,35 @@ class TokenCounter:
         self._add_plainly(counted[:head])
         anchor_record = counted[last]
         assert isinstance(anchor_record, Record)
-        index: int = self._seen
-        anchor = _response_key(
-            anchor_record.entry, index + sum(isinstance(r, Record) for r in counted[head:last])
-        )
-        if anchor in self._first_cumulative:  # the anchor began before: all of it counts
-            self._add_plainly(counted[head:])
+        # The anchor's id; an entry without one is a response of its own, begun at ``last``.
+        anchor = anchor_record.entry.message_id or None
+        if anchor is not None and anchor in self._first_cumulative:
+            self._add_plainly(counted[head:])  # the anchor began before: all of it counts
             return
         first = self._first_key
         early = {k for k in self._first_cumulative if isinstance(k, str)}
+        index: int = self._seen
         at = head
         while at < last:  # to the anchor's first entry, at ``last`` at the latest
             record = counted[at]
             if isinstance(record, int):  # a saving: the anchor's usage resets it anyway
                 at += 1
                 continue
-            entry = record.entry
-            kind = entry.type
+            kind = record.kind
             if kind == "assistant":
-                message = entry.message
-                key = (message.id if message is not None else None) or index
-                if key == anchor:
-                    break
-                if isinstance(key, str):
+                entry = record.entry
+                key = entry.message_id
+                if key:
+                    if key == anchor:
+                        break
                     early.add(key)
-                if key == first:  # the first response's own later entry
-                    raw = estimate_record_raw(record)
-                    self._cumulative_raw += raw
-                    self._later_own_raw[key] += raw
-                    usage = _usable_total(entry)
-                    if usage > self._max_usage.get(key, 0):
-                        self._max_usage[key] = usage
+                    if key == first:  # the first response's own later entry
+                        raw = estimate_record_raw(record)
+                        self._cumulative_raw += raw
+                        self._later_own_raw[key] += raw
+                        usage = _usable_total(entry)
+                        if usage > self._max_usage.get(key, 0):
+                            self._max_usage[key] = usage
             elif kind == "attachment":
                 raw = estimate_record_raw(record)
                 self._cumulative_raw += raw

@@ -212,10 +212,10 @@ class Store:
 
     def _make_dir(self, session_id: str) -> None:
         d = self.session_dir(session_id)
-        fresh = not d.exists()
+        if d.is_dir():
+            return
         d.mkdir(parents=True, exist_ok=True)
-        if fresh:
-            _fsync_dir(self.sessions_dir)
+        _fsync_dir(self.sessions_dir)
 
     def read_meta(self, session_id: str) -> SessionMeta:
         data = (self.session_dir(session_id) / "meta.json").read_bytes()

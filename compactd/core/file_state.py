@@ -115,6 +115,8 @@ class FileState:
         for record in records:
             entry = record.entry
             kind = entry.type
+            if kind == "user" and not awaiting:
+                continue  # no file tool's result is due: nothing here to read
             if kind == "assistant" or kind == "user":
                 message = entry.message
                 if message is None or isinstance(message.content, str):

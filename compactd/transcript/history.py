@@ -57,17 +57,21 @@ class UuidIndex:
     Recent uuids sit in a dict. Older ones are folded into two arrays sorted by the uuid's
     ``hash()`` (a process-local value, never stored), with the line beside it. A hash found
     in the arrays is confirmed with ``uuid_at`` (the uuid actually on that line), so lookups
-    are exact.
+    are exact. The uuids of a whole transcript read at once (``add_many``) wait in a dict of
+    their own until lines are released (``fold_all``): while their records are live they hold
+    the strings anyway, and sorting tens of thousands of them would cost the load as much as
+    building the rest of the history.
     """
 
-    __slots__ = ("_recent", "_sorted")
+    __slots__ = ("_bulk", "_recent", "_sorted")
 
     def __init__(self) -> None:
         self._recent: dict[str, int] = {}
+        self._bulk: dict[str, int] = {}
         self._sorted: tuple[array[int], array[int]] = (array("q"), array("I"))
 
     def __len__(self) -> int:
-        return len(self._recent) + len(self._sorted[0])
+        return len(self._recent) + len(self._bulk) + len(self._sorted[0])
 
     def add(self, uuid: str, line: int) -> None:
         self._recent[uuid] = line
@@ -75,25 +79,35 @@ class UuidIndex:
             self.fold()
 
     def add_many(self, lines: dict[str, int]) -> None:
-        """``add`` each uuid (the lines are newer than any added before), folding once."""
-        self._recent.update(lines)
-        if len(self._recent) >= _UUID_FOLD_AT:
-            self.fold()
+        """``add`` each uuid (the lines are newer than any added before) without sorting them."""
+        self.fold()  # what ``add`` gave is older: the recent dict holds only the newest
+        self._bulk.update(lines)
 
     def get(self, uuid: str, uuid_at: Callable[[int], str | None]) -> int | None:
         line = self._recent.get(uuid)
         if line is not None:
-            return line
+            return line  # the newest of all
+        # A line read in bulk, or a newer one folded since: the later of the two.
+        found = self._bulk.get(uuid)
         hashes, lines = self._sorted
         key = hash(uuid)
         at = bisect.bisect_left(hashes, key)
-        found: int | None = None
         while at < len(hashes) and hashes[at] == key:
             candidate = lines[at]
             if (found is None or candidate > found) and uuid_at(candidate) == uuid:
                 found = candidate
             at += 1
         return found
+
+    def fold_all(self) -> None:
+        """``fold``, the uuids read in bulk included: lines were released."""
+        self.fold()
+        if self._bulk:
+            hashes, lines = self._sorted
+            self._sorted = _sorted_pairs(
+                chain(hashes, map(hash, self._bulk)), chain(lines, self._bulk.values())
+            )
+            self._bulk = {}
 
     def fold(self) -> None:
         """Move the recent uuids into the sorted arrays (their strings are then let go)."""
@@ -124,7 +138,7 @@ class UuidIndex:
         self._recent = {}
 
 
-_KIND_PAIR: Final = operator.attrgetter("kind", "subtype")
+_KIND: Final = operator.attrgetter("kind")
 _LINE: Final = operator.attrgetter("line")
 
 
@@ -239,21 +253,30 @@ class History(Sequence[Record]):
         if self._path not in (None, path):
             self.extend(records)
             return
-        pairs = list(map(_KIND_PAIR, records))
+        # Kinds: an entry's type alone nearly always (a subtype marks system lines only).
+        kinds = list(map(_KIND, records))
+        subtyped = [i for i, r in enumerate(records) if r.subtype is not None]
         codes = self._kind_codes
-        fresh = set(pairs).difference(codes)
+        plain = {kind: (kind, None) for kind in set(kinds)}
+        pairs = set(plain.values()).union((kinds[i], records[i].subtype) for i in subtyped)
+        fresh = pairs.difference(codes)
         if len(self._kind_pairs) + len(fresh) > _MAX_KIND_CODES:
             self.extend(records)  # odd kinds are kept line by line
             return
-        for pair in sorted(fresh, key=pairs.index):  # codes in order of first appearance
+        for pair in sorted(fresh, key=str):
             codes[pair] = len(self._kind_pairs)
             self._kind_pairs.append(pair)
         first = len(self._offsets)
-        lines = range(first, first + len(records))
+        # One int object a line, shared by the live records' dict and the uuid index.
+        lines = list(range(first, first + len(records)))
         self._path = path
         self._offsets.extend(offsets)
         self._lengths.extend(lengths)
-        self._kinds.extend(map(codes.__getitem__, pairs))
+        at = len(self._kinds)
+        by_kind = {kind: codes[pair] for kind, pair in plain.items()}
+        self._kinds.extend(map(by_kind.__getitem__, kinds))
+        for i in subtyped:
+            self._kinds[at + i] = codes[(kinds[i], records[i].subtype)]
         self._boundaries.extend(first + i for i in boundaries)
         for line, record in zip(lines, records, strict=True):
             record.line = line
@@ -318,6 +341,8 @@ class History(Sequence[Record]):
         self._release(current)
         del current  # the released records die here, unless someone holds them
         self._sweep()
+        if len(self._live) < len(self._offsets):
+            self._uuids.fold_all()  # their uuid strings need not stay
 
     # -- internals ---------------------------------------------------------------------------------
 

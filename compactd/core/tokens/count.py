@@ -339,7 +339,8 @@ class TokenCounter:
         and their estimates are left to whoever asks for them (a record keeps its estimate once
         made). Should a response from before the last one go on later (an entry with its id
         reporting usage: Claude Code does not write that), everything is counted again in full
-        (``_recount``). Either way the count is the one ``add`` would have made.
+        (``_recount``). Either way the count is the one ``add`` would have made
+        (docs/thresholds.md#counting-a-whole-context).
         """
         if len(counted) < _LAZY_MIN or self._seen or self._log is not None:
             self._add_plainly(counted)

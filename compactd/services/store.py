@@ -145,11 +145,17 @@ class Store:
         self.data_dir = data_dir
         self.sessions_dir = data_dir / "sessions"
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        # The folder of each session id asked for: an open asks some ten times.
+        self._dirs: dict[str, Path] = {}
 
     def session_dir(self, session_id: str) -> Path:
+        found = self._dirs.get(session_id)
+        if found is not None:
+            return found
         if not valid_session_id(session_id):
             raise ValueError(f"invalid session id {session_id!r}")
-        return self.sessions_dir / session_id
+        found = self._dirs[session_id] = self.sessions_dir / session_id
+        return found
 
     def transcript_path(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "transcript.jsonl"

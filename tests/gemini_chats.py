@@ -22,6 +22,8 @@ from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data" / "gemini"
 CAPTURED = sorted(DATA.glob("gemini-cli-*.jsonl"))
+# The older format (before 0.39): not captured from a CLI (0.61.0 no longer writes it) but built
+# by tests/data/gemini/capture.py from the first capture, by the rules of that version's source.
 (LEGACY,) = sorted(DATA.glob("session-*.json"))
 CWD = "/work/pelican"
 SESSION = "5b1c0e55-4f0e-4a57-9d0c-2c7f5f9d1e01"

@@ -192,6 +192,7 @@ def test_compactd_in_gemini_hands_back_what_each_compression_dropped(
         assert sent.count(FIRST) == 1, sent
         assert sent.count(f"`{ALPHA}`") == 1 and sent.count(f"`{COUNT}`") == 1, sent
         assert "notes.txt" in texts[-1][1]
+    assert not function_calls(_own(bodies[0]))  # the turn's calls went with it
     handback = _texts(bodies[0])[-1][1]
     (out / "handback-1.txt").write_text(handback)
     # The calls and results of the turn stay where they were (the echo keeps them).
@@ -207,6 +208,10 @@ def test_compactd_in_gemini_hands_back_what_each_compression_dropped(
     for kept_in_file in (FIRST, ALPHA, COUNT, "note 00800"):
         assert kept_in_file in raw
     assert HANDBACK not in raw  # compactd never writes the chat
+    second_prompt = next(r for r in records if r.get("type") == "user" and _text(r) == SECOND)
+    assert records.index(second_prompt) > records.index(
+        next(r for r in records if r.get("$set", {}).get("messages") is compressed)
+    )
 
     # 3. The second resume: the hand-back again with the first request; the threshold warning
     #    once (BeforeAgent); a compression in the middle of the turn; recall; the second hand-back.
@@ -218,9 +223,13 @@ def test_compactd_in_gemini_hands_back_what_each_compression_dropped(
     first_req, recall_req, after = third.bodies("main")
     texts = _texts(first_req)
     assert snapshot in texts[0][1] and texts[-1][1] == handback
-    # The resumed turn: its tool result twice (docs/gemini.md#resume).
+    # The resumed turn: its call, its tool result twice (docs/gemini.md#resume).
+    assert [c["args"]["command"] for c in function_calls(first_req)] == [BETA]
     responses = [r for r in function_responses(first_req) if r["name"] == "run_shell_command"]
     assert len(responses) == 2 and responses[0] == responses[1]
+    assert SECOND in [t for _, t in _texts(_own(first_req))] and FIRST not in json.dumps(
+        _own(first_req)
+    )
     prompt = next(t for r, t in texts if r == "user" and t.startswith(THIRD))
     assert prompt.count(WARNED) == 1 and "&lt;" not in prompt, prompt
     assert sum(t.count(WARNED) for _, t in texts) == 1
@@ -238,7 +247,8 @@ def test_compactd_in_gemini_hands_back_what_each_compression_dropped(
     assert texts[2][1].startswith(THIRD)
     assert [c["name"] for c in function_calls(after)] == ["read_file", "mcp_compactd_recall"]
     own = json.dumps(_own(after))
-    for dropped in (SECOND, BETA, FIRST):
+    assert "note 00800" in own  # the kept turn's tool result, as it was
+    for dropped in (SECOND, BETA, FIRST):  # (the alpha check is in recall's answer)
         assert dropped not in own, dropped
     # What the second compression dropped, and what the first hand-back carried, exactly once.
     sent = "\n".join(t for _, t in texts)
@@ -251,7 +261,7 @@ def test_compactd_in_gemini_hands_back_what_each_compression_dropped(
         s for s in _sets(read_jsonl(chat)) if any(second_snapshot in _text(m) for m in s)
     )
     assert [m["type"] for m in second_list][:4] == ["user", "user", "gemini", "user"]
-    assert _text(second_list[3]).startswith(THIRD)
+    assert _text(second_list[3]).startswith(THIRD) and len(second_list) > 4
 
     # The hook events, as the logging hook saw them (docs/gemini.md#hook-events): the same
     # events whether or not the CLI compresses; PreCompress before every request; none for
@@ -271,14 +281,21 @@ def test_compactd_in_gemini_hands_back_what_each_compression_dropped(
     assert [e["source"] for e in events if e["hook_event_name"] == "SessionStart"] == [
         "startup", "resume", "resume",
     ]  # fmt: skip
+    assert {e["trigger"] for e in events if e["hook_event_name"] == "PreCompress"} == {"auto"}
     paths = {e["transcript_path"] for e in events if e["hook_event_name"] != "SessionStart"}
     assert paths == {str(chat)}, paths
     # A resume writes a metadata line and a $set.messages of the session context alone first,
     # in the file of the current minute: this one, or a stub beside it (docs/gemini.md#resume).
     every = [r for path in g.chat_files() for r in read_jsonl(path)]
-    assert len([r for r in every if "projectHash" in r]) == 3
+    metas = [r for r in every if "projectHash" in r]
+    assert len(metas) == 3 and {m["sessionId"] for m in metas} == {records[0]["sessionId"]}
+    alone = [s for s in _sets(every) if len(s) == 1 and _text(s[0]).startswith(CTX)]
+    assert len(alone) == 3
     for stub in set(g.chat_files()) - {chat}:
         assert all("id" not in r for r in read_jsonl(stub))
+    # The history a resume loaded is written back whole as a $set.messages.
+    reloaded = _sets(read_jsonl(chat))[-2]
+    assert [m["type"] for m in reloaded][:3] == ["user", "user", "gemini"] and len(reloaded) > 3
     (out / chat.name).write_bytes(chat.read_bytes())
 
     # compactd's own account of the chat agrees with it: compactd status on the file.

@@ -141,6 +141,7 @@ def test_hook_context_is_not_the_user_s_words() -> None:
 
 
 def test_an_older_chat_reads_with_its_noted_compression() -> None:
+    # Built from the capture by the pre-0.39 rules (tests/data/README.md), not captured.
     data = LEGACY.read_bytes()
     assert port.detect(data).name == "Gemini CLI"
     records = _records(data)

@@ -68,7 +68,7 @@ __all__ = [
 
 # The agents compactd knows, by package under ``compactd/agents/``: adding an agent is its
 # package and its name here (docs/agents.md#adding-an-agent).
-INSTALLED: Final = ("claude_code", "codex")
+INSTALLED: Final = ("claude_code", "codex", "gemini")
 
 # How much of a file's start a format is told from (a few complete lines of any agent's).
 _HEAD_BYTES: Final = 64 * 1024
@@ -425,12 +425,31 @@ def sessions_of(cwd: str) -> str:
 
 
 def sessions_in(folder: Path) -> list[Session]:
-    """Every agent's session files in a folder a person named, newest first."""
-    return sorted(
-        (s for agent in AGENTS for s in agent.sessions_in(folder)),
-        key=lambda s: s.mtime,
-        reverse=True,
-    )
+    """Every agent's session files in a folder a person named, newest first.
+
+    Each file once. Where several agents list files (to Claude Code, a Gemini CLI chats folder
+    is a folder of ``.jsonl`` files too), a file is kept for the agent whose content it holds,
+    and left out when that agent did not list it (a Gemini CLI stub holds no session)."""
+    listed: dict[Path, list[Session]] = {}
+    for agent in AGENTS:
+        for found in agent.sessions_in(folder):
+            listed.setdefault(found.path, []).append(found)
+    if len({s.agent for sessions in listed.values() for s in sessions}) > 1:
+        listed = {p: owned for p, sessions in listed.items() if (owned := _owned(p, sessions))}
+    return sorted((s[0] for s in listed.values()), key=lambda s: s.mtime, reverse=True)
+
+
+def _owned(path: Path, sessions: list[Session]) -> list[Session]:
+    """Of the agents that list ``path``, the one whose format its content is in (none: the
+    agent it belongs to did not take it for a session)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    except OSError:
+        return []
+    name = detect(head).name
+    owner = next((a.name for a in AGENTS if a.format().name == name), None)
+    return [s for s in sessions if s.agent == owner]
 
 
 def sessions_of_folder(spellings: Sequence[str]) -> list[Session]:

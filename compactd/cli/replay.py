@@ -359,8 +359,16 @@ async def replay(
             term.error(f"{transcript}: {problem}")
             return 1
         # An agent's file (a compressed one too) as compactd's own lines (docs/agents.md#reading).
-        lines = port.transcript(path.read_bytes()).splitlines()
+        data = path.read_bytes()
+        lines = port.transcript(data).splitlines()
         name = path.name
+        # An agent whose model names say no window records it (a Codex rollout, a Gemini CLI
+        # chat): the replay measures against it, as an import does, unless told otherwise.
+        recorded = port.recorded_limits(data)
+        if recorded is not None:
+            model = model or recorded.model
+            context_window = context_window or recorded.context_window
+            auto_compact_tokens = auto_compact_tokens or recorded.auto_compact_tokens
     choice = summarizer if summarizer is not None else OFFLINE
     if isinstance(choice, str):
         term.error(choice)

@@ -124,9 +124,13 @@ def last_compaction(records: Sequence[Record], *, whole: bool = True) -> Compact
     boundary_at = _boundary_of(records, summary_at)
     start, previous = _span_start(records, boundary_at)
     kept = {r.entry.uuid for r in preserved_records(records, boundary_at)}
+    # What the compaction before kept verbatim sits before its summary in the file and after it
+    # in the context: this compaction replaced it too, unless it keeps it again.
+    earlier = _kept_by(records, start) if previous is not None else []
+    between = records[start:boundary_at]
     span = [
         r
-        for r in records[start:boundary_at]
+        for r in [*between[:1], *earlier, *between[1:]]
         if not _is_boundary(r) and (r.entry.uuid is None or r.entry.uuid not in kept)
     ]
     boundary = records[boundary_at].entry
@@ -141,6 +145,14 @@ def last_compaction(records: Sequence[Record], *, whole: bool = True) -> Compact
         pre_tokens=meta.pre_tokens if meta is not None else None,
         post_tokens=meta.post_tokens if meta is not None else None,
     )
+
+
+def _kept_by(records: Sequence[Record], summary_at: int) -> list[Record]:
+    """The records the compaction whose summary is at ``summary_at`` kept verbatim."""
+    if not _is_summary(records[summary_at]):
+        return []
+    boundary_at = _boundary_of(records, summary_at)
+    return preserved_records(records, boundary_at) if boundary_at != summary_at else []
 
 
 def _span_start(records: Sequence[Record], end: int) -> tuple[int, str | None]:

@@ -162,7 +162,7 @@ class Follower:
         if self._consumed is not None:
             self.reading.warm(self._consumed)
             self._consumed = None
-        read = read_new(self.path, self.position, MAX_IMPORT_BYTES)
+        read = read_new(self.path, self.position, MAX_IMPORT_BYTES, _complete)
         if read.reread:
             self.reading.reset()
         report = ParseReport()
@@ -182,6 +182,12 @@ class Follower:
         await anyio.to_thread.run_sync(self.runtime.store.write_meta, meta)
         session.meta = meta
         log.info("session %s: the followed transcript now uses %s", session.session_id, model)
+
+
+def _complete(data: bytes) -> int:
+    """How much of a followed file's bytes can be read now: whole lines, or the whole of a file
+    an agent writes at once (docs/agents.md#reading)."""
+    return len(port.complete(data))
 
 
 def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:
@@ -267,7 +273,7 @@ class Followers:
             log.warning("session %s: no task group to follow %s in", sid, path)
             return False
         self.stop(session)
-        position = position_of(consumed) if consumed is not None else None
+        position = position_of(consumed, _complete) if consumed is not None else None
         follower = state.follower = Follower(self._runtime, session, path, position, consumed)
         self._following.setdefault(str(path), set()).add(state)
         self.watcher.set_dirs(sid, [str(path.parent)])

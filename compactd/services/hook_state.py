@@ -103,7 +103,8 @@ HANDED_BACK_KEPT = 64
 
 
 class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
-    """What the SessionStart hook gave the model after one compaction."""
+    """What a hook gave the model after one compaction (Claude Code's and Codex's SessionStart,
+    Gemini CLI's BeforeModel)."""
 
     boundary_id: str = ""
     after: str = ""
@@ -117,6 +118,9 @@ class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True)
     chars: int = 0
     #: the agent's count right after the compaction, when it records one
     post_tokens: int | None = None
+    #: the text handed back, kept for an agent whose hooks must give it again with every
+    #: request until the next compaction (Gemini CLI's BeforeModel); empty for the others
+    text: str = ""
 
 
 class Compacted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):

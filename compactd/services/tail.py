@@ -1,6 +1,7 @@
 """Reading a file that another process appends to: the complete lines added since last time.
 
-A ``Position`` says how far a file has been consumed (always to the end of a line) and keeps
+A ``Position`` says how far a file has been consumed (to the end of a line, or the whole of a
+file an agent writes at once: the caller's ``complete`` says which) and keeps
 the first and the last bytes consumed. ``read_new`` checks those bytes are still where they
 were before it reads on from there: when they are not, or the file got shorter, the file was
 replaced, truncated or rewritten, and it is read again from its start (``TailRead.reread``).
@@ -11,6 +12,7 @@ writes the file. Blocking: callers run it in a worker thread.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -30,9 +32,19 @@ class Position:
     tail: bytes = b""
 
 
-def position_of(data: bytes) -> Position:
-    """The position after the complete lines of ``data`` (a file's bytes from its start)."""
-    end = data.rfind(b"\n") + 1
+def lines_end(data: bytes) -> int:
+    """How much of ``data`` is complete lines: up to its last newline."""
+    return data.rfind(b"\n") + 1
+
+
+# How much of a file's bytes can be read now (``lines_end``, or an agent format's own rule for
+# a file written whole at once: compactd.port.complete).
+Complete = Callable[[bytes], int]
+
+
+def position_of(data: bytes, complete: Complete = lines_end) -> Position:
+    """The position after what can be read of ``data`` (a file's bytes from its start)."""
+    end = complete(data)
     return Position(end, data[: min(end, HEAD_BYTES)], data[max(0, end - TAIL_BYTES) : end])
 
 
@@ -50,21 +62,24 @@ class FileTooLarge(OSError):
     """The file (or what was added to it) is larger than the caller accepts."""
 
 
-def read_new(path: Path, since: Position | None, max_bytes: int) -> TailRead:
+def read_new(
+    path: Path, since: Position | None, max_bytes: int, complete: Complete = lines_end
+) -> TailRead:
     """The complete lines added to ``path`` since ``since``; the whole file when ``since`` is
-    None or no longer describes the file."""
+    None or no longer describes the file. ``complete`` says how much of the bytes read can be
+    read now (a file written whole at once is read whole, once it is)."""
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if since is not None and _continues(fh, size, since):
             if size - since.offset > max_bytes:
                 raise FileTooLarge(f"{path}: {size - since.offset} new bytes")
             chunk = os.pread(fh.fileno(), size - since.offset, since.offset)
-            chunk = chunk[: chunk.rfind(b"\n") + 1]
+            chunk = chunk[: complete(chunk)]
             return TailRead(chunk, _advance(since, chunk), reread=False)
         if size > max_bytes:
             raise FileTooLarge(f"{path}: {size} bytes")
         data = fh.read(max_bytes)
-        position = position_of(data)
+        position = position_of(data, complete)
         return TailRead(data[: position.offset], position, reread=True)
 
 

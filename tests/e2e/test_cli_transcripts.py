@@ -40,6 +40,7 @@ class Machine:
         self.env["HOME"] = str(self.home)
         self.env.pop("PWD", None)
         self.env.pop("CODEX_HOME", None)  # Codex's folder: ~/.codex
+        self.env.pop("GEMINI_CLI_HOME", None)  # Gemini CLI's folder: ~/.gemini
         if config_dir:
             self.env["CLAUDE_CONFIG_DIR"] = str(self.claude)
         else:
@@ -138,6 +139,10 @@ async def test_no_session_here_says_where_they_live_and_how_to_name_one(tmp_path
         "DD/ (the working folder is inside each), which does not exist.",
         "Name one: compactd status ~/.codex/sessions/ (the newest rollout) or compactd status "
         "rollout-....jsonl.",
+        "Gemini CLI has no chat for ~/lonely: it keeps a project's chats in ~/.gemini/tmp/"
+        "<project>/chats/ (the project's name in ~/.gemini/projects.json), which does not exist.",
+        "Name one: compactd status ~/.gemini/tmp/<project>/chats/ (the newest chat) or compactd "
+        "status session-....jsonl.",
     ]
     # Other projects have sessions: the hint names the latest, with their counts.
     for i, name in enumerate(["old", "busy", "new"]):
@@ -154,7 +159,7 @@ async def test_no_session_here_says_where_they_live_and_how_to_name_one(tmp_path
     code, _, err = await machine.cli("status", str(lonely), cwd=tmp_path)
     assert code == 1
     assert err.startswith(
-        "compactd: ~/lonely holds no transcript (*.jsonl, *.jsonl.zst), and Claude Code has no "
+        "compactd: ~/lonely holds no transcript (*.jsonl, *.jsonl.zst, *.json), and Claude Code has no "
         "session for "
         "~/lonely: "
     ), err

@@ -21,6 +21,7 @@ threshold low enough that the CLI compresses when a ``--resume`` finds a long ch
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -56,6 +57,7 @@ BASE_SETTINGS: dict[str, Any] = {
 SHELL_POLICY = '[[rule]]\ntoolName = "run_shell_command"\ndecision = "allow"\npriority = 500\n'
 
 
+@functools.cache
 def gemini_exe() -> str:
     """The Gemini CLI to run (checked to be the pinned version), or fail saying how to get it."""
     exe = require(
@@ -123,6 +125,9 @@ class Turns:
 
     replies: dict[str, list[Reply]]
     fallback: Reply = field(default_factory=lambda: Reply(text="Nothing scripted for this."))
+    #: user contents that open with one of these are a hook's, passed over (compactd's
+    #: hand-back quotes the earlier prompts, markers and all)
+    skip: tuple[str, ...] = ()
 
     def __call__(self, rec: Any) -> Reply:
         contents = rec.body.get("contents") or []
@@ -132,6 +137,8 @@ class Turns:
             if content.get("role") != "user" or any("functionResponse" in p for p in parts):
                 continue
             text = "".join(str(p.get("text", "")) for p in parts if not p.get("thought"))
+            if self.skip and text.startswith(self.skip):
+                continue
             for marker, replies in self.replies.items():
                 if marker in text:
                     done = sum(1 for c in contents[i + 1 :] if c.get("role") == "model")
@@ -279,9 +286,10 @@ class Gemini:
         return files[0]
 
 
-# A throwaway command hook (compactd's Gemini hooks do not exist yet): it appends what Gemini CLI
-# gives it on stdin to EVENTS (one JSON a line) and answers as PLAN (a JSON file, read on every
-# call, so that a test can change it between runs) says for the event:
+# A throwaway command hook (for the facts; compactd's own is ``compactd gemini hook``): it
+# appends what Gemini CLI gives it on stdin to EVENTS (one JSON a line) and answers as PLAN (a
+# JSON file, read on every call, so that a test can change it between runs) says for the event
+# (a list: the n-th call of the event gets the n-th entry, the last one after):
 #   {"context": TEXT}        hookSpecificOutput.additionalContext
 #   {"append": TEXT}         BeforeModel: the messages it was given, and one user message more
 #   {"replace_first": TEXT}  BeforeModel: only a first message, TEXT followed by the first one's
@@ -292,12 +300,16 @@ import json, sys
 event = json.load(sys.stdin)
 with open(sys.argv[1], "a") as log:
     log.write(json.dumps(event) + "\n")
+name = event["hook_event_name"]
 try:
     with open(sys.argv[2]) as fh:
-        plan = json.load(fh).get(event["hook_event_name"]) or {}
+        plan = json.load(fh).get(name) or {}
 except FileNotFoundError:
     plan = {}
-name = event["hook_event_name"]
+if isinstance(plan, list):
+    with open(sys.argv[1]) as log:
+        n = sum(1 for line in log if json.loads(line)["hook_event_name"] == name) - 1
+    plan = plan[min(n, len(plan) - 1)] if plan else {}
 messages = (event.get("llm_request") or {}).get("messages") or []
 out = None
 if "context" in plan:
@@ -333,8 +345,8 @@ class Hooks:
             command = f"{shlex.quote(sys.executable)} {self.script} {self.events} {self.plan_path}"
             gemini.add_hook(event, command)
 
-    def plan(self, **actions: Mapping[str, Any]) -> None:
-        """What each event answers from now on (``{}`` for nothing)."""
+    def plan(self, **actions: Mapping[str, Any] | list[Mapping[str, Any]]) -> None:
+        """What each event answers from now on (``{}`` for nothing; a list: call by call)."""
         self.plan_path.write_text(json.dumps(actions))
 
     def log(self) -> list[dict[str, Any]]:

@@ -144,7 +144,7 @@ def test_a_registered_agent_gives_the_port_everything(agent: port.Agent) -> None
 
 
 def test_codex_is_registered_through_the_same_port() -> None:
-    assert port.INSTALLED == ("claude_code", "codex")
+    assert port.INSTALLED == ("claude_code", "codex", "gemini")
     codex = port.agent_for("codex")
     assert codex is not None and codex.format().name == "Codex"
     assert {"exec_command", "shell", "local_shell"} <= vocabulary().runs
@@ -248,8 +248,9 @@ def test_claude_code_s_lines_are_still_read_as_they_are(with_chat: None) -> None
         ("s.jsonl.bak", False),
         (".jsonl", False),
         ("rollout-2026-01-01T00-00-00-x.jsonl.zst", True),
+        ("session-2026-04-01T09-30-c051a701.json", True),
     ],
 )
 def test_a_path_names_a_session_by_how_the_agents_name_theirs(name: str, named: bool) -> None:
     assert port.names_a_session(Path("/p") / name) is named
-    assert port.session_suffixes() == ".jsonl or .jsonl.zst"
+    assert port.session_suffixes() == ".jsonl or .jsonl.zst or .json"

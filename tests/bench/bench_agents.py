@@ -1,23 +1,30 @@
-"""Codex rollouts beside Claude Code transcripts: the count, what each compaction dropped, and
-recall of each dropped item from a few of its words (docs/codex.md#figures).
+"""The agents compactd works inside, side by side: Claude Code's transcripts, Codex's rollouts and
+Gemini CLI's chats; the count, what each compaction dropped, and recall of each dropped item from
+a few of its words (docs/codex.md#figures, docs/gemini.md#figures).
 
-Run: ``.venv/bin/python tests/bench/bench_codex.py``. For every file, read as compactd's hooks
+Run: ``.venv/bin/python tests/bench/bench_agents.py``. For every file, read as compactd's hooks
 and ``compactd mcp`` read it (through the port, the recall index on disk):
 
 - **count**: compactd's count of the context against the file's own last record of it
-  (Codex: the last ``token_count``'s ``last_token_usage.total_tokens``; Claude Code: the last
-  response's usage), and the part compactd estimates beyond it;
+  (Codex: the last ``token_count``'s ``last_token_usage.total_tokens``; Gemini CLI: the last
+  answer's ``tokens.total``; Claude Code: the last response's usage), and the part compactd
+  estimates beyond it;
 - **ledger**: per compaction, the user messages, commands and files of the span it replaced,
   and how many of each its own summary (for Codex: what it keeps, the user's messages and the
-  summary) left out: what compactd hands back;
+  summary; for Gemini CLI: its snapshot) left out: what compactd hands back;
 - **recall**: each item left out searched by a few of its words (a command's program and
-  its longest argument, a file's name, four words of a message), found when a hit among the first eight holds it.
+  its longest argument, a file's name, four words of a message), found when a hit among the
+  first eight holds it.
 
 Files: the two rollouts captured from Codex CLI 0.171.0 (tests/data/codex), synthetic edge
 cases (the captured rollout compressed as ``.jsonl.zst``, an older CLI's variant with a remote
 compaction whose summary is encrypted and an old compaction line without history, with a
-damaged line, a line of an unknown type and a last line still being written), and, as the
-baseline, Claude Code's transcripts in tests/data/transcripts. Target: recall >= 95%.
+damaged line, a line of an unknown type and a last line still being written); the two chats
+captured from Gemini CLI 0.61.0 and the older ``.json`` built from one of them
+(tests/data/gemini), a synthetic chat with every edge case (records rewritten by id, a resume
+writing the list back, masked outputs, a rewind, compressions at a resume and mid-turn, damaged,
+unknown and torn lines) in both formats, and long synthetic sessions of both agents; and, as
+the baseline, Claude Code's transcripts in tests/data/transcripts. Target: recall >= 95%.
 Figures, not a pass/fail test.
 """
 
@@ -37,9 +44,11 @@ from compactd import port  # noqa: E402
 from compactd.core.handback import hand_back, last_compaction  # noqa: E402
 from compactd.core.outlook import outlook  # noqa: E402
 from compactd.core.recall_words import parse_query  # noqa: E402
-from compactd.services.recall_index import open_index  # noqa: E402
+from compactd.services.recall_index import RecallIndex  # noqa: E402
 from compactd.transcript.model import ParseReport  # noqa: E402
 from tests.codex_rollouts import CAPTURED, compressed, long_rollout, older_rollout  # noqa: E402
+from tests.gemini_chats import CAPTURED as GEMINI_CAPTURED  # noqa: E402
+from tests.gemini_chats import LEGACY, edge_chat, legacy, long_chat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAUDE = sorted((ROOT / "tests" / "data" / "transcripts").glob("*.jsonl"))
@@ -66,18 +75,25 @@ class Figures:
 
 
 def _recorded(data: bytes) -> int | None:
-    """The file's own last record of the context: Codex's last token count, or the last
-    usage a Claude Code response reported."""
+    """The file's own last record of the context: Codex's last token count, Gemini CLI's last
+    answer's total, or the last usage a Claude Code response reported."""
     if data.startswith(b"\x28\xb5\x2f\xfd"):
         import zstandard
 
         data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    if data.lstrip().startswith(b"{\n"):  # an older Gemini CLI chat: one object
+        answers = [m for m in json.loads(data)["messages"] if m.get("tokens")]
+        return int(answers[-1]["tokens"]["total"]) if answers else None
     for raw in reversed(data.splitlines()):
         try:
             line = json.loads(raw)
         except ValueError:
             continue
-        payload = line.get("payload") if isinstance(line, dict) else None
+        if not isinstance(line, dict):
+            continue
+        if line.get("type") == "gemini" and isinstance(line.get("tokens"), dict):
+            return int(line["tokens"].get("total") or 0) or None
+        payload = line.get("payload")
         if isinstance(payload, dict) and payload.get("type") == "token_count":
             last = (payload.get("info") or {}).get("last_token_usage") or {}
             if last.get("total_tokens"):
@@ -137,7 +153,7 @@ def measure(name: str, agent: str, path: Path, data_dir: Path) -> Figures:
         items += [("message", x.text, _words(x.text, 4)) for x in m.messages if not x.carried]
         items += [("command", x.command, _command_words(x.command)) for x in m.commands]
         items += [("file", x.path, Path(x.path).name) for x in m.files]
-    with open_index(data_dir, path) as index:
+    with RecallIndex(data_dir, path) as index:
         index.refresh()
         for kind, what, query in items:
             out.tried += 1
@@ -166,13 +182,27 @@ def _files(tmp: Path) -> list[tuple[str, str, Path]]:
         long = tmp / f"rollout-long-{seed}.jsonl"
         long.write_bytes(long_rollout(seed, turns=40).data())
         files.append((f"long synthetic session (seed {seed}), 3 compactions", "Codex", long))
+    files += [(p.name.split("__")[1].removesuffix(".jsonl"), "Gemini CLI", p) for p in GEMINI_CAPTURED]
+    files.append(("older .json (built from the capture)", "Gemini CLI", LEGACY))
+    chat = edge_chat()
+    edge = tmp / "session-edge.jsonl"
+    edge.write_bytes(chat.data(corrupt=True, torn=True))
+    files.append(("edges: rewrites, $set lists, rewind, 2 compressions, torn", "Gemini CLI",
+                  edge))  # fmt: skip
+    old_edge = tmp / "session-edge.json"
+    old_edge.write_bytes(legacy(chat))
+    files.append(("the same edges, older .json", "Gemini CLI", old_edge))
+    for seed in (7, 8, 9):
+        long = tmp / f"session-long-{seed}.jsonl"
+        long.write_bytes(long_chat(seed, turns=40).data())
+        files.append((f"long synthetic chat (seed {seed}), 3 compressions", "Gemini CLI", long))
     files += [(p.stem[:40], "Claude Code", p) for p in CLAUDE]
     return files
 
 
 def main() -> int:
     rows: list[Figures] = []
-    with tempfile.TemporaryDirectory(prefix="bench-codex-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-agents-") as tmp:
         for name, agent, path in _files(Path(tmp)):
             rows.append(measure(name, agent, path, Path(tmp) / "data"))
     print(f"{'file':<64} {'agent':<11} {'lines':>6} {'skip':>4}  {'count':>8} {'recorded':>8} "
@@ -186,7 +216,7 @@ def main() -> int:
               f"{r.dropped[1]:>4}/{r.totals[1]:<4} {r.dropped[2]:>4}/{r.totals[2]:<4}  "
               f"{ratio:>9} {r.ms:>6.0f}")  # fmt: skip
     print()
-    for agent in ("Codex", "Claude Code"):
+    for agent in ("Codex", "Gemini CLI", "Claude Code"):
         mine = [r for r in rows if r.agent == agent]
         agree = sum(1 for r in mine if r.recorded is not None and r.exact == r.recorded)
         known = sum(1 for r in mine if r.recorded is not None)
@@ -194,7 +224,9 @@ def main() -> int:
         found = sum(r.found for r in mine)
         share = found / tried if tried else 1.0
         print(f"{agent}: count equals the file's last record in {agree}/{known} files; "
-              f"{sum(r.compactions for r in mine)} compactions; dropped items recalled "
+              f"{sum(r.compactions for r in mine)} compactions; dropped "
+              f"{'/'.join(str(sum(r.dropped[k] for r in mine)) for k in range(3))} "
+              "(messages/commands/files); recalled "
               f"{found}/{tried} = {share:.1%} (target {RECALL_TARGET:.0%})")
         for r in mine:
             for miss in r.misses[:5]:

@@ -63,7 +63,7 @@ node-test: $(STAMP)
 EDITORS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/compactd-editors
 CODE_SERVER_VERSION := 4.100.3
 # The Claude Code CLI tests/editors/test_claude_code.py resumes compactd's sessions in.
-CLAUDE_CODE_VERSION := 2.1.330
+CLAUDE_CODE_VERSION := 2.1.332
 
 EDITOR_TESTS ?= tests/editors
 

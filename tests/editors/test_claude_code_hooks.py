@@ -1,6 +1,6 @@
 """compactd installed into the real Claude Code CLI: hooks, MCP recall, status line, uninstall.
 
-Claude Code 2.1.330 (tests/editors/setup.sh; ``CLAUDE_CODE`` names it) runs headless against
+Claude Code 2.1.332 (tests/editors/setup.sh; ``CLAUDE_CODE`` names it) runs headless against
 tests/emulator, offline, in a trusted project folder after ``compactd claude-code install
 --scope project``. The emulated model reads a file and runs shell commands over several turns;
 its summaries (the emulated summarizer's) keep neither the user's words nor the commands.

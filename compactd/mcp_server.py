@@ -33,6 +33,7 @@ from compactd.core.recall_words import parse_query
 from compactd.services import claude_state
 from compactd.services.recall_index import open_index
 from compactd.services.store import Store, valid_session_id
+from compactd.transcript.claude_code import mark_hook_summaries
 from compactd.transcript.model import is_compact_boundary_line, parse_buffer
 
 __all__ = ["McpConfig", "build_server", "context_answer", "recall_answer", "run"]
@@ -189,6 +190,7 @@ def context_answer(config: McpConfig, session: str | None) -> str:
         raise ToolError(f"cannot read the transcript {target.transcript}: {exc.strerror}") from exc
     # Only whole lines: the agent may be writing the last one.
     records = [r for _, r in parse_buffer(data[: data.rfind(b"\n") + 1])]
+    mark_hook_summaries(records)
     seen = outlook(records, os.environ, model=target.model, context_window=target.context_window)
     g = seen.gauge
     s = g.status

@@ -36,6 +36,21 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="PreCompact blocks Claude Code's compaction instead of steering it",
     )
+    seam = sub.add_parser(
+        "session-compact",
+        help="answer Claude Code's session.compact (the plugin's module runs it; JSON on stdin)",
+        description="Read a session.compact request on stdin ({event, sessionId, "
+        'transcriptPath, claudeCode?}) and print compactd\'s answer: {"messages": [...]} (its '
+        "compaction, or Claude Code's with compactd's rows added) or {\"next\": why} "
+        "(docs/claude-code.md#the-seam).",
+    )
+    seam.add_argument("--transcript", help="the session's transcript (default: transcriptPath)")
+    seam.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
+    seam.add_argument(
+        "--offline",
+        action="store_true",
+        help="answer with compactd's offline summary (no model, instant) whatever is configured",
+    )
     status = sub.add_parser("statusline", help="print the status line (statusLine JSON on stdin)")
     status.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
     for name, what in (("install", "put compactd into"), ("uninstall", "take compactd out of")):
@@ -95,6 +110,32 @@ def _hook(args: argparse.Namespace) -> int:
     return reply.exit_code
 
 
+def _session_compact(args: argparse.Namespace) -> int:
+    """The plugin's module reads the one JSON object on stdout; anything else is a failure to
+    it, and Claude Code then compacts by itself (docs/claude-code.md#the-seam)."""
+    from compactd.services.claude_compact import MAX_INPUT_BYTES, CompactInputError, answer
+
+    data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        _err(f"compactd claude-code session-compact: more than {MAX_INPUT_BYTES:,} bytes on stdin")
+        return 2
+    try:
+        result = answer(
+            data,
+            _data_dir(args.data_dir),
+            os.environ,
+            transcript=Path(args.transcript) if args.transcript else None,
+            offline=args.offline,
+        )
+    except CompactInputError as exc:
+        _err(f"compactd claude-code session-compact: {exc}")
+        return 2
+    import msgspec
+
+    sys.stdout.buffer.write(msgspec.json.encode(result.body) + b"\n")
+    return 0
+
+
 def _statusline(args: argparse.Namespace) -> int:
     from compactd.services.claude_status import status_line_for
 
@@ -136,6 +177,12 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.action in ("install", "uninstall"):
         return _settings(args)
+    if args.action == "session-compact":
+        try:
+            return _session_compact(args)
+        except Exception as exc:  # the module falls back to Claude Code's own compaction
+            _err(f"compactd claude-code session-compact: {' '.join(str(exc).split())}")
+            return 1
     # What Claude Code runs: any failure is one line on stderr, and the session goes on.
     try:
         return _hook(args) if args.action == "hook" else _statusline(args)

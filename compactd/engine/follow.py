@@ -35,6 +35,7 @@ from compactd.engine.session import Session
 from compactd.services.store import MAX_IMPORT_BYTES, as_imported
 from compactd.services.tail import Position, TailRead, position_of, read_new
 from compactd.services.watch import DirWatcher
+from compactd.transcript.history import boundary_indices
 from compactd.transcript.model import ParseReport, Record, parse_buffer
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,10 @@ class Follower:
         # has not shown (yet): a truncated file written again must not add them twice.
         self._held: Counter[bytes] = Counter()
         self.scope = anyio.CancelScope()
+        # The boundaries read so far: a hook-answered compaction's summary is marked when its
+        # parent is one (docs/claude-code.md#what-the-transcript-keeps); the session's latest
+        # ones to start with, in case a read begins between a boundary and its summary.
+        self._boundaries: set[str] = _latest_boundaries(session)
         self._changed = anyio.Event()
         # One read at a time: the task's and a reopen's (two reading from one position would
         # both add the lines that have no uuid).
@@ -104,7 +109,10 @@ class Follower:
 
     async def _sync(self) -> int:
         # Read and decoded in a worker thread: a file read again may be large.
-        read, records, skipped = await anyio.to_thread.run_sync(_read, self.path, self.position)
+        boundaries = set(self._boundaries)
+        read, records, skipped = await anyio.to_thread.run_sync(
+            _read, self.path, self.position, boundaries
+        )
         if not read.data and not read.reread:
             self.position = read.position
             return 0
@@ -122,6 +130,7 @@ class Follower:
             await self._follow_model(fresh)
             self.position = read.position
             self._held = held
+            self._boundaries = boundaries
             if not read.reread:
                 session.skipped_lines += skipped
         if fresh or read.reread:
@@ -161,12 +170,22 @@ class Follower:
         log.info("session %s: the followed transcript now uses %s", session.session_id, model)
 
 
-def _read(path: Path, since: Position | None) -> tuple[TailRead, list[Record], int]:
-    """What the file gained, its records as an import copies them, and the lines skipped."""
+def _read(
+    path: Path, since: Position | None, boundaries: set[str]
+) -> tuple[TailRead, list[Record], int]:
+    """What the file gained, its records as an import copies them, and the lines skipped.
+    ``boundaries`` (the boundary uuids read before) gains the boundaries read."""
     read = read_new(path, since, MAX_IMPORT_BYTES)
     report = ParseReport()
-    records = [as_imported(r) for _, r in parse_buffer(read.data, report)]
+    records = [as_imported(r, boundaries) for _, r in parse_buffer(read.data, report)]
     return read, records, report.skipped
+
+
+def _latest_boundaries(session: Session) -> set[str]:
+    """The uuids of the session's last few compaction boundaries."""
+    records = session.records
+    found = (records[i].uuid for i in boundary_indices(records)[-4:])
+    return {uuid for uuid in found if uuid}
 
 
 def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:

@@ -56,7 +56,7 @@ def _state_file(data_dir: Path, cwd: str) -> Path:
     return data_dir / "claude-code" / "current" / f"{key[:24]}.json"
 
 
-def _write_whole(path: Path, data: bytes) -> None:
+def write_whole(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` in one rename: a reader sees the old file or the new."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -71,7 +71,7 @@ def _write_whole(path: Path, data: bytes) -> None:
 def record_current(data_dir: Path, session: CurrentSession) -> None:
     """Remember ``session`` as the one running in its folder (replaced whole, never torn)."""
     stamped = msgspec.structs.replace(session, updated_at=time.time(), found_by="hook")
-    _write_whole(_state_file(data_dir, session.cwd), msgspec.json.encode(stamped))
+    write_whole(_state_file(data_dir, session.cwd), msgspec.json.encode(stamped))
 
 
 def find_current(data_dir: Path, cwd: str) -> CurrentSession | None:
@@ -116,6 +116,13 @@ def default_data_dir() -> Path:
 
 # -- per session: what the hooks handed back -------------------------------------------------
 
+#: How long the SessionStart and PostCompact hooks take a compaction the plugin's module handed
+#: on to Claude Code's own (``pending_after``) as still coming back to compactd, and how recent an
+#: answer of the module counts as the compaction in progress, in seconds (compactd's choice: far
+#: longer than a compaction takes, far shorter than the time between two).
+MODULE_PENDING_S = 15 * 60.0
+MODULE_RECENT_S = 120.0
+
 #: How many compactions a session remembers as handed back (older ones are long out of the
 #: context); compactd's own bound, so the file stays small.
 HANDED_BACK_KEPT = 64
@@ -134,8 +141,15 @@ class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True)
     commands: int = 0
     files: int = 0
     chars: int = 0
-    #: Claude Code's count right after the compaction (its boundary's ``postTokens``)
+    #: Claude Code's count right after the compaction (its boundary's ``postTokens``), or, until
+    #: the boundary is filed, compactd's estimate of it when compactd answered the compaction
     post_tokens: int | None = None
+    #: who wrote the compaction: "" (Claude Code; compactd handed back after it at
+    #: SessionStart), "claude-code" (Claude Code's summary with compactd's rows added by the
+    #: plugin), or the summary compactd answered with ("prepared", "offline")
+    source: str = ""
+    #: how long compactd took to answer the plugin's ``session.compact``, in ms
+    answer_ms: int | None = None
 
 
 class Compacted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -160,6 +174,11 @@ class SessionState(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=T
     carry_after: str = ""
     #: the threshold level last warned about, with the compaction it was in ("<id>:<level>")
     warned: str = ""
+    #: the plugin's ``session.compact`` went on to Claude Code's own compaction and asks again
+    #: with its summary: the compaction it is for (the one after ``pending_after``) and when;
+    #: the SessionStart hook leaves that hand-back to it (docs/claude-code.md#the-plugin)
+    pending_after: str | None = None
+    pending_at: float = 0.0
 
 
 def _session_file(data_dir: Path, session_id: str) -> Path:
@@ -180,4 +199,4 @@ def load_session(data_dir: Path, session_id: str) -> SessionState:
 def save_session(data_dir: Path, state: SessionState) -> None:
     """Write ``state`` whole (one rename)."""
     del state.handed_back[:-HANDED_BACK_KEPT]
-    _write_whole(_session_file(data_dir, state.session_id), msgspec.json.encode(state))
+    write_whole(_session_file(data_dir, state.session_id), msgspec.json.encode(state))

@@ -32,6 +32,7 @@ import msgspec
 
 from compactd.core.recall_render import Found, Revision, Stored
 from compactd.core.recall_words import SOME_WORDS, SUBSTRING, Query, file_key, fold, indexed
+from compactd.transcript.claude_code import HOOK_ROW_SOURCE
 
 __all__ = ["RecallIndex", "SearchOutcome", "index_path", "open_index"]
 
@@ -195,6 +196,8 @@ class RecallIndex:
             return  # a line of another kind, or damaged: nothing to find in it
         if not isinstance(decoded, dict):
             return
+        if self._hook_summary(decoded):
+            decoded["isCompactSummary"] = True
         item = indexed(decoded)
         if item is None:
             return
@@ -231,6 +234,21 @@ class RecallIndex:
             "INSERT OR REPLACE INTO calls(call_id, entry) VALUES (?, ?)",
             [(c, entry_id) for c in item.call_ids],
         )
+
+    def _hook_summary(self, line: dict[str, Any]) -> bool:
+        """Whether ``line`` is the summary of a compaction a plugin hook answered in Claude
+        Code: a ``rowSource: "hook"`` user line parented on a compaction's boundary, which the
+        index holds as a system entry (docs/claude-code.md#what-the-transcript-keeps)."""
+        parent = line.get("parentUuid")
+        if (
+            line.get("type") != "user"
+            or line.get("rowSource") != HOOK_ROW_SOURCE
+            or line.get("isCompactSummary")
+            or not isinstance(parent, str)
+        ):
+            return False
+        found = self._db.execute("SELECT type FROM entries WHERE uuid = ?", (parent,)).fetchone()
+        return found is not None and found[0] == "system"
 
     # -- queries ----------------------------------------------------------------------------
 

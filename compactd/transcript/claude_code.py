@@ -15,21 +15,32 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from compactd.transcript.entries import COMPACTION_CONTENT, new_uuid
-from compactd.transcript.model import COMPACT_BOUNDARY, Record, parse_lines, transcript_timestamp
+from compactd.transcript.model import (
+    COMPACT_BOUNDARY,
+    Entry,
+    Record,
+    parse_lines,
+    record_from_dict,
+    transcript_timestamp,
+)
 
 __all__ = [
     "CLAUDE_CODE",
+    "HOOK_ROW_SOURCE",
     "ClaudeCodeFormat",
     "SESSION_FIELDS",
     "SourceFacts",
+    "is_hook_summary",
+    "mark_hook_summaries",
     "resume_command",
     "resume_lines",
     "source_facts",
+    "with_summary_mark",
 ]
 
 # The per-session fields Claude Code 2.1.330 stamps on every line it writes (seen in
@@ -215,6 +226,50 @@ def resume_command(session_id: str, cwd: str | None, *, here: str | None = None)
     return command
 
 
+# -- compactions a plugin hook answered -----------------------------------------------------------
+
+#: The ``rowSource`` of the lines Claude Code writes for what a plugin's hook returned
+#: (Observed (2.1.332), docs/claude-code.md#what-the-transcript-keeps).
+HOOK_ROW_SOURCE: Final = "hook"
+
+
+def is_hook_summary(entry: Entry, boundaries: Container[str]) -> bool:
+    """Whether ``entry`` is the summary of a compaction a plugin's ``session.compact`` hook
+    answered: Claude Code files the hook's first message as a user line with ``rowSource:
+    "hook"``, parented on the compaction's boundary (one of ``boundaries``), and without
+    ``isCompactSummary`` (Observed (2.1.332), docs/claude-code.md#what-the-transcript-keeps).
+    The hook's later messages are parented on the line before them: they are the kept tail."""
+    return (
+        entry.type == "user"
+        and entry.row_source == HOOK_ROW_SOURCE
+        and entry.is_compact_summary is not True
+        and entry.parent_uuid is not None
+        and entry.parent_uuid in boundaries
+    )
+
+
+def mark_hook_summaries(records: Iterable[Record], boundaries: Iterable[str] = ()) -> set[str]:
+    """Mark the summaries of hook-answered compactions among ``records`` (live records, in
+    file order) as compaction summaries, in memory (``isCompactSummary``), so that every reader
+    takes them as it takes Claude Code's own. ``boundaries``: the uuids of boundaries that
+    came before ``records``. Returns those and the boundaries among ``records``."""
+    seen = set(boundaries)
+    for record in records:
+        entry = record.entry
+        if entry.is_compact_boundary:
+            if entry.uuid:
+                seen.add(entry.uuid)
+        elif is_hook_summary(entry, seen):
+            entry.is_compact_summary = True
+    return seen
+
+
+def with_summary_mark(record: Record) -> Record:
+    """``record`` (a hook-answered compaction's summary) with ``isCompactSummary`` in its line:
+    the form compactd's own copy of an imported or followed transcript keeps it in."""
+    return record_from_dict({**record.to_builtins(), "isCompactSummary": True})
+
+
 # -- reading a running Claude Code session --------------------------------------------------------
 
 
@@ -231,7 +286,9 @@ class ClaudeCodeFormat:
     boundary_mark: Final = re.compile(rb'"subtype"\s*:\s*"compact_boundary"')
 
     def records(self, lines: Iterable[bytes]) -> list[Record]:
-        return list(parse_lines(lines))
+        records = list(parse_lines(lines))
+        mark_hook_summaries(records)
+        return records
 
     def recognizes(self, records: Iterable[Record]) -> bool:
         """Whether the lines are Claude Code's: messages and system lines with uuids."""

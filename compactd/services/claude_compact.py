@@ -217,6 +217,12 @@ class _Context:
             else None
         )
         self.span = _span(self.rows, self.tail, self.cwd)
+        # Where each line is in the transcript (as far as it was read).
+        self.lines: dict[str, int] = (
+            {r.uuid: i for i, r in enumerate(self.tail.records) if r.uuid}
+            if self.tail is not None
+            else {}
+        )
         # The boundary that opens the span being replaced; None when the transcript was not read.
         self.after: str | None = None
         if self.tail is not None:
@@ -258,6 +264,24 @@ class _Context:
         state.save_session(self.data_dir, kept)
 
 
+def _covered(prepared: Prepared, ctx: _Context) -> int:
+    """How many of the rows (from the first) the prepared summary covers: those up to its last
+    line E, in the transcript's order (E may be a line that is no row, an attachment say); by
+    the rows' own handles when the transcript was not read. 0: none."""
+    rows = ctx.rows
+    lines = ctx.lines
+    at = lines.get(prepared.snapshot_uuid)
+    if at is None:
+        found = [i for i, r in enumerate(rows) if r.handle == prepared.snapshot_uuid]
+        return found[-1] + 1 if found else 0
+    covered = 0
+    for i, row in enumerate(rows):
+        line = lines.get(row.handle) if row.handle else None
+        if line is not None and line <= at:
+            covered = i + 1
+    return covered
+
+
 def _unfit(prepared: Prepared | None, ctx: _Context) -> str | None:
     """Why ``prepared`` cannot answer this compaction (None: it can)."""
     if prepared is None:
@@ -266,7 +290,7 @@ def _unfit(prepared: Prepared | None, ctx: _Context) -> str | None:
         return "the compaction has instructions, which the prepared summary was written without"
     if ctx.after is not None and prepared.after != ctx.after:
         return "the prepared summary is of an earlier span of the session"
-    if not any(r.handle == prepared.snapshot_uuid for r in ctx.rows):
+    if _covered(prepared, ctx) == 0:
         return "the prepared summary covers lines this compaction does not replace"
     return None
 
@@ -286,8 +310,7 @@ def _compactd(ctx: _Context, prepared: Prepared | None, now: float, started: flo
     rows = ctx.rows
     event = ctx.inp.event
     if prepared is not None:
-        covered = next(i for i, r in enumerate(rows) if r.handle == prepared.snapshot_uuid)
-        start = covered + 1
+        start = _covered(prepared, ctx)
     else:
         start = turn_start(rows)
     at = _tail_start(rows, start)

@@ -19,7 +19,7 @@ import json
 import os
 import secrets
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -50,9 +50,12 @@ class InstallError(Exception):
     """Nothing was changed; the message says why."""
 
 
-def compactd_command(python: str) -> list[str]:
-    """The command that runs the compactd the user installed: this interpreter's module."""
-    return [python, "-m", "compactd"]
+def compactd_command(program: str) -> list[str]:
+    """The command that runs the compactd the user installed: its ``compactd`` program (a name
+    found on PATH, or its path), or an interpreter with the module (``python -m compactd``)."""
+    if Path(program).name == "compactd":
+        return [program]
+    return [program, "-m", "compactd"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,10 @@ def _dump(data: dict[str, Any]) -> bytes:
 
 
 def _ours(command: Any, tail: str) -> bool:
-    return isinstance(command, str) and command.endswith(tail) and " -m compactd" in command
+    if not isinstance(command, str) or not command.endswith(tail):
+        return False
+    head = command.removesuffix(tail).strip()
+    return head.endswith(" -m compactd") or Path(head.strip("'\"")).name == "compactd"
 
 
 def _add_hooks(settings: dict[str, Any], hook: str, events: list[tuple[str, str]]) -> list[str]:
@@ -148,6 +154,8 @@ class Plan:
 
     writes: dict[Path, bytes | None]
     changes: list[str]
+    #: what was left as it was, worth a word (a status line of the user's own)
+    notes: list[str] = field(default_factory=list)
 
 
 class _Record(msgspec.Struct, kw_only=True):
@@ -186,6 +194,39 @@ def _write(path: Path, data: bytes | None) -> None:
         raise
 
 
+def installed_settings(scope: Scope, project: Path, data_dir: Path) -> bool:
+    """Whether ``install`` put compactd into ``scope``'s settings files (and ``uninstall`` has
+    not taken it out since)."""
+    files = scope_files(scope, project)
+    return any(_record_file(data_dir, p).is_file() for p in (files.settings, files.mcp))
+
+
+def kept_status_line(path: Path, status: Any) -> str:
+    """A word on a status line install leaves as it is ("" when it is compactd's own)."""
+    command = status.get("command") if isinstance(status, dict) else None
+    if _ours(command, _STATUS_TAIL):
+        return ""
+    return (
+        f"{path}: kept the status line already set ({command!r}); compactd's is "
+        "`compactd claude-code statusline`, which you may put in its place"
+    )
+
+
+def load_settings(path: Path) -> tuple[bytes | None, dict[str, Any]]:
+    """A settings file's bytes (None: absent) and its object; ``InstallError`` when it is not a
+    JSON object."""
+    return _load(path)
+
+
+def dump_settings(data: dict[str, Any]) -> bytes:
+    return _dump(data)
+
+
+def write_file(path: Path, data: bytes | None) -> None:
+    """Replace ``path`` whole with ``data`` (None: remove it)."""
+    _write(path, data)
+
+
 def plan_install(
     scope: Scope, project: Path, python: str, *, warning: bool = True
 ) -> tuple[Plan, dict[Path, bytes | None]]:
@@ -199,9 +240,12 @@ def plan_install(
     settings = data[files.settings]
     events = [e for e in HOOK_EVENTS if warning or e[0] != "UserPromptSubmit"]
     changes = [f"{files.settings}: {c}" for c in _add_hooks(settings, base + _HOOK_TAIL, events)]
+    notes: list[str] = []
     if "statusLine" not in settings:
         settings["statusLine"] = {"type": "command", "command": base + _STATUS_TAIL, "padding": 0}
         changes.append(f"{files.settings}: status line")
+    else:
+        notes.append(kept_status_line(files.settings, settings["statusLine"]))
     if scope == "project":
         enabled = settings.setdefault("enabledMcpjsonServers", [])
         if SERVER_NAME not in enabled:
@@ -216,7 +260,7 @@ def plan_install(
         changes.append(f"{files.mcp}: MCP server {SERVER_NAME} ({python} {' '.join(args)})")
     touched = {p for p in data if any(c.startswith(f"{p}:") for c in changes)}
     writes: dict[Path, bytes | None] = {p: _dump(data[p]) for p in touched}
-    return Plan(writes, changes), before
+    return Plan(writes, changes, [n for n in notes if n]), before
 
 
 def install(
@@ -259,7 +303,7 @@ def _strip(data: dict[str, Any], files: Files, path: Path) -> None:
             holder = holder.get(key) if isinstance(holder, dict) else None
         servers = holder.get("mcpServers") if isinstance(holder, dict) else None
         server = servers.get(SERVER_NAME) if isinstance(servers, dict) else None
-        if isinstance(server, dict) and server.get("args", [])[-1:] == ["mcp"]:
+        if isinstance(server, dict) and (server.get("args") or [])[-1:] == ["mcp"]:
             assert isinstance(servers, dict)
             del servers[SERVER_NAME]
 

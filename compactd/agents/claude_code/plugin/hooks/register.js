@@ -92,6 +92,7 @@ export function register(on) {
       return next(e);
     }
 
+    $.ui.log(`compactd: Claude Code compacts, compactd adds to it: ${first.next}`, { to: "debug" });
     const steer = typeof first.instructions === "string" ? first.instructions.trim() : "";
     const own = await next(steer === "" ? e : { ...e, instructions: e.instructions ? `${e.instructions}\n\n${steer}` : steer });
     if (own === null || typeof own !== "object" || own.skip !== undefined || !Array.isArray(own.messages)) return own;

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from compactd.core.constants import SYNTHETIC_MODEL
 from compactd.core.view import context_records, main_thread
+from compactd.transcript.claude_code import SILENT_ATTACHMENTS
 from compactd.transcript.model import Record
 
 __all__ = [
@@ -51,10 +52,6 @@ DOCUMENT_MARKER: Final = "[document]"
 # an assistant message (e.g. a hand-built session), this short user turn goes first.
 LEADING_USER_PLACEHOLDER: Final = "[earlier conversation not shown]"
 
-# Attachment kinds that render to nothing when a line carries no ``rendered`` copy: they record
-# client state (a copy of the system prompt, hook bookkeeping) rather than model input. Seen in
-# Claude Code 2.1.269 and 2.1.330 transcripts.
-_SILENT_ATTACHMENTS: Final = frozenset({"prompt_snapshot", "session_context", "hook_success"})
 
 _SKILL_LISTING: Final = "skill_listing"
 
@@ -149,7 +146,7 @@ def attachment_blocks(raw: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(payload, dict):
         return []
     kind = payload.get("type")
-    if kind in _SILENT_ATTACHMENTS:
+    if kind in SILENT_ATTACHMENTS:
         return []
     return [_text(_render_payload(payload))]
 

@@ -32,6 +32,7 @@ from compactd.transcript.model import (
 __all__ = [
     "CLAUDE_CODE",
     "HOOK_ROW_SOURCE",
+    "SILENT_ATTACHMENTS",
     "ClaudeCodeFormat",
     "SESSION_FIELDS",
     "SourceFacts",
@@ -224,6 +225,13 @@ def resume_command(session_id: str, cwd: str | None, *, here: str | None = None)
     if cwd and cwd != here:
         return f"cd {shlex.quote(cwd)} && {command}"
     return command
+
+
+#: Attachment kinds that stand for nothing the model is sent when the line carries no
+#: ``rendered`` copy: they record client state (a copy of the system prompt, hook bookkeeping).
+#: Seen in Claude Code 2.1.269 to 2.1.332 transcripts; 2.1.332 writes a ``prompt_snapshot`` of
+#: the whole system prompt whenever it changes.
+SILENT_ATTACHMENTS: Final = frozenset({"prompt_snapshot", "session_context", "hook_success"})
 
 
 # -- compactions a plugin hook answered -----------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core import constants as c
+from compactd.transcript.claude_code import SILENT_ATTACHMENTS
 from compactd.transcript.model import (
     Block,
     DocumentBlock,
@@ -91,7 +92,10 @@ def estimate_entry_raw(entry: Entry) -> int:
     if not counts_toward_context(entry):
         return 0
     if entry.type == "attachment":
-        return chars_to_tokens(_json_length(entry.attachment)) if entry.attachment else 0
+        payload = entry.attachment
+        if not payload or payload.get("type") in SILENT_ATTACHMENTS:
+            return 0  # nothing of it is sent (a copy of the system prompt, bookkeeping)
+        return chars_to_tokens(_json_length(payload))
     return sum(estimate_block_raw(block) for block in entry.blocks)
 
 

@@ -11,8 +11,12 @@ the next compaction at once (``services.claude_prepared``): the summary, the las
 and the compaction whose span it summarizes. No hook ever starts this: only the process that
 lives as long as the session.
 
-Which session: ``CLAUDE_CODE_SESSION_ID``, which Claude Code passes to the MCP servers it starts,
-else the one the hooks last recorded for the project folder (``services.claude_state``).
+Which session: the one the plugin's hooks record for the project folder (``services.claude_state``:
+every hook event names the session and its transcript), else ``CLAUDE_CODE_SESSION_ID``, which
+Claude Code passes to the MCP servers it starts. That variable alone does not do: Observed
+(2.1.332), ``claude --continue`` passes a new id while it goes on writing the continued session's
+transcript. When a hook records another session later (``/clear``, ``/resume``), the preparation
+moves to it.
 """
 
 from __future__ import annotations
@@ -42,8 +46,11 @@ log = logging.getLogger(__name__)
 #: What Claude Code names its session by in the environment of the MCP servers it starts
 #: (Observed (2.1.332)).
 ENV_SESSION_ID: Final = "CLAUDE_CODE_SESSION_ID"
-# How often to look for the session's transcript before Claude Code writes its first line.
+# How often to look for the session (a hook's record, its transcript) and for a change of it.
 _WAIT_S: Final = 1.0
+# A hook's record of the current session counts when it is this recent at the process's start
+# (the hooks of the session that starts this process run about when it starts).
+_RECENT_S: Final = 30.0
 # compactd's own id for its copy of a Claude Code session.
 _PREFIX: Final = "claude-code-"
 
@@ -57,15 +64,18 @@ class Target:
     cwd: str
 
 
-def target_of(env: Mapping[str, str], data_dir: Path, cwd: str) -> Target | None:
-    """The session this process serves (see the module docstring); None when none is known."""
+def target_of(env: Mapping[str, str], data_dir: Path, cwd: str, since: float) -> Target | None:
+    """The session this process serves, once its transcript exists (see the module
+    docstring); None while none is known."""
+    current = claude_state.find_current(data_dir, cwd)
+    if current is not None and current.found_by == "hook" and current.updated_at >= since:
+        return Target(current.session_id, Path(current.transcript_path), cwd)
     sid = env.get(ENV_SESSION_ID, "").strip()
     if sid:
-        return Target(sid, claude_state.project_dir(cwd) / f"{sid}.jsonl", cwd)
-    current = claude_state.find_current(data_dir, cwd)
-    if current is None:
-        return None
-    return Target(current.session_id, Path(current.transcript_path), cwd)
+        path = claude_state.project_dir(cwd) / f"{sid}.jsonl"
+        if path.is_file():
+            return Target(sid, path, cwd)
+    return None
 
 
 class _Exporter:
@@ -127,14 +137,34 @@ async def prepare(data_dir: Path, cwd: str, env: Mapping[str, str]) -> None:
         if choice.problem:
             log.warning("compactd: %s", choice.problem)
         return
-    target = target_of(env, data_dir, cwd)
-    if target is None:
-        log.warning("compactd: no Claude Code session is known here: nothing is prepared")
-        return
-    while not target.transcript.is_file():  # noqa: ASYNC110 - a file appearing, no event to wait on
-        await anyio.sleep(_WAIT_S)
+    assert choice.options is not None
+    since = time.time() - _RECENT_S
+    target: Target | None = None
+    while True:
+        found = target_of(env, data_dir, cwd, since)
+        if found is None or found == target:
+            await anyio.sleep(_WAIT_S)  # noqa: ASYNC110 - a file or a record appearing: no event
+            continue
+        target = found
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_follow, data_dir, cwd, env, choice.options, target)
+            # The session this process serves may change (/clear, /resume): a hook records
+            # the new one, and the preparation moves to it.
+            while target_of(env, data_dir, cwd, since) in (None, target):  # noqa: ASYNC110
+                await anyio.sleep(_WAIT_S)  # a record changing: no event to wait on
+            tg.cancel_scope.cancel()
+
+
+async def _follow(
+    data_dir: Path,
+    cwd: str,
+    env: Mapping[str, str],
+    summarizer: dict[str, object],
+    target: Target,
+) -> None:
+    """Follow ``target`` in compactd's engine and keep what it prepares, until cancelled."""
     options = msgspec.convert(
-        {"summarizer": choice.options, "dataDir": str(data_dir)}, p.InitializationOptions
+        {"summarizer": summarizer, "dataDir": str(data_dir)}, p.InitializationOptions
     )
     app = App(options, base_env=env)
     app.background.followed = True
@@ -145,10 +175,7 @@ async def prepare(data_dir: Path, cwd: str, env: Mapping[str, str]) -> None:
         try:
             await app.open_session(
                 p.OpenParams(
-                    session_id=sid,
-                    cwd=cwd,
-                    transcript_path=str(target.transcript),
-                    follow=True,
+                    session_id=sid, cwd=cwd, transcript_path=str(target.transcript), follow=True
                 )
             )
         except p.CompactdError as exc:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -303,7 +302,10 @@ def test_without_a_summarizer_claude_codes_compaction_gets_compactds_rows(tmp_pa
     assert any(CC_SUMMARY_INSTRUCTION in json.dumps(r.body) for r in compact)
     stdout_lines = [x for x in s.transcript.read_text().splitlines() if "local-command-stdout" in x and "Compacted" in x]
     shown = json.loads(stdout_lines[-1])["message"]["content"]
-    assert shown.count("compactd") <= 3 and shown.count("\n") == 1, shown  # one line of compactd's
+    # No PreCompact instructions echoed: at most one line of compactd's (Observed (2.1.332):
+    # when the module adds rows to Claude Code's compaction, Claude Code shows its own line only).
+    assert "PreCompact" not in shown and "quote every message" not in shown, shown
+    assert shown.count("\n") <= 1, shown
     out, got = s.run("--continue", "-p", "Carry on")
     carried = json.dumps(_main(got)[0].body["messages"])
     assert carried.count(HANDBACK) == 1

@@ -3,21 +3,49 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make` alone is `make demo`.
+.DEFAULT_GOAL := demo
 
 .PHONY: demo test lint typecheck unit fuzz protocol-check protocol bench node-test test-editors vscode-screenshots screenshots clean
 
+# compactd needs Python 3.11 or newer: said before anything is installed. A venv that could not
+# be made whole (Debian without python3-venv: no pip in it) is removed, so the next run starts
+# over instead of failing on it.
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
+	@command -v $(PY) >/dev/null || { echo "compactd needs Python 3.11 or newer, and there is" \
+		"no $(PY) on PATH: name one, e.g. make $(or $(MAKECMDGOALS),demo) PY=python3.12" >&2; exit 1; }
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "compactd needs Python 3.11 or newer, and $(PY) is $$($(PY) --version 2>&1):" \
+			"name another, e.g. make $(or $(MAKECMDGOALS),demo) PY=python3.12" >&2; exit 1; }
+	@$(PY) -m venv $(VENV) || { rm -rf $(VENV); exit 1; }
 
-# The Python client is a package of its own (clients/python): installed beside the daemon,
-# editable, so that the CLI, the tests and examples/agent.py use the checkout's copy.
-$(STAMP): $(BIN)/python pyproject.toml clients/python/pyproject.toml
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e clients/python -e '.[dev]'
-	touch $(STAMP)
+# Two steps of one venv. `make demo` installs what running compactd needs, and nothing else;
+# `make test` adds the development tools (the `dev` extra: pytest, mypy, ruff, ...). pip speaks
+# only to report an error (-qq): the demo's output is the demo's. compactd is installed editable,
+# with the Python client its build carries (clients/python/compactd_client, see pyproject.toml),
+# so the CLI, the tests and examples/agent.py run the checkout's code.
+PIP := $(BIN)/python -m pip --quiet --quiet --disable-pip-version-check
+RUNTIME := $(VENV)/.runtime
 
-demo: $(STAMP)
-	$(BIN)/compactd demo
+$(RUNTIME): $(BIN)/python pyproject.toml clients/python/pyproject.toml
+	@echo "installing compactd and the packages it runs on into $(VENV)" >&2
+	@$(PIP) install -e .
+	@touch $@
+
+$(STAMP): $(RUNTIME)
+	@echo "installing the development tools into $(VENV)" >&2
+	@$(PIP) install -e '.[dev]'
+	@touch $@
+
+# The demo, then where to go from it (the command by its full path: it is not on PATH).
+demo: $(RUNTIME)
+	@$(BIN)/compactd demo
+	@echo
+	@echo "next:"
+	@echo "  - where your latest Claude Code session stands: in the folder you run claude in,"
+	@echo "      $(abspath $(BIN))/compactd status"
+	@echo "  - compactd on your PATH: pipx install .  (or: uv tool install .)"
+	@echo "  - the rest (Claude Code, VS Code, the protocol): README.md"
 
 lint: $(STAMP)
 	$(BIN)/ruff check compactd tests clients/python examples
@@ -64,14 +92,21 @@ EDITORS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/compactd-editors
 CODE_SERVER_VERSION := 4.100.3
 # The Claude Code CLI tests/editors/test_claude_code.py resumes compactd's sessions in.
 CLAUDE_CODE_VERSION := 2.1.332
+# The Codex CLI tests/editors/test_codex.py runs against the emulator's Responses API.
+CODEX_VERSION := 0.171.0
+# The Gemini CLI tests/editors/test_gemini.py checks docs/gemini.md's facts on (Node >= 20).
+GEMINI_CLI_VERSION := 0.61.0
 
 EDITOR_TESTS ?= tests/editors
 
 test-editors: $(STAMP)
-	-tests/editors/setup.sh "$(EDITORS_CACHE)" $(CODE_SERVER_VERSION) $(CLAUDE_CODE_VERSION)
+	-tests/editors/setup.sh "$(EDITORS_CACHE)" $(CODE_SERVER_VERSION) $(CLAUDE_CODE_VERSION) \
+		$(CODEX_VERSION) $(GEMINI_CLI_VERSION)
 	$(MAKE) -C clients/vscode package
 	CODE_SERVER=$(EDITORS_CACHE)/code-server-$(CODE_SERVER_VERSION)/node_modules/.bin/code-server \
 	CLAUDE_CODE=$(EDITORS_CACHE)/claude-code-$(CLAUDE_CODE_VERSION)/node_modules/.bin/claude \
+	CODEX=$(EDITORS_CACHE)/codex-$(CODEX_VERSION)/node_modules/.bin/codex \
+	GEMINI_CLI=$(EDITORS_CACHE)/gemini-cli-$(GEMINI_CLI_VERSION)/node_modules/.bin/gemini \
 		$(BIN)/python -m pytest -q -rs $(EDITOR_TESTS)
 
 # The real-editor tests again, this time copying the shots the VS Code extension's README shows

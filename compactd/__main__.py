@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import sys
 
-if sys.argv[1:2] == ["claude-code"]:
-    # What Claude Code runs at every hook event and status line render: straight to its
-    # module, without importing the rest of the command line (docs/claude-code.md#hooks).
-    from compactd.cli.claude_code import main as claude_code
+from compactd import port
 
-    sys.exit(claude_code(sys.argv[2:]))
+agent = port.agent_for(sys.argv[1]) if len(sys.argv) > 1 else None
+if agent is not None:
+    # What an agent runs at every hook event and status line render (``compactd claude-code``):
+    # straight to its module, without importing the rest of the command line
+    # (docs/claude-code.md#hooks).
+    sys.exit(agent.main(sys.argv[2:]))
 
-from compactd.cli.main import main
+from compactd.cli.main import main  # noqa: E402 (only when no agent's command line runs)
 
 sys.exit(main())

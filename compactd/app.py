@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from compactd import port
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core import tokens
@@ -42,9 +43,9 @@ from compactd.services.store import (
     default_data_dir,
     valid_session_id,
 )
+from compactd.transcript.bulk import collector_paused
 from compactd.transcript.model import (
     Record,
-    newest_first,
     record_from_dict,
     without_bookkeeping,
 )
@@ -62,7 +63,9 @@ class App(Runtime):
         data_dir: Path | None = None,
     ) -> None:
         root = Path(options.data_dir) if options.data_dir else (data_dir or default_data_dir())
-        super().__init__(options, root.expanduser(), base_env)
+        # Absolute: the summary names the session's transcript by its path for the model to
+        # read back, and a path relative to the daemon's folder means nothing to the model.
+        super().__init__(options, root.expanduser().absolute(), base_env)
         if options.auto_compact_tokens is not None:
             # The daemon's absolute auto-compact level reaches every session's limits the way
             # its environment variable does (docs/thresholds.md#absolute-level).
@@ -115,11 +118,16 @@ class App(Runtime):
         """
         lock = self._take(sid)
         try:
-            if self.store.exists(sid):
-                session, created = self._load(sid, repair=True), False
-            elif create is not None:
-                session, created = create(), True
-            else:  # its files went away between the look and the lock
+            # Whole transcripts are read here: without the collector walking every new record.
+            session: Session | None
+            with collector_paused():
+                if self.store.exists(sid):
+                    session, created = self._load(sid, repair=True), False
+                elif create is not None:
+                    session, created = create(), True
+                else:
+                    session, created = None, False
+            if session is None:  # its files went away between the look and the lock
                 raise p.CompactdError(
                     p.ErrorCode.SESSION_NOT_FOUND, f"no session {sid!r}", sessionId=sid
                 )
@@ -308,7 +316,7 @@ class App(Runtime):
             raise p.CompactdError(
                 p.ErrorCode.INVALID_PARAMS, "follow needs the transcriptPath to follow"
             )
-        data = b""
+        data = lines = b""
         imported_from: str | None = None
         model = params.model
         if source is not None:
@@ -318,8 +326,11 @@ class App(Runtime):
                 # A last line without its newline is still being written: followed, it is read
                 # once whole (docs/follow.md#reading-new-lines).
                 data = data[: data.rfind(b"\n") + 1]
+            # The agent's lines as compactd's own (docs/agents.md#reading); ``data`` stays the
+            # file's bytes: a follower goes on from where they end.
+            lines = port.transcript(data)
             if model is None:
-                model = _transcript_model(data)
+                model = port.recorded_model(lines)
         model = model or c.DEFAULT_MODEL
         if params.model is None:  # a model given was checked before anything was read
             self._check_limits(model, params.context_window, params.max_output_tokens)
@@ -338,7 +349,7 @@ class App(Runtime):
             follow=bool(params.follow),
             follow_model=params.model is None,
         )
-        loaded = self.store.create_transcript(sid, data)
+        loaded = self.store.create_transcript(sid, lines)
         # An empty file may be followed: the agent has not written its first line yet.
         empty = params.follow and loaded.report.lines == 0
         if source is not None and loaded.report.entries == 0 and not empty:
@@ -520,11 +531,6 @@ def parse_entries(entries: list[dict[str, Any]]) -> list[Record]:
             log.info("entries[%d]: ignored compactd's own fields %s", i, ", ".join(dropped))
         records.append(record_from_dict(clean))
     return records
-
-
-def _transcript_model(data: bytes) -> str | None:
-    """The model an imported transcript's latest response names (docs/thresholds.md#model-limits)."""
-    return tokens.recorded_model(newest_first(data, containing=b'"assistant"'))
 
 
 def _read_transcript(path: Path) -> bytes:

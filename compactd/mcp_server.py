@@ -4,10 +4,11 @@ A second front end beside the daemon (``server.py``), as thin: each tool finds t
 calls the index (``services/recall_index.py``) or the core, and shapes the answer as text for
 the model. Built on the official MCP Python SDK's ``MCPServer``, on stdio.
 
-Which session: the ``session`` argument (a compactd session id, a Claude Code session id of the
+Which session: the ``session`` argument (a compactd session id, an agent's session id of the
 working folder, or a transcript path), else the one given at start (``--session``), else the
-Claude Code session running in the working folder (``services/claude_state``: the one a hook
-recorded, else the newest transcript there). Each answer says which and how it was found.
+agent's session running in the working folder (asked of each agent through ``compactd.port``:
+for Claude Code, the one a hook recorded, else the newest transcript there). Each answer says
+which and how it was found; the transcript is read through the port too.
 
 The process starts often and must start fast: it imports the SDK, SQLite and compactd's core,
 never a summarizer's SDK (docs/recall.md#mcp-tools).
@@ -26,15 +27,13 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from compactd import __version__
+from compactd import __version__, port
 from compactd.core.recall import RECALL_MAX_LIMIT
 from compactd.core.recall_render import render_fetch, render_hits
 from compactd.core.recall_words import parse_query
-from compactd.services import claude_state
 from compactd.services.recall_index import open_index
 from compactd.services.store import Store, valid_session_id
-from compactd.transcript.claude_code import mark_hook_summaries
-from compactd.transcript.model import is_compact_boundary_line, parse_buffer
+from compactd.transcript.model import is_compact_boundary_line
 
 __all__ = ["McpConfig", "build_server", "context_answer", "recall_answer", "run"]
 
@@ -109,15 +108,15 @@ def _named(config: McpConfig, name: str) -> _Target:
         return _Target(
             store.transcript_path(name), name, "compactd session", meta.model, meta.context_window
         )
-    claude = claude_state.project_dir(config.cwd) / f"{name}.jsonl"
-    if valid_session_id(name) and claude.is_file():
-        return _Target(claude, name, f"Claude Code session in {claude.parent}")
+    found = port.session_named(config.cwd, name) if valid_session_id(name) else None
+    if found is not None:
+        return _Target(found.transcript, found.session_id, found.how)
     path = Path(name).expanduser()
-    if path.suffix == ".jsonl" and path.is_file():
+    if port.names_a_session(path) and path.is_file():
         return _Target(path, path.stem, f"transcript {path}")
     raise ToolError(
-        f"unknown session {name!r}: not a compactd session in {config.data_dir}, not a Claude "
-        f"Code session of {config.cwd}, not a .jsonl transcript path"
+        f"unknown session {name!r}: not a compactd session in {config.data_dir}, not "
+        f"{port.sessions_of(config.cwd)}, not a {port.session_suffixes()} transcript path"
     )
 
 
@@ -126,19 +125,13 @@ def find_target(config: McpConfig, session: str | None) -> _Target:
     name = session or config.session
     if name:
         return _named(config, name.strip())
-    current = claude_state.find_current(config.data_dir, config.cwd)
+    current = port.current_session(config.data_dir, config.cwd)
     if current is None:
         raise ToolError(
-            f"no Claude Code session found for {config.cwd}: no compactd hook has recorded one "
-            f"and {claude_state.project_dir(config.cwd)} has no transcript; pass `session` "
+            f"{port.no_current_session(config.cwd)}; pass `session` "
             "(a session id or a transcript path)"
         )
-    how = (
-        "the current Claude Code session, as compactd's hook recorded it"
-        if current.found_by == "hook"
-        else "the newest Claude Code transcript of this folder (no hook has recorded one)"
-    )
-    return _Target(Path(current.transcript_path), current.session_id, how)
+    return _Target(current.transcript, current.session_id, current.how)
 
 
 def recall_answer(config: McpConfig, query: str, limit: int, session: str | None) -> str:
@@ -189,8 +182,7 @@ def context_answer(config: McpConfig, session: str | None) -> str:
     except OSError as exc:
         raise ToolError(f"cannot read the transcript {target.transcript}: {exc.strerror}") from exc
     # Only whole lines: the agent may be writing the last one.
-    records = [r for _, r in parse_buffer(data[: data.rfind(b"\n") + 1])]
-    mark_hook_summaries(records)
+    records = port.records(data[: data.rfind(b"\n") + 1])
     seen = outlook(records, os.environ, model=target.model, context_window=target.context_window)
     g = seen.gauge
     s = g.status

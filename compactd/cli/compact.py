@@ -4,27 +4,29 @@
 The work is the daemon's ``claudeCode/compact``, run in a throwaway daemon: the transcript is
 imported, compacted (the offline summary unless ``--online``) and written as a new Claude Code
 session beside it; the original is only read. The report says what was kept and the command
-that resumes the new session.
+that resumes the new session, and when that command cannot work here, why: the session's folder
+does not exist on this machine, or the transcript is not where Claude Code looks for that
+folder's sessions (docs/claude-code.md#where-the-sessions-are).
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import msgspec
 from compactd_client import Client
 
-from compactd.cli.inputs import daemon_args, unreadable
+from compactd.agents.claude_code.format import resume_command
+from compactd.cli.inputs import daemon_args, scratch_data_dir, unreadable
 from compactd.cli.providers import SummarizerChoice
 from compactd.cli.term import Terminal
-from compactd.transcript.claude_code import resume_command
+from compactd.cli.transcripts import NoTranscript, choose, resume_notes
 
 
 async def compact(
     term: Terminal,
-    transcript: str,
+    transcript: str | None,
     *,
     summarizer: SummarizerChoice | str,
     instructions: str | None,
@@ -32,10 +34,15 @@ async def compact(
 ) -> int:
     """Compact ``transcript`` into a new Claude Code session; print what it kept and how to
     resume it."""
-    path = Path(transcript).expanduser().absolute()
+    try:
+        chosen = choose(transcript, command="compact")
+    except NoTranscript as exc:
+        term.error(str(exc))
+        return 1
+    path = chosen.path.absolute()
     problem = unreadable(path)
     if problem is not None:
-        term.error(f"{transcript}: {problem}")
+        term.error(f"{chosen.path}: {problem}")
         return 1
     if isinstance(summarizer, str):
         term.error(summarizer)
@@ -43,18 +50,23 @@ async def compact(
     # Without --online or --provider the summary is the offline one even when a key is set.
     options: dict[str, Any] = {"summarizer": summarizer.options}
     online = summarizer.online
-    with tempfile.TemporaryDirectory(prefix="compactd-compact-") as tmp:
+    with scratch_data_dir() as tmp:
         async with Client.spawn(daemon_args(tmp), initialization_options=options) as client:
             result = await client.claude_code_compact(
                 str(path), custom_instructions=instructions, online=online
             )
     # The command as the person runs it from here: no `cd` when they already are in its cwd.
     command = resume_command(result.new_session_id, result.cwd, here=str(Path.cwd()))
+    notes = resume_notes(result.cwd, Path(result.new_transcript_path))
     if as_json:
         out: dict[str, Any] = msgspec.to_builtins(result)
         out["resumeCommand"] = command
+        if notes:
+            out["resumeNotes"] = notes
         term.json(out)
         return 0
+    if chosen.how is not None:
+        term.say(chosen.how, style="dim")
     term.say(f"{path.name} compacted into a new Claude Code session", style="bold")
     table = term.table("", "", text_columns=1)
     table.show_header = False
@@ -73,4 +85,6 @@ async def compact(
     term.say(f"the original is unchanged: {result.original_transcript_path}", style="dim")
     term.say("resume it in Claude Code with:")
     term.say(f"  {command}", style="bold")
+    for note in notes:
+        term.say(f"note: {note}", style="yellow")
     return 0

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from compactd_client import Client, RpcError
 
 import compactd.cli.report as report
-from compactd import __version__
-from compactd.cli.inputs import DEFAULT_MODEL, daemon_args
+from compactd import __version__, port
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, scratch_data_dir
 from compactd.cli.replay import (
     REPLAY_SYNTHETIC_WINDOW,
     outcome_json,
@@ -20,7 +19,6 @@ from compactd.cli.replay import (
 )
 from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.cli.term import Terminal
-from compactd.transcript.model import parse_lines
 
 # The demo's default transcript is one of the test fixtures (tests/data/README.md); an
 # installed package without the tests falls back to a synthetic session.
@@ -41,15 +39,17 @@ async def demo(
     source = Path(transcript) if transcript else FIXTURE_TRANSCRIPTS / DEMO_FIXTURE
     say = (lambda *a, **k: None) if as_json else term.say
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="compactd-demo-") as tmp:
+    # The data folder is the same throwaway form as ``compactd status``'s: the summary names the
+    # session's transcript in it, so both show the same size after the compaction.
+    with scratch_data_dir() as tmp:
         work = Path(data_dir) if data_dir else Path(tmp)
         if not source.is_file():
-            source = work / "synthetic-session.jsonl"
+            source = Path(tmp) / "synthetic-session.jsonl"
             source.write_bytes(to_jsonl(make_session()))
             say("(no fixture transcript found; using a synthetic session)")
         say(f"compactd {__version__} demo: {source.name}", style="bold")
         async with Client.spawn(
-            daemon_args(str(work / "data")),
+            daemon_args(str(work)),
             initialization_options={"summarizer": {"offline": True}},
         ) as client:
             opened = await client.open_session(
@@ -159,7 +159,9 @@ async def _auto(term: Terminal, client: Client, as_json: bool) -> dict[str, Any]
         term=term,
         quiet=as_json,
     )
-    stored = [r.entry for r in parse_lines(Path(outcome.transcript_path).read_bytes().splitlines())]
+    stored = [
+        r.entry for r in port.read_lines(Path(outcome.transcript_path).read_bytes().splitlines())
+    ]
     uuids = {e.uuid for e in stored}
     kept = sum(1 for e in entries if e.get("uuid") in uuids)
     boundaries = sum(1 for e in stored if e.is_compact_boundary or e.is_microcompact_boundary)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compactd import __version__
+from compactd import __version__, port
 from compactd.cli.providers import add_summarizer_flags, summarizer_choice
 from compactd.core.constants import DEFAULT_MODEL
 
@@ -107,7 +107,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "compactions already made, and what compact/auto would do next. Read-only: the "
         "transcript is imported into a throwaway daemon.",
     )
-    status.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
+    status.add_argument(
+        "transcript",
+        nargs="?",
+        help="a Claude Code transcript (.jsonl), or a folder: one of sessions "
+        "(~/.claude/projects/<project>/) or a project's working folder, for its newest session "
+        "(default: the newest Claude Code session of the current folder)",
+    )
     status.add_argument(
         "--model",
         default=None,
@@ -140,7 +146,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "message kept, the last assistant turn verbatim. Prints the command that resumes it "
         "(claude --resume <id>).",
     )
-    compact.add_argument("transcript", help="a Claude Code transcript (.jsonl)")
+    compact.add_argument(
+        "transcript",
+        nargs="?",
+        help="a Claude Code transcript (.jsonl), or a folder for its newest session, as status "
+        "takes it (default: the newest Claude Code session of the current folder)",
+    )
     add_summarizer_flags(compact)
     compact.add_argument(
         "--instructions", default=None, help="what the summary should focus on (like /compact's)"
@@ -177,9 +188,9 @@ def _build_parser() -> argparse.ArgumentParser:
     replay.add_argument(
         "--rounds-per-batch", type=int, default=1, help="API rounds appended per batch"
     )
-    sub.add_parser(
-        "claude-code", add_help=False, help="hooks, status line and install for Claude Code"
-    )
+    # Each agent's own command line (``compactd claude-code ...``), parsed by its package.
+    for agent in port.AGENTS:
+        sub.add_parser(agent.command, add_help=False, help=agent.help)
     return parser
 
 
@@ -195,10 +206,9 @@ def _add_level_flag(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["claude-code"]:  # its own parser: compactd/cli/claude_code.py
-        from compactd.cli.claude_code import main as claude_code
-
-        return claude_code(argv[1:])
+    agent = port.agent_for(argv[0]) if argv else None
+    if agent is not None:  # its own parser, in its package (compactd/agents/)
+        return agent.main(argv[1:])
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -216,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         from compactd.services.store import default_data_dir
 
         data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
-        # Claude Code names the project in CLAUDE_PROJECT_DIR where it sets it (docs/recall.md).
-        cwd = args.cwd or os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
+        # The agent names the project where it sets it (CLAUDE_PROJECT_DIR; docs/recall.md).
+        cwd = args.cwd or port.project_dir(os.environ) or os.getcwd()
         return serve(McpConfig(data_dir, cwd, args.session), os.environ)
     return _run_report(args)
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,15 +14,15 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TaskID, Tex
 from rich.text import Text
 
 import compactd.cli.report as report
-from compactd import __version__
-from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
+from compactd import __version__, port
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, scratch_data_dir, unreadable
 from compactd.cli.providers import OFFLINE, SummarizerChoice
 from compactd.cli.report import ReplayEvent
 from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.cli.term import Terminal, gauge
 from compactd.core.split import group_rounds
 from compactd.core.tokens import recorded_model
-from compactd.transcript.model import ParseReport, parse_lines
+from compactd.transcript.model import ParseReport
 
 # The window the replay of the synthetic session uses: small enough that its ~180K tokens are
 # compacted more than once, large enough to be a real model's
@@ -65,7 +64,7 @@ def plan_replay(
     parsed = ParseReport()
     records = [
         r
-        for r in parse_lines(lines, parsed)
+        for r in port.read_lines(lines, parsed)
         if not (
             r.entry.is_compact_boundary
             or r.entry.is_microcompact_boundary
@@ -377,7 +376,7 @@ async def replay(
     }
     if auto_compact_tokens is not None:
         options["autoCompactTokens"] = auto_compact_tokens
-    with tempfile.TemporaryDirectory(prefix="compactd-replay-") as tmp:
+    with scratch_data_dir() as tmp:
         async with Client.spawn(
             daemon_args(data_dir or tmp), initialization_options=options
         ) as client:

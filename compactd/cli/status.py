@@ -1,10 +1,10 @@
 """``compactd status``: where a transcript stands against its window, in parts that add up, and
 what ``compact/auto`` would do next; with ``--follow``, a gauge line each time the agent appends
-to it (docs/follow.md)."""
+to it (docs/follow.md). The transcript is a file, the newest session of a folder, or the current
+folder's newest Claude Code session (``cli/transcripts``), and the report says which."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +12,9 @@ from compactd_client import Client, RpcError, Subscription
 from compactd_client import protocol as p
 
 import compactd.cli.report as report
-from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, unreadable
+from compactd.cli.inputs import DEFAULT_MODEL, daemon_args, scratch_data_dir, unreadable
 from compactd.cli.term import Terminal, gauge
+from compactd.cli.transcripts import Chosen, NoTranscript, choose
 
 
 async def previews(
@@ -31,7 +32,7 @@ async def previews(
 
 async def status(
     term: Terminal,
-    transcript: str,
+    transcript: str | None,
     *,
     model: str | None,
     as_json: bool,
@@ -42,12 +43,17 @@ async def status(
 ) -> int:
     """Token status, breakdown and outlook of a transcript, through a throwaway daemon; with
     ``follow``, then a line per read of the growing transcript until interrupted."""
-    path = Path(transcript)
+    try:
+        chosen = choose(transcript, command="status")
+    except NoTranscript as exc:
+        term.error(str(exc))
+        return 1
+    path = chosen.path
     problem = unreadable(path)
     if problem is not None:
-        term.error(f"{transcript}: {problem}")
+        term.error(f"{path}: {problem}")
         return 1
-    with tempfile.TemporaryDirectory(prefix="compactd-status-") as tmp:
+    with scratch_data_dir() as tmp:
         # Offline: a preview never calls a model, and nothing here may need a key.
         options: dict[str, Any] = {"summarizer": {"offline": True}}
         if auto_compact_tokens is not None:
@@ -66,7 +72,7 @@ async def status(
             bd = await client.tokens_breakdown(sid)
             st = await client.stats(sid)
             auto, full = await previews(client, sid)
-            _print(term, path, model, as_json, opened, bd, st, auto, full)
+            _print(term, chosen, model, as_json, opened, bd, st, auto, full)
             if follow:
                 await _follow(term, updates, as_json)
     return 0
@@ -90,7 +96,7 @@ async def _follow(
 
 def _print(
     term: Terminal,
-    path: Path,
+    chosen: Chosen,
     model: str | None,
     as_json: bool,
     opened: p.OpenResult,
@@ -100,7 +106,15 @@ def _print(
     full: p.PreviewResult | str,
 ) -> None:
     if as_json:
-        out: dict[str, Any] = {
+        out: dict[str, Any] = {"transcript": str(chosen.path.absolute())}
+        if chosen.how is not None:
+            out["picked"] = {
+                "rule": "newest",
+                "folder": str(chosen.folder),
+                "sessions": chosen.sessions,
+                "how": chosen.how,
+            }
+        out |= {
             "model": opened.model,
             "entries": opened.entry_count,
             "skippedLines": opened.skipped_lines,
@@ -114,7 +128,9 @@ def _print(
         term.json(out)
         return
     skipped = f", {opened.skipped_lines} corrupt line(s) skipped" if opened.skipped_lines else ""
-    term.say(path.name, style="bold")
+    if chosen.how is not None:
+        term.say(chosen.how, style="dim")
+    term.say(chosen.path.name, style="bold")
     # Without --model the daemon takes the model the transcript names (docs/thresholds.md).
     used = opened.model or DEFAULT_MODEL
     named = " (named by the transcript)" if not model and used != DEFAULT_MODEL else ""

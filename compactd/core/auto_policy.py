@@ -36,7 +36,12 @@ import msgspec
 from compactd import protocol as p
 from compactd.core import constants as c
 from compactd.core.microcompact import MicroPlan
-from compactd.core.tokens import estimate_entries_raw, estimate_records_raw, pad, prefix_sizes
+from compactd.core.tokens import (
+    compacted_tokens,
+    estimate_entries_raw,
+    estimate_records_raw,
+    prefix_sizes,
+)
 from compactd.transcript.model import Record, record_from_dict
 
 __all__ = [
@@ -358,8 +363,9 @@ def summary_post(
     ``continuation``: the text of the summary entry (``summary_budget`` raw tokens are added for
     a summary not written yet); ``attachments``: the attachment entries written after it;
     ``kept``: the entries kept verbatim; ``saving``: what a microcompact boundary among them
-    subtracts; ``prefix``: the fixed prefix the next request carries besides the messages. Kept entries lose their API usage when relinked after a boundary, so the whole
-    context is an estimate: raw sizes summed, padded once.
+    subtracts; ``prefix``: the fixed prefix the next request carries besides the messages.
+    Kept entries lose their API usage when relinked after a boundary, so the whole context is
+    an estimate, the one ``tokens.compacted_tokens`` makes (docs/thresholds.md#after-a-compaction).
     """
     summary = record_from_dict(
         {"type": "user", "message": {"role": "user", "content": continuation}}
@@ -370,4 +376,4 @@ def summary_post(
         + estimate_entries_raw(record_from_dict(dict(a)).entry for a in attachments)
         + estimate_records_raw(kept)
     )
-    return max(0, prefix + pad(raw) - saving)
+    return compacted_tokens(prefix, raw, saving)

@@ -174,31 +174,8 @@ REHYDRATE_SKILLS_TOTAL_TOKENS: Final = 25_000
 # list.
 DEFAULT_MEMORY_FILE_NAMES: Final = ("CLAUDE.md", "CLAUDE.local.md")
 
-# The start of the stub Claude Code's Read tool returns instead of content when a file has
-# not changed since the agent last read it; such reads carry no content worth restoring and
-# are skipped by rehydration (docs/rehydration.md#recent-files, "file unchanged" stubs).
-FILE_UNCHANGED_STUB_PREFIX: Final = "File unchanged since last read"
-
-# Tools whose calls name a file the agent has seen or produced (``input.file_path``; the
-# notebook tool says ``notebook_path``). Read-file state is inferred from them; the names are
-# those of Claude Code transcripts (docs/rehydration.md#tool-names).
-FILE_READ_TOOLS: Final = frozenset({"Read"})
-FILE_WRITE_TOOLS: Final = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
-
-# Tools that start a sub-agent; a call without a result yet is a background agent still
-# running, re-announced after compaction (docs/rehydration.md#tool-names). "Task" is the older
-# name.
-AGENT_TOOLS: Final = frozenset({"Task", "Agent"})
-
-# The tool that loads a skill, and the one that maintains the todo list
-# (docs/rehydration.md#tool-names).
-SKILL_TOOL: Final = "Skill"
-TODO_TOOL: Final = "TodoWrite"
-
-# Plan mode is entered and left with these tools (docs/rehydration.md#todo-list-and-plan,
-# plan-mode reminder).
-ENTER_PLAN_MODE_TOOL: Final = "EnterPlanMode"
-EXIT_PLAN_MODE_TOOL: Final = "ExitPlanMode"
+# Which tools read, change or run what (Read, Edit, Bash...) is each agent's own: see
+# ``compactd.core.vocabulary`` (docs/agents.md#vocabulary).
 
 # Claude Code keeps its plans and user skills under its configuration directory, which
 # ``CLAUDE_CONFIG_DIR`` relocates (default ``~/.claude``; docs/rehydration.md#todo-list-and-plan).

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactd.core import constants as c
 from compactd.core import rehydrate as rh
 from compactd.core.microcompact import parse_timestamp
 from compactd.core.tools import file_path, result_text
+from compactd.core.vocabulary import vocabulary
 from compactd.transcript.entries import FILE_READ_ENTRY
 from compactd.transcript.model import Record, ToolResultBlock, ToolUseBlock
 
@@ -132,13 +132,14 @@ class FileState:
         args = block.input if isinstance(block.input, dict) else {}
         path = rh.normalize_path(target, cwd)
         fields: dict[str, Any] = {"source": name, "tool_use_id": block.id or None}
-        if name in c.FILE_READ_TOOLS:
+        tools = vocabulary()
+        if name in tools.reads:
             fields["offset"] = _int_or_none(args.get("offset"))
             fields["limit"] = _int_or_none(args.get("limit"))
             out.read.append(path)
         else:
             content = args.get("content")
-            if name == "Write" and isinstance(content, str):
+            if name in tools.rewrites and isinstance(content, str):
                 fields["content_hash"] = content_hash(content.encode())
             out.written.append(path)
         self.touch(path, ts, **fields)
@@ -157,9 +158,8 @@ class FileState:
             out.changed = True
             return
         text = result_text(block)
-        if read.source in c.FILE_READ_TOOLS and text.lstrip().startswith(
-            c.FILE_UNCHANGED_STUB_PREFIX
-        ):
+        tools = vocabulary()
+        if read.source in tools.reads and text.lstrip().startswith(tools.unchanged_stubs):
             read.stub = True
         file_info = result.get("file") if isinstance(result, dict) else None
         if isinstance(file_info, dict) and isinstance(file_info.get("content"), str):

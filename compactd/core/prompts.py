@@ -24,7 +24,7 @@ __all__ = [
     "PLAIN_SYSTEM_PROMPT",
     "PromptKind",
     "SUMMARY_HEADING",
-    "claude_code_summary",
+    "agent_summary_message",
     "compact_prompt",
     "continuation_message",
     "resume_message",
@@ -288,8 +288,8 @@ def resume_message(summary: str, *, transcript_path: str) -> str:
     )
 
 
-# How the agent inside Claude Code gets back what a summary compactd wrote leaves out: the MCP
-# server the compactd plugin installs (docs/claude-code.md#the-plugin).
+# How the agent gets back what a summary compactd wrote leaves out: compactd's MCP server, which
+# its plugin installs beside the agent (docs/claude-code.md#the-plugin).
 _CLAUDE_CODE_RECALL: Final = (
     "Where the summary says recall:<id>, the `recall` tool of the compactd MCP server returns "
     "that entry of the transcript whole; it also finds anything else from before this point by "
@@ -297,18 +297,18 @@ _CLAUDE_CODE_RECALL: Final = (
 )
 
 
-def claude_code_summary(
+def agent_summary_message(
     summary: str,
     *,
     transcript_path: str | None,
     trigger: str,
     recent_messages_kept: bool,
 ) -> str:
-    """The first message of a compaction compactd answers for Claude Code (its plugin's
-    ``session.compact``, docs/claude-code.md#the-plugin): the summary, where the whole
+    """The first message of a compaction compactd answers for the agent it runs inside (Claude
+    Code's ``session.compact``, docs/claude-code.md#the-plugin): the summary, where the whole
     transcript is, how to recall from it, whether the latest messages follow verbatim, and, for
     the automatic compaction in the middle of a turn, to carry on without a word about it."""
-    # The agent in Claude Code calls the MCP tool `recall`, not the protocol's recall/search.
+    # The agent calls the MCP tool `recall`, not the protocol's recall/search.
     parts = [_OPENING, strip_continuation(summary).replace("recall/search", "recall")]
     if transcript_path:
         parts.append(

@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from compactd.core.vocabulary import vocabulary
+
 __all__ = [
     "ALL_WORDS",
     "PREFIXES",
@@ -46,9 +48,6 @@ _INNER_APOSTROPHE: Final = re.compile(r"(?<=\w)['\u2019](?=\w)")
 _WORD: Final = re.compile(r"[^\W_]+")
 _QUOTED: Final = re.compile(r'"([^"]*)"')
 
-# Tools whose call writes the file it names (Claude Code's built-in tools).
-_WRITING_TOOLS: Final = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
-_PATH_KEYS: Final = ("file_path", "notebook_path", "path")
 # Shell commands that undo or replace a file's content: ``git checkout -- f``, ``rm f``, ...
 _REVERTING: Final = (
     ("git", "checkout"),
@@ -140,11 +139,14 @@ def _tool_use(block: Mapping[str, Any], parts: _Parts) -> None:
     parts.texts.append(f"{name}: " + "\n".join(_strings(args)))
     if isinstance(block.get("id"), str):
         parts.calls.append(block["id"])
-    for key in _PATH_KEYS:
+    # The file a file tool names, else a search's folder (``path`` for every agent's searches);
+    # the tools that write it are the agents' own (``core.vocabulary``).
+    tools = vocabulary()
+    for key in (*tools.file_args, "path"):
         value = args.get(key)
         if isinstance(value, str) and value:
             parts.named.append(value)
-            if name in _WRITING_TOOLS:
+            if name in tools.writes:
                 parts.written.append(value)
             break
     command = args.get("command")

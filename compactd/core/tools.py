@@ -1,25 +1,20 @@
 """What a tool call names and what a tool result says: the one place that knows tools' shapes.
 
-Claude Code's file tools name their file in ``file_path`` (Read, Edit, MultiEdit, Write),
-``notebook_path`` (NotebookEdit, NotebookRead); search tools name a folder or file in ``path``
-(Grep, Glob, LS). Which tools read and which write is in ``core.constants``.
+Which tools read and which write, and the arguments that name their file or folder, are the
+agents' own (``core.vocabulary``: Claude Code's file tools say ``file_path``, its searches
+``path``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any
 
-from compactd.core import constants as c
 from compactd.core.normalize import DOCUMENT_MARKER, IMAGE_MARKER
+from compactd.core.vocabulary import vocabulary
 from compactd.transcript.model import Block, DocumentBlock, ImageBlock, TextBlock, ToolResultBlock
 
-__all__ = ["FILE_ARGS", "PATH_ARGS", "file_path", "named_path", "result_text"]
-
-# Arguments that name the one file a file tool works on.
-FILE_ARGS: Final = ("file_path", "notebook_path")
-# Every argument that names a path, file tools' first.
-PATH_ARGS: Final = (*FILE_ARGS, "path", "filePath")
+__all__ = ["file_path", "named_path", "result_text"]
 
 
 def _first(args: Any, keys: Iterable[str]) -> str | None:
@@ -34,14 +29,16 @@ def _first(args: Any, keys: Iterable[str]) -> str | None:
 
 def file_path(name: str, args: Any) -> str | None:
     """The file a file-reading or file-writing tool call works on, or None for other tools."""
-    if name not in c.FILE_READ_TOOLS and name not in c.FILE_WRITE_TOOLS:
+    tools = vocabulary()
+    if name not in tools.reads and name not in tools.writes:
         return None
-    return _first(args, FILE_ARGS)
+    return _first(args, tools.file_args)
 
 
 def named_path(args: Any) -> str | None:
     """The path any tool call names (a file tool's file, a search's folder), or None."""
-    return _first(args, PATH_ARGS)
+    tools = vocabulary()
+    return _first(args, (*tools.file_args, *tools.path_args))
 
 
 def result_text(block: ToolResultBlock) -> str:

@@ -97,17 +97,18 @@ def _previous_dropped(head: Record | None) -> int:
 
 
 def _thrash_guard(staged: Staged, appended: Sequence[Record], tail: Sequence[Record]) -> int:
-    """The estimate of the compacted messages; raises when it is not below the estimate of the
-    messages it replaces. Both sides are estimates of the messages alone (usage figures
+    """The raw estimate of the compacted messages; raises when it is not below the estimate of
+    the messages it replaces. Both sides are estimates of the messages alone (usage figures
     include the system prompt and tools, which compaction cannot shrink)."""
     appended_raw = tokens.estimate_records_raw(appended)
-    before = tokens.pad(staged.pre_raw + appended_raw)
-    after = tokens.pad(
+    raw = (
         tokens.estimate_records_raw(staged.kept_before)
         + tokens.estimate_records_raw(tail)
         + tokens.estimate_records_raw(staged.kept)
         + appended_raw
     )
+    before = tokens.pad(staged.pre_raw + appended_raw)
+    after = tokens.pad(raw)
     if after >= before:
         raise p.CompactdError(
             p.ErrorCode.COMPACTION_INEFFECTIVE,
@@ -116,7 +117,7 @@ def _thrash_guard(staged: Staged, appended: Sequence[Record], tail: Sequence[Rec
             preTokens=before,
             postTokens=after,
         )
-    return after
+    return raw
 
 
 def _metadata(
@@ -195,9 +196,11 @@ async def commit(run: CompactionRun, staged: Staged) -> p.CompactResult:
             render=system_reminder,
         )
         tail_records = [record_from_dict(e) for e in (summary, *extra)]
-        after = _thrash_guard(staged, appended, tail_records)
+        after_raw = _thrash_guard(staged, appended, tail_records)
         # What the next request carries besides the messages stays; the status counts it.
         prefix = session.counter.fixed_prefix
+        # The figure the status gives once this is written (docs/thresholds.md#after-a-compaction).
+        after = tokens.compacted_tokens(prefix, after_raw) - prefix
         warnings = list(staged.warnings)
         threshold = runtime.status(session).auto_compact_threshold
         if prefix + after >= threshold:

@@ -27,6 +27,7 @@ from typing import Final
 import anyio
 import msgspec
 
+from compactd import port
 from compactd import protocol as p
 from compactd.core import tokens
 from compactd.engine.features import Feature, feature_of
@@ -35,8 +36,7 @@ from compactd.engine.session import Session
 from compactd.services.store import MAX_IMPORT_BYTES, as_imported
 from compactd.services.tail import Position, TailRead, position_of, read_new
 from compactd.services.watch import DirWatcher
-from compactd.transcript.history import boundary_indices
-from compactd.transcript.model import ParseReport, Record, parse_buffer
+from compactd.transcript.model import ParseReport, Record
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,9 @@ class Follower:
         # has not shown (yet): a truncated file written again must not add them twice.
         self._held: Counter[bytes] = Counter()
         self.scope = anyio.CancelScope()
-        # The boundaries read so far: a hook-answered compaction's summary is marked when its
-        # parent is one (docs/claude-code.md#what-the-transcript-keeps); the session's latest
-        # ones to start with, in case a read begins between a boundary and its summary.
-        self._boundaries: set[str] = _latest_boundaries(session)
+        # The last line read when it was a compaction boundary: read again beside the next
+        # lines, so that the summary after it is known for one (``_read``).
+        self._lead = b""
         self._changed = anyio.Event()
         # One read at a time: the task's and a reopen's (two reading from one position would
         # both add the lines that have no uuid).
@@ -109,9 +108,8 @@ class Follower:
 
     async def _sync(self) -> int:
         # Read and decoded in a worker thread: a file read again may be large.
-        boundaries = set(self._boundaries)
         read, records, skipped = await anyio.to_thread.run_sync(
-            _read, self.path, self.position, boundaries
+            _read, self.path, self.position, self._lead
         )
         if not read.data and not read.reread:
             self.position = read.position
@@ -130,7 +128,9 @@ class Follower:
             await self._follow_model(fresh)
             self.position = read.position
             self._held = held
-            self._boundaries = boundaries
+            if records:
+                last = records[-1]
+                self._lead = last.raw if last.entry.is_compact_boundary else b""
             if not read.reread:
                 session.skipped_lines += skipped
         if fresh or read.reread:
@@ -170,22 +170,20 @@ class Follower:
         log.info("session %s: the followed transcript now uses %s", session.session_id, model)
 
 
-def _read(
-    path: Path, since: Position | None, boundaries: set[str]
-) -> tuple[TailRead, list[Record], int]:
+def _read(path: Path, since: Position | None, lead: bytes) -> tuple[TailRead, list[Record], int]:
     """What the file gained, its records as an import copies them, and the lines skipped.
-    ``boundaries`` (the boundary uuids read before) gains the boundaries read."""
+
+    ``lead``: the compaction boundary that ended the last read (its line), read again in front
+    of the new lines and dropped: a compaction's summary is known by the boundary it follows,
+    which the agent's reader must see beside it (docs/claude-code.md#what-the-transcript-keeps).
+    """
     read = read_new(path, since, MAX_IMPORT_BYTES)
     report = ParseReport()
-    records = [as_imported(r, boundaries) for _, r in parse_buffer(read.data, report)]
+    data = lead + b"\n" + read.data if lead and read.data and not read.reread else read.data
+    records = [as_imported(r) for r in port.records(data, report)]
+    if data is not read.data:
+        records = records[1:]
     return read, records, report.skipped
-
-
-def _latest_boundaries(session: Session) -> set[str]:
-    """The uuids of the session's last few compaction boundaries."""
-    records = session.records
-    found = (records[i].uuid for i in boundary_indices(records)[-4:])
-    return {uuid for uuid in found if uuid}
 
 
 def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:

@@ -199,6 +199,10 @@ class Session:
         counted = _without_stale_usage(ctx, records, derived.context_start)
         derived.has_main_thread = any(_is_main_conversation(r.entry) for r in counted)
         _feed(derived, counted)
+        if start is not None:
+            # A compacted context: what the compaction left counts as ``compacted_tokens``
+            # until a response measures it (docs/thresholds.md#after-a-compaction).
+            derived.counter.settle()
         derived.adopt = derive_states(states, self, ctx, derived.cleared_tool_ids)
         return derived
 

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from compactd import port
 from compactd import protocol as p
 from compactd.handlers import (
     attachments,
     cache,
-    claude_code,
     compact,
     file_state,
     recall,
@@ -39,7 +39,8 @@ HANDLERS: dict[str, Handler] = {
     **cache.HANDLERS,
     **stats.HANDLERS,
     **session_memory.HANDLERS,
-    **claude_code.HANDLERS,
+    # The agents' own methods (``claudeCode/*``), through the port (docs/agents.md).
+    **port.handlers(),
 }
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from compactd.transcript.agents import FORMATS, AgentFormat, format_of
+from compactd.port import AgentFormat, format_of, formats
 from compactd.transcript.model import Record
 
 __all__ = ["MAX_TAIL_BYTES", "Tail", "TailError", "read_tail"]
@@ -116,7 +116,7 @@ def read_tail(path: Path, *, need: str = "compaction", limit: int = MAX_TAIL_BYT
 
 def _guess(data: bytes) -> AgentFormat | None:
     """The format whose compaction marks appear in ``data`` (checked again on the records)."""
-    for fmt in FORMATS:
+    for fmt in formats():
         if fmt.compaction_marks.search(data):
             return fmt
     return None

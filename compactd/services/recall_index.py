@@ -30,9 +30,9 @@ from typing import Any, Final
 
 import msgspec
 
+from compactd import port
 from compactd.core.recall_render import Found, Revision, Stored
 from compactd.core.recall_words import SOME_WORDS, SUBSTRING, Query, file_key, fold, indexed
-from compactd.transcript.claude_code import HOOK_ROW_SOURCE
 
 __all__ = ["RecallIndex", "SearchOutcome", "index_path", "open_index"]
 
@@ -168,7 +168,8 @@ class RecallIndex:
             f.seek(offset)
             data = f.read()
             end = data.rfind(b"\n") + 1
-            for raw in data[:end].split(b"\n")[:-1]:
+            # An agent's lines as compactd's own (docs/agents.md#reading).
+            for raw in port.transcript(data[:end]).split(b"\n")[:-1]:
                 self._add(raw, lines)
                 lines += 1
             offset += end
@@ -196,8 +197,6 @@ class RecallIndex:
             return  # a line of another kind, or damaged: nothing to find in it
         if not isinstance(decoded, dict):
             return
-        if self._hook_summary(decoded):
-            decoded["isCompactSummary"] = True
         item = indexed(decoded)
         if item is None:
             return
@@ -234,21 +233,6 @@ class RecallIndex:
             "INSERT OR REPLACE INTO calls(call_id, entry) VALUES (?, ?)",
             [(c, entry_id) for c in item.call_ids],
         )
-
-    def _hook_summary(self, line: dict[str, Any]) -> bool:
-        """Whether ``line`` is the summary of a compaction a plugin hook answered in Claude
-        Code: a ``rowSource: "hook"`` user line parented on a compaction's boundary, which the
-        index holds as a system entry (docs/claude-code.md#what-the-transcript-keeps)."""
-        parent = line.get("parentUuid")
-        if (
-            line.get("type") != "user"
-            or line.get("rowSource") != HOOK_ROW_SOURCE
-            or line.get("isCompactSummary")
-            or not isinstance(parent, str)
-        ):
-            return False
-        found = self._db.execute("SELECT type FROM entries WHERE uuid = ?", (parent,)).fetchone()
-        return found is not None and found[0] == "system"
 
     # -- queries ----------------------------------------------------------------------------
 

@@ -39,7 +39,6 @@ import msgspec
 import platformdirs
 
 from compactd.services import ownership
-from compactd.transcript.claude_code import is_hook_summary, with_summary_mark
 from compactd.transcript.history import History, boundary_indices
 from compactd.transcript.model import (
     GROUP_SIZE_FIELD,
@@ -316,12 +315,11 @@ def _history_of(
     # The history reads released lines back through the store's descriptor of the file.
     records = History(reader=functools.partial(read_line, path))
     end = 0
-    boundaries: set[str] = set()
     for offset, record in parse_buffer(data, report):
         if written is None:
             record.locate(path, offset)
         else:
-            record = as_imported(record, boundaries)
+            record = as_imported(record)
             record.locate(path, end)
             end += len(record.raw) + 1
             written.append(record.raw)
@@ -331,21 +329,13 @@ def _history_of(
     return records
 
 
-def as_imported(record: Record, boundaries: set[str] | None = None) -> Record:
+def as_imported(record: Record) -> Record:
     """A line of another transcript as an import (or a followed transcript) copies it.
 
     The imported file was written whole: a group size from the file it came from would let a
-    later load cut acknowledged lines, so it is dropped. The summary of a compaction a plugin
-    hook answered in Claude Code (parented on one of ``boundaries``, the boundary uuids read
-    before it) gets ``isCompactSummary``, the mark every reader of compactd's copy knows
-    (docs/claude-code.md#what-the-transcript-keeps). Everything else is kept byte for byte.
+    later load cut acknowledged lines, so it is dropped; everything else is kept byte for byte.
+    (The agent's reader has made its lines compactd's before: docs/agents.md#reading.)
     """
-    entry = record.entry
-    if boundaries is not None:
-        if entry.is_compact_boundary and entry.uuid:
-            boundaries.add(entry.uuid)
-        elif is_hook_summary(entry, boundaries):
-            record = with_summary_mark(record)
     if GROUP_SIZE_FIELD.encode() not in record.raw:
         return record
     obj = record.to_builtins()

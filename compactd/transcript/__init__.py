@@ -1,1 +1,2 @@
-"""Claude Code's transcript line format: entries, records and the history of a session."""
+"""compactd's transcript line format (the shape Claude Code writes): entries, records and the history
+of a session."""

@@ -49,7 +49,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 from compactd_client import Client, RpcError  # noqa: E402
 
 from compactd import protocol as p  # noqa: E402
-from compactd.core.tokens import estimate_text_tokens, pad, recorded_model  # noqa: E402
+from compactd.core.tokens import estimate_text_tokens, recorded_model  # noqa: E402
 from compactd.transcript.model import record_from_dict  # noqa: E402
 from tests.emulator import Emulator, Reply  # noqa: E402
 from tests.fidelity import (  # noqa: E402
@@ -153,7 +153,8 @@ async def measure(
             client, emu, cwd, entries, answer, window, model
         )
         m, f, c = recalls(items_of(entries), view_text(view.messages))
-        summary = pad(estimate_text_tokens(result.summary["message"]["content"]))
+        # As the status counts it: plain, not padded (docs/thresholds.md#after-a-compaction).
+        summary = estimate_text_tokens(result.summary["message"]["content"])
         rows.append(
             Row(
                 name,

@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from compactd.agents.claude_code.services.compact import answer  # noqa: E402
+from compactd.agents.claude_code.services.prepared import Prepared, write_prepared  # noqa: E402
+from compactd.agents.claude_code.services.rows import rows_tokens  # noqa: E402
 from compactd.cli.synthetic import make_session, to_jsonl  # noqa: E402
 from compactd.core.ledger import build_ledger, check_summary  # noqa: E402
 from compactd.core.view import main_thread  # noqa: E402
-from compactd.services.claude_compact import answer  # noqa: E402
-from compactd.services.claude_prepared import Prepared, write_prepared  # noqa: E402
-from compactd.services.claude_rows import rows_tokens  # noqa: E402
 from compactd.transcript.model import Record, parse_lines  # noqa: E402
 from tests.cc_rows import request, rows_of  # noqa: E402
 from tests.conftest import FIXTURES  # noqa: E402

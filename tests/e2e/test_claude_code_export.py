@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ def _project(tmp_path: Path, fixture: str) -> tuple[Path, Path]:
     (cwd / "notes.txt").write_text("".join(f"note line {i}\n" for i in range(1, 51)))
     data = (FIXTURES / fixture).read_bytes().replace(RECORDED_CWD.encode(), str(cwd).encode())
     session_id = json.loads(data.splitlines()[0])["sessionId"]
-    folder = tmp_path / "claude" / "projects" / str(cwd).replace("/", "-")
+    folder = tmp_path / "claude" / "projects" / re.sub(r"[^A-Za-z0-9]", "-", str(cwd))
     folder.mkdir(parents=True)
     transcript = folder / f"{session_id}.jsonl"
     transcript.write_bytes(data)
@@ -239,6 +240,7 @@ async def test_the_cli_compacts_and_prints_the_resume_command(tmp_path: Path) ->
     new_id = [f.stem for f in source.parent.iterdir() if f.stem not in others]
     assert len(new_id) == 1
     assert f"\n  claude --resume {new_id[0]}\n" in out
+    assert "note:" not in out  # the folder exists, and the session is where Claude Code looks
     counted = f"{result.user_messages_kept} of {result.user_messages}"
     assert "user messages carried over" in out and counted in out
     assert "the original is unchanged" in out

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from compactd.agents.claude_code.format import is_hook_summary
 from compactd.core.handback import last_compaction
 from compactd.core.recall_words import parse_query
 from compactd.mcp_server import McpConfig, context_answer
 from compactd.services.agent_tail import read_tail
 from compactd.services.recall_index import open_index
-from compactd.transcript.claude_code import is_hook_summary
 from compactd.transcript.model import parse_lines
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.e2e.test_follow import Transcript, assert_same_as_import, project_dir, until_entries

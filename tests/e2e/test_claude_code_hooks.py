@@ -369,7 +369,7 @@ def test_short_processes_import_no_sdk_daemon_or_event_loop(
         else json.dumps(event).encode()
     )
     imported = _imports(tmp_path, ["-m", "compactd", "claude-code", *args], stdin).imported
-    assert "compactd.cli.claude_code" in imported
+    assert "compactd.agents.claude_code.cli" in imported
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd.cli.main"}
     assert not heavy & imported, heavy & imported
 

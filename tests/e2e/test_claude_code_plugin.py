@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
+from compactd.agents.claude_code.services.prepared import Prepared, write_prepared
+from compactd.agents.claude_code.services.rows import rows_tokens
+from compactd.agents.claude_code.services.state import default_data_dir
 from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.core.ledger import build_ledger
 from compactd.core.view import main_thread
-from compactd.services.claude_prepared import Prepared, write_prepared
-from compactd.services.claude_rows import rows_tokens
-from compactd.services.claude_state import default_data_dir
 from compactd.transcript.model import Record, parse_lines
 from tests.cc_rows import request, rows_of
 from tests.conftest import ROOT

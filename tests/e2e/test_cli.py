@@ -166,7 +166,7 @@ async def test_demo_runs_offline_and_keeps_the_originals() -> None:
     assert match and match.group(1) == match.group(2)
     assert re.search(r"timeline: [1-9]\d* compaction\(s\)", out)
     assert "after the replay" in out
-    assert "<temporary folder>/data/sessions/" in out  # not a path that is gone at exit
+    assert "<temporary folder>/sessions/" in out  # not a path that is gone at exit
 
 
 async def test_bad_input_is_reported_without_a_traceback(tmp_path: Path) -> None:
@@ -204,8 +204,9 @@ async def test_synthetic_replay_never_ends_an_automatic_compaction_above_the_hea
 
 
 async def test_wrong_input_is_said_plainly(tmp_path: Path) -> None:
+    # A folder with no transcript in it (tests/e2e/test_cli_transcripts.py has the others).
     code, out, err = await run_cli("status", str(tmp_path))
-    assert code == 1 and "is a directory" in err and "Traceback" not in err
+    assert code == 1 and "holds no transcript (*.jsonl)" in err and "Traceback" not in err
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     code, _, err = await run_cli("status", str(empty))
@@ -398,6 +399,7 @@ async def test_every_report_has_json(tmp_path: Path) -> None:
     code, out, _ = await run_cli("status", str(VIEWER), "--json")
     report = json.loads(out)
     assert set(report) == {
+        "transcript",
         "model",
         "entries",
         "skippedLines",

@@ -1,4 +1,5 @@
-"""The two client packages as a new user gets them, each against the real daemon.
+"""The packages as a new user gets them: the two clients, each against the real daemon, and
+compactd itself, as ``make demo`` sets it up and as the README installs it as a tool.
 
 From a clean temporary folder: the TypeScript client packed with ``npm pack``, installed into an
 empty npm project beside ``typescript``, its README's ``ts`` example compiled with ``tsc --strict``
@@ -8,8 +9,14 @@ environment's interpreter. In both, ``compactd`` on PATH is this checkout's daem
 of ``sys.executable`` comes first) and ``XDG_DATA_HOME`` points into the temporary folder, so no
 session reaches the user's data dir.
 
-Installing takes a while (npm and pip fetch from their registries), so each package is set up
-once per module; the tests are skipped, saying why, only when node or npm is missing.
+From a copy of the checkout as a fresh clone holds it (``fresh_clone``): ``make demo``, whose
+``.venv`` must hold no test, lint or type-check package; and each line of the README's install
+block (pipx, uv: the tools come with the ``dev`` extra), run with the tool's folders in the
+temporary one, after which the copy is removed and the installed ``compactd`` must still report
+its version and a transcript's status (the client package, which its build carries, included).
+
+Installing takes a while (npm, pip, pipx and uv fetch from their registries), so each package is
+set up once per module; the tests are skipped, saying why, only when node or npm is missing.
 """
 
 from __future__ import annotations
@@ -22,9 +29,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from tests.conftest import ROOT
+from compactd import __version__
+from tests.conftest import FIXTURES, ROOT
+from tests.e2e.test_readme import install_commands
 
 TS_CLIENT = ROOT / "clients" / "typescript"
 PY_CLIENT = ROOT / "clients" / "python"
@@ -128,3 +138,108 @@ def test_the_python_client_installed_alone(py_env: Path, tmp_path: Path) -> None
     program.write_text(example(PY_CLIENT / "README.md", "python"), encoding="utf-8")
     output = run([py_env, program], tmp_path, RUN_TIMEOUT, env=user_env(tmp_path))
     check_output(output)
+
+
+# -- compactd itself, from a fresh clone --------------------------------------------------------
+
+#: Distributions of the development tools (the `dev` extra and what only they bring): none may be
+#: in the venv `make demo` sets up.
+DEV_ONLY = {
+    "pytest", "pytest-lsp", "pytest-asyncio", "pytest-timeout", "pytest-xdist", "hypothesis",
+    "hypothesis-jsonschema", "mypy", "ruff", "import-linter", "playwright", "pipx", "uv",
+}  # fmt: skip
+TRANSCRIPT = FIXTURES / "claude-code-2.1.330__r2_auto.jsonl"
+
+
+def fresh_clone(where: Path) -> Path:
+    """The checkout's files as a clone of it holds them, the changes not yet committed included:
+    what git tracks and the new files it does not ignore; no .venv, nothing built."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    clone = where / "compactd"
+    for name in filter(None, listed.split(b"\0")):
+        source = ROOT / os.fsdecode(name)
+        if source.is_file():  # not one deleted in the work tree
+            target = clone / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return clone
+
+
+def clean_env(**extra: str | Path) -> dict[str, str]:
+    """The environment of a new user's shell: none of this run's venv, make or tool settings."""
+    drop = ("VIRTUAL_ENV", "PIPX_", "UV_", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ANTHROPIC_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    return {**env, **{k: str(v) for k, v in extra.items()}}
+
+
+def test_make_demo_installs_only_what_compactd_runs_on(tmp_path: Path) -> None:
+    clone = fresh_clone(tmp_path)
+    # The Python that made this venv, as `python3` on a new user's PATH.
+    python = shutil.which("python3") or sys.executable
+    env = clean_env(XDG_DATA_HOME=tmp_path / "data")
+    done = subprocess.run(
+        ["make", "demo", f"PY={python}"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    # Its output is the demo's: one line says what is installed, pip says nothing.
+    assert done.stderr.splitlines() == [
+        "installing compactd and the packages it runs on into .venv"
+    ], done.stderr
+    assert done.stdout.startswith(f"compactd {__version__} demo: "), done.stdout[:300]
+    assert "the transcript still holds" in done.stdout
+    listed = run([clone / ".venv/bin/python", "-m", "pip", "list", "--format=json"], clone)
+    installed = {d["name"].lower() for d in msgspec.json.decode(listed)}
+    assert {"compactd", "anthropic", "pygls", "mcp"} <= installed, installed
+    assert not installed & DEV_ONLY, installed & DEV_ONLY
+    # The client comes with compactd's own build, not as a distribution of its own.
+    assert "compactd-client" not in installed
+    # A second run installs nothing and goes straight to the demo.
+    again = subprocess.run(
+        ["make", "demo", f"PY={python}"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+    )
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert again.stdout.startswith(f"compactd {__version__} demo: ")
+
+
+@pytest.mark.parametrize("tool", ["pipx", "uv"])
+def test_the_readme_installs_compactd_as_a_tool(tool: str, tmp_path: Path) -> None:
+    command = install_commands()[tool]
+    clone = fresh_clone(tmp_path)
+    bin_dir = tmp_path / "bin"
+    env = clean_env(
+        # The tools' own folders, in this test's.
+        PIPX_HOME=tmp_path / "pipx",
+        PIPX_BIN_DIR=bin_dir,
+        PIPX_MAN_DIR=tmp_path / "man",
+        UV_TOOL_DIR=tmp_path / "uv-tools",
+        UV_TOOL_BIN_DIR=bin_dir,
+        # The Python on PATH, never one uv would download.
+        UV_PYTHON_DOWNLOADS="never",
+        XDG_DATA_HOME=tmp_path / "data",
+        # The installed command first, then the tools (this venv's, from the dev extra).
+        PATH=os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]]),
+    )
+    run(["bash", "-c", command], clone, env=env)
+    shutil.rmtree(clone)  # what is installed stands on its own
+    assert shutil.which("compactd", path=env["PATH"]) == str(bin_dir / "compactd")
+    version = run(["compactd", "--version"], tmp_path, RUN_TIMEOUT, env=env)
+    assert version == f"compactd {__version__}\n"
+    # The command line's client and the daemon it spawns, both from the tool's environment.
+    out = run(["compactd", "status", TRANSCRIPT, "--json"], tmp_path, RUN_TIMEOUT, env=env)
+    report = msgspec.json.decode(out)
+    assert report["entries"] == 72 and report["status"]["tokens"] > 0, report

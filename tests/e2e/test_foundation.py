@@ -19,7 +19,7 @@ import pytest
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
-from compactd.transcript.claude_code import is_hook_summary
+from compactd.agents.claude_code.format import is_hook_summary
 from compactd.transcript.model import parse_lines
 from tests.conftest import daemon_args, fixture_transcripts
 from tests.helpers import CWD, assistant, text_block, user

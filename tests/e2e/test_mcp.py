@@ -3,7 +3,7 @@ own stdio client (docs/recall.md#mcp-tools).
 
 Claude Code's side is a fake ``CLAUDE_CONFIG_DIR`` holding a copy of a real transcript in the
 project folder Claude Code would use for the working directory; the current session is found
-as the newest transcript there, or as a hook recorded it (``services/claude_state``). A
+as the newest transcript there, or as a hook recorded it (``agents/claude_code/services/state``). A
 compactd session is made by the real daemon and named by its id.
 """
 
@@ -21,7 +21,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
-from compactd.services import claude_state
+from compactd.agents.claude_code.services import state as claude_state
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.helpers import CWD
 from tests.recall_items import Item, dropped

@@ -12,6 +12,9 @@ Every fenced block of README.md has an info string, which says what the block is
   ``compactd`` is the venv's), and must exit 0.
 - ``sh``: the two commands at the top. ``make demo`` runs; ``make test`` runs as ``make -n
   test`` (a dry run: this test runs inside ``make test``, which must not start itself again).
+  The other ``sh`` block installs compactd as a tool, a line per tool (``INSTALLERS``):
+  ``tests/e2e/test_client_packages.py`` runs each line (``install_commands``) from a copy of the
+  checkout, with the tools' folders in a temporary one.
 
 Expected output is compared with stdout line by line, after trailing spaces are stripped and
 durations (``6 ms``, ``1,204 ms``) become ``N ms``. A line that is exactly ``...`` matches any
@@ -39,6 +42,8 @@ TIMEOUT = 60
 KINDS = {"python", "text", "console", "sh"}
 # The commands of the sh block, and what the test runs for each.
 SH_COMMANDS = {"make demo": "make demo", "make test": "make -n test"}
+# What the install block's lines start with: one line per tool.
+INSTALLERS = ("pipx install", "uv tool install")
 
 
 @dataclass
@@ -73,9 +78,29 @@ def runnable() -> list[Block]:
     for previous, block in zip([None, *blocks], blocks, strict=False):
         if block.info == "text" and previous is not None and previous.info == "python":
             previous.expected = block.body
-        elif block.info in ("python", "console", "sh"):
+        elif block.info in ("python", "console") or (block.info == "sh" and not _installs(block)):
             out.append(block)
     return out
+
+
+def sh_commands(block: Block) -> list[str]:
+    """Each command is a line's text before its comment; comment-only lines continue one."""
+    return [c for c in (line.split("#", 1)[0].strip() for line in block.body) if c]
+
+
+def _installs(block: Block) -> bool:
+    return block.info == "sh" and any(c.startswith(INSTALLERS) for c in sh_commands(block))
+
+
+def install_commands() -> dict[str, str]:
+    """The README's install block: its command for each tool of ``INSTALLERS``."""
+    blocks = [b for b in read_blocks() if _installs(b)]
+    assert len(blocks) == 1, "README.md: one sh block installs compactd as a tool"
+    commands = sh_commands(blocks[0])
+    by_tool = {tool: [c for c in commands if c.startswith(tool)] for tool in INSTALLERS}
+    assert all(len(found) == 1 for found in by_tool.values()), f"one line a tool: {commands}"
+    assert len(commands) == len(INSTALLERS), f"only the install lines: {commands}"
+    return {tool.split()[0]: found[0] for tool, found in by_tool.items()}
 
 
 def _id(block: Block) -> str:
@@ -138,7 +163,8 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Comple
 def console_env(tmp_path: Path) -> dict[str, str]:
     bin_dir = str(Path(sys.executable).parent)
     # Without the flags of the `make test` this test may run in (its jobserver, -k, ...).
-    skip = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}
+    # Without CLAUDE_CONFIG_DIR: Claude Code's folder is the one a user has, ~/.claude.
+    skip = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "CLAUDE_CONFIG_DIR"}
     return {
         **{k: v for k, v in os.environ.items() if k not in skip},
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
@@ -196,8 +222,7 @@ def run_console(block: Block, where: str, tmp_path: Path) -> None:
 
 
 def run_sh(block: Block, where: str, tmp_path: Path) -> None:
-    # Each command is a line's text before its comment; comment-only lines continue a comment.
-    commands = [c for c in (line.split("#", 1)[0].strip() for line in block.body) if c]
+    commands = sh_commands(block)
     assert set(commands) == set(SH_COMMANDS), f"{where}: commands this test does not know"
     for command in commands:
         done = run(["bash", "-c", SH_COMMANDS[command]], ROOT, console_env(tmp_path))

@@ -197,7 +197,7 @@ class Session:
 
     def prepared(self) -> Path:
         """The folder where compactd keeps the summaries it prepared (claude_prepared)."""
-        from compactd.services.claude_prepared import prepared_path
+        from compactd.agents.claude_code.services.prepared import prepared_path
 
         return prepared_path(self.data / "compactd", "any").parent
 

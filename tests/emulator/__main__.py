@@ -3,9 +3,10 @@
 Prints its base URL on stdout, serves until SIGINT/SIGTERM, then prints the
 cost summary as JSON on stderr.  With a command after ``--`` it serves only
 while that command runs, with ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_KEY``
+(and, for Gemini CLI, ``GOOGLE_GEMINI_BASE_URL`` and ``GEMINI_API_KEY``)
 pointing the command at it, prints nothing on stdout, and exits with the
 command's status.  ``--replies FILE`` (a JSON list of ``reply_from_dict``
-items) answers an agent's own requests in order; summarization requests
+items) answers an agent's own requests in order (Gemini's main requests too); summarization requests
 (``request_kind``) always get the derived summary, and ``--latency
 KIND=SECONDS`` delays every reply of a kind.  A running instance can be driven over HTTP via
 ``/_emulator/{health,cost,requests}`` (GET) and ``/_emulator/{reset,script,
@@ -67,10 +68,17 @@ def main(argv: list[str] | None = None) -> int:
             return Reply()
 
         emu.set_default(answer)
+
+        def answer_gemini(rec: RecordedRequest) -> ScriptItem:
+            return replies.popleft() if replies else Reply()
+
+        emu.gemini.set_default(answer_gemini)
     emu.start()
     if args.command:
         env = {**os.environ, "ANTHROPIC_BASE_URL": emu.base_url}
         env["ANTHROPIC_API_KEY"] = args.api_key or "test"
+        env["GOOGLE_GEMINI_BASE_URL"] = emu.base_url
+        env["GEMINI_API_KEY"] = args.api_key or "test"
         try:
             return subprocess.run(args.command, env=env, check=False).returncode
         finally:

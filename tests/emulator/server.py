@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 from .cache import CacheControlError, CacheOutcome, PromptCache
 from .chat import CHAT_PATH, CHAT_SERVERS, handle_chat
+from .gemini import GeminiApi, parse_gemini_path
+from .responses import RESPONSES_PATH, handle_responses
 from .script import (
     DEFAULT,
     REQUEST_KINDS,
@@ -287,6 +289,9 @@ class Emulator:
         # a test checks instead of timing the client (a busy machine only makes that slower).
         self._waits: list[float] = []
 
+        # The Gemini API (tests.emulator.gemini): its own scripts and defaults.
+        self.gemini = GeminiApi(self)
+
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -504,7 +509,16 @@ class Emulator:
     @property
     def chat_requests(self) -> list[RecordedRequest]:
         """Requests to ``/v1/chat/completions``."""
-        return [r for r in self.requests if r.path.rstrip("/") == CHAT_PATH]
+        return self.requests_to(CHAT_PATH)
+
+    @property
+    def responses_requests(self) -> list[RecordedRequest]:
+        """Requests to ``/v1/responses`` (``tests.emulator.responses``)."""
+        return self.requests_to(RESPONSES_PATH)
+
+    def requests_to(self, path: str) -> list[RecordedRequest]:
+        """The requests received on ``path``, in order."""
+        return [r for r in self.requests if r.path.rstrip("/") == path]
 
     @property
     def waits(self) -> list[float]:
@@ -528,6 +542,7 @@ class Emulator:
             self._default = Reply()
             self._totals = CostSummary()
             self._cache.clear()
+        self.gemini.reset()
 
     estimate_tokens = staticmethod(estimate_tokens)
 
@@ -663,12 +678,23 @@ class Emulator:
 
     # ---- routing
 
+    # The other APIs the emulator serves beside the Messages API: POST path -> handler, each in
+    # a module of its own (the handler answers; the request is recorded and authenticated here).
+    API_ROUTES: dict[str, Callable[[Emulator, _Exchange, int], None]] = {
+        CHAT_PATH: handle_chat,
+        RESPONSES_PATH: handle_responses,
+    }
+
     def _route(self, x: _Exchange, seq: int, path: str, parse_error: str | None) -> None:
         path = path.rstrip("/")
         method = x.handler.command
-        if path == CHAT_PATH and method == "POST":
+        if parse_gemini_path(path) is not None:
+            self.gemini.handle(x, seq, parse_error)
+            return
+        handler = self.API_ROUTES.get(path)
+        if handler is not None and method == "POST":
             if self._authenticate(x):
-                handle_chat(self, x, seq)
+                handler(self, x, seq)
             return
         if path not in ("/v1/messages", "/v1/messages/count_tokens"):
             self._simple_error(x, "not_found_error", f"Not found: {method} {path}")

@@ -213,19 +213,24 @@ def test_summary_post_counts_the_new_context_as_the_token_counter_does() -> None
     continuation = "This session continues... Summary:\n" + "did things. " * 500
     attachment = {"type": "attachment", "attachment": {"type": "todo", "content": ["a", "b"]}}
     post = auto_policy.summary_post(continuation, attachments=[attachment], kept=kept)
-    # The same entries, counted the way tokens/status counts a context without usage.
+    # The same entries, counted the way tokens/status counts a compacted context before any
+    # response measures it (the session settles its counter after a compaction).
     written = to_records(
         [{"type": "user", "message": {"role": "user", "content": continuation}}, attachment]
     )
-    expected = tokens.count_tokens([r.entry for r in [*written, *kept]]).tokens
-    assert post == expected > 0
+    counter = tokens.TokenCounter([r.entry for r in [*written, *kept]])
+    counter.settle()
+    assert post == counter.current.tokens > 0
+    # Unpadded: the plain estimate of what the compaction wrote and kept.
+    raw = tokens.estimate_entries_raw(r.entry for r in [*written, *kept])
+    assert post == tokens.compacted_tokens(0, raw) == raw
 
     assert auto_policy.summary_post(continuation, attachments=[], kept=kept, saving=100) == (
         auto_policy.summary_post(continuation, attachments=[], kept=kept) - 100
     )
     budget = auto_policy.summary_post(continuation, attachments=[], kept=[], summary_budget=3_000)
     bare = tokens.estimate_records_raw(written[:1])
-    assert budget == tokens.pad(bare + 3_000)
+    assert budget == tokens.compacted_tokens(0, bare + 3_000)
 
 
 def test_the_summary_budget_is_the_output_cap_or_what_it_replaces() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from compactd import __version__
-from compactd.services.claude_choice import summarizer_choice
-from compactd.services.claude_plugin import plugin_folder
+from compactd.agents.claude_code.services.choice import summarizer_choice
+from compactd.agents.claude_code.services.plugin import plugin_folder
 from tests.conftest import ROOT
 
 PLUGIN = plugin_folder()

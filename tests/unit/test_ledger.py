@@ -223,9 +223,10 @@ def test_a_head_that_fits_keeps_every_word() -> None:
 def test_the_view_budget_is_a_tenth_of_the_effective_window() -> None:
     budget = view_budget(180_000)
     assert budget.tokens == 18_000
-    assert budget.raw_tokens == 13_500  # before the estimator's 4/3 padding
-    assert budget.summary_chars == int(13_500 * 4 * 0.9)  # a tenth stays for attachments
-    assert budget.model_chars == int(13_500 * 4 * 0.6)
+    # The status counts a compacted view unpadded (docs/thresholds.md#after-a-compaction).
+    assert budget.raw_tokens == 18_000
+    assert budget.summary_chars == int(18_000 * 4 * 0.9)  # a tenth stays for attachments
+    assert budget.model_chars == int(18_000 * 4 * 0.6)
     assert view_budget(5_000).tokens == 1_000  # the floor
 
 

@@ -77,10 +77,10 @@ PLACEHOLDER_RAW = (len(CLEARED_TOOL_RESULT_PLACEHOLDER) + 2) // 4
 
 def test_default_allowlist_is_the_regenerable_tools() -> None:
     assert {"Read", "Bash", "Grep", "Glob", "WebFetch", "WebSearch", "Edit", "Write"} <= (
-        mc.CLEARABLE_TOOLS
+        mc.MicroConfig().clearable_tools
     )
     for never in ("AskUserQuestion", "TodoWrite", "Task", "NotebookEdit", "NotebookRead"):
-        assert never not in mc.CLEARABLE_TOOLS
+        assert never not in mc.MicroConfig().clearable_tools
 
 
 def test_clearable_results_keeps_order_sizes_and_read_paths() -> None:

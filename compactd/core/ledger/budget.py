@@ -35,8 +35,10 @@ class ViewBudget:
 
     @property
     def raw_tokens(self) -> int:
-        """The budget before the estimator's padding (``tokens.pad`` multiplies by 4/3)."""
-        return self.tokens * c.ESTIMATE_PADDING_DENOMINATOR // c.ESTIMATE_PADDING_NUMERATOR
+        """The budget in the estimator's plain tokens: the status counts what a compaction
+        leaves without the 4/3 padding (``tokens.compacted_tokens``,
+        docs/thresholds.md#after-a-compaction), so the two are the same figure."""
+        return self.tokens
 
     @property
     def chars(self) -> int:

@@ -18,7 +18,6 @@ from typing import Final
 
 import msgspec
 
-from compactd.core import constants as c
 from compactd.core.ledger.commands import command_family
 from compactd.core.ledger.fold import carried_messages, merge_carries
 from compactd.core.ledger.model import (
@@ -37,6 +36,7 @@ from compactd.core.normalize import SYSTEM_REMINDER_CLOSE, SYSTEM_REMINDER_OPEN
 from compactd.core.prompts import strip_continuation
 from compactd.core.tools import blocks_text, named_path, result_text
 from compactd.core.view import main_thread
+from compactd.core.vocabulary import vocabulary
 from compactd.transcript.model import (
     Record,
     TextBlock,
@@ -44,8 +44,6 @@ from compactd.transcript.model import (
     ToolUseBlock,
 )
 
-_SHELL_TOOLS: Final = frozenset({"Bash", "PowerShell"})
-_READ_TOOLS: Final = c.FILE_READ_TOOLS | {"NotebookRead"}
 # Input keys that name a path, in any tool (Grep and Glob search under ``path``).
 _RECENT_ACTIONS: Final = 5
 
@@ -272,14 +270,15 @@ class _Walk:
         return run
 
     def _use(self, block: ToolUseBlock) -> None:
+        tools = vocabulary()
         self.uses[block.id] = block
         self.ledger.tool_counts[block.name] += 1
         args = block.input if isinstance(block.input, dict) else {}
         path = named_path(args)
         if path is not None:
             touch = self._touch(path)
-            if block.name in c.FILE_WRITE_TOOLS:
-                if block.name == "Write":
+            if block.name in tools.writes:
+                if block.name in tools.rewrites:
                     content = args.get("content")
                     touch.writes += 1
                     touch.written_lines = (
@@ -292,22 +291,22 @@ class _Walk:
                     first = next((ln for ln in str(new or "").splitlines() if ln.strip()), "")
                     touch.last_edit = clip(first, 100) if first else ""
                 self._act(f"changed {touch.shown}")
-            elif block.name in _READ_TOOLS:
+            elif block.name in tools.reads or block.name in tools.views:
                 touch.reads += 1
                 self._act(f"read {touch.shown}")
             else:
                 self._act(f"{block.name} in {touch.shown}")
-        elif block.name in _SHELL_TOOLS:
+        elif block.name in tools.runs:
             command = args.get("command")
             if isinstance(command, str) and command.strip():
                 self._command(command)
                 self._act(f"ran `{clip(command, 80)}`")
-        elif block.name == c.TODO_TOOL:
+        elif block.name in tools.todos:
             todos = args.get("todos")
             if isinstance(todos, list):
                 self.ledger.todos = [t for t in todos if isinstance(t, dict)] or None
                 self._act("updated the todo list")
-        elif block.name in c.AGENT_TOOLS and isinstance(args.get("description"), str):
+        elif block.name in tools.agents and isinstance(args.get("description"), str):
             self._act(f"started an agent: {clip(args['description'], 80)}")
         else:
             self._act(f"called {block.name}")
@@ -324,10 +323,11 @@ class _Walk:
         use = self.uses.get(block.tool_use_id)
         if use is None:
             return
+        tools = vocabulary()
         text = "" if block.tool_use_id in self.cleared else result_text(block)
         ok = block.is_error is not True
         args = use.input if isinstance(use.input, dict) else {}
-        if use.name in _SHELL_TOOLS:
+        if use.name in tools.runs:
             command = args.get("command")
             run = self.commands.get(flatten(command)) if isinstance(command, str) else None
             if run is not None:
@@ -336,14 +336,14 @@ class _Walk:
         path = named_path(args)
         shown = _shown(path, self.cwd) if path else None
         what = f"{use.name} of {shown}" if shown else use.name
-        if not ok and use.name in c.FILE_WRITE_TOOLS and path in self.files:
+        if not ok and use.name in tools.writes and path in self.files:
             # A change that failed changed nothing.
             touch = self.files[path]
-            if use.name == "Write":
+            if use.name in tools.rewrites:
                 touch.writes = max(0, touch.writes - 1)
             else:
                 touch.edits = max(0, touch.edits - 1)
-        family = ("file", path) if path and use.name in c.FILE_WRITE_TOOLS else ("tool", use.name)
+        family = ("file", path) if path and use.name in tools.writes else ("tool", use.name)
         self.events.append(
             _Event(
                 self.at,

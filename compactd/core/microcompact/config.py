@@ -6,17 +6,16 @@ Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
 from compactd import protocol as p
+from compactd.core.vocabulary import vocabulary
 
 __all__ = [
     "CACHED_KEEP_RECENT",
     "CACHED_TRIGGER",
-    "CLEARABLE_TOOLS",
     "DEFAULT_CONFIG",
-    "FILE_STATE_TOOLS",
     "IDLE_KEEP_RECENT",
     "IDLE_MINUTES",
     "KEEP_RECENT",
@@ -27,20 +26,9 @@ __all__ = [
     "micro_config",
 ]
 
-# Tools whose output can be produced again by calling them again: reading a file, running a
-# shell command, grep, glob, fetching or searching the web, and the confirmations of edits and
-# writes (docs/microcompact.md#clearable-tools). Claude Code's names; MultiEdit is an edit.
-# Everything else -- questions to the user, task and todo management, notebooks, sub-agents --
-# is never cleared.
-CLEARABLE_TOOLS: Final = frozenset(
-    {"Read", "Bash", "Grep", "Glob", "WebFetch", "WebSearch", "Edit", "Write", "MultiEdit"}
-)
-
-# Tools that put a file into the read-file state, and the input field naming the file. When
-# the latest of them for a file is cleared, the file leaves that state
-# (docs/microcompact.md#read-file-state; edits and writes record the file too, so a later edit
-# keeps it).
-FILE_STATE_TOOLS: Final = frozenset({"Read", "Edit", "Write", "MultiEdit"})
+# Which tools' results may be cleared (output that calling the tool again brings back), and
+# which of them take their file out of the read-file state when cleared, are the agents' own
+# names: ``core.vocabulary`` (``clearable``, ``file_state``; docs/microcompact.md#clearable-tools).
 
 # Count-based: always keep the 3 most recent clearable results
 # (docs/microcompact.md#count-based).
@@ -74,7 +62,7 @@ SECONDS_PER_MINUTE: Final = 60
 class MicroConfig:
     """Every knob of microcompact, defaulting to the reference's values."""
 
-    clearable_tools: frozenset[str] = CLEARABLE_TOOLS
+    clearable_tools: frozenset[str] = field(default_factory=lambda: vocabulary().clearable)
     keep_recent: int = KEEP_RECENT
     protected_tokens: int = PROTECTED_TOKENS
     min_savings: int = MIN_SAVINGS

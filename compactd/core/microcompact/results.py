@@ -10,10 +10,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from compactd.core.microcompact.config import DEFAULT_CONFIG, FILE_STATE_TOOLS, MicroConfig
+from compactd.core.microcompact.config import DEFAULT_CONFIG, MicroConfig
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from compactd.core.tokens import estimate_block_raw
 from compactd.core.tools import file_path
+from compactd.core.vocabulary import vocabulary
 from compactd.transcript.model import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
@@ -58,6 +59,7 @@ def clearable_results(
     seen: set[str] = set()
     out: list[ToolResult] = []
     allow = config.clearable_tools
+    tracked = vocabulary().file_state
     for entry in entries:
         message = entry.message
         if message is None or isinstance(message.content, str):
@@ -81,9 +83,7 @@ def clearable_results(
                         tool_use_id=tid,
                         tool_name=call.name,
                         raw_tokens=estimate_block_raw(block),
-                        file_path=path
-                        if call.name in FILE_STATE_TOOLS and isinstance(path, str)
-                        else None,
+                        file_path=path if call.name in tracked and isinstance(path, str) else None,
                     )
                 )
     return out

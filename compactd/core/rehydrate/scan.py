@@ -11,9 +11,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from compactd.core import constants as c
 from compactd.core.rehydrate.paths import is_under, normalize_path
 from compactd.core.tools import file_path
+from compactd.core.vocabulary import vocabulary
 from compactd.transcript.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
 __all__ = [
@@ -92,6 +92,7 @@ def scan_context(
     rehydration attachments use the same kinds, so a second compaction carries over what the
     first one restored.
     """
+    tools = vocabulary()
     facts = ContextFacts()
     skills: dict[str, SkillRef] = {}
     skill_calls: dict[str, str] = {}  # tool_use id -> skill name
@@ -104,25 +105,25 @@ def scan_context(
         entry = record.entry
         for use in _tool_uses(entry):
             args = use.input if isinstance(use.input, dict) else {}
-            if use.name == c.TODO_TOOL and isinstance(args.get("todos"), list):
+            if use.name in tools.todos and isinstance(args.get("todos"), list):
                 facts.todos = list(args["todos"])
-            elif use.name == c.SKILL_TOOL:
+            elif use.name in tools.skills:
                 name = _str(args.get("skill")) or _str(args.get("name"))
                 if name:
                     skill_calls[use.id] = name
                     prev = skills.pop(name, None)
                     skills[name] = prev or SkillRef(name=name)
-            elif use.name in c.AGENT_TOOLS:
+            elif use.name in tools.agents:
                 agents[use.id] = RunningAgent(
                     tool_use_id=use.id,
                     description=_str(args.get("description")) or use.name,
                     subagent_type=_str(args.get("subagent_type")),
                 )
-            elif use.name == c.ENTER_PLAN_MODE_TOOL:
+            elif use.name in tools.plan_enter:
                 plan_mode = True
-            elif use.name == c.EXIT_PLAN_MODE_TOOL:
+            elif use.name in tools.plan_exit:
                 exit_plan_calls.add(use.id)
-            elif use.name in c.FILE_WRITE_TOOLS and plan_dirs:
+            elif use.name in tools.writes and plan_dirs:
                 target = file_path(use.name, args)
                 if target and is_under(normalize_path(target, cwd), plan_dirs):
                     plan_path = normalize_path(target, cwd)
@@ -186,11 +187,12 @@ def scan_context(
 def read_paths(records: Iterable[Record], cwd: str) -> set[str]:
     """Normalized paths whose content the given entries show the model (Read calls and
     ``file`` attachments): such files need no re-reading after a partial compaction."""
+    tools = vocabulary()
     out: set[str] = set()
     for record in records:
         entry = record.entry
         for use in _tool_uses(entry):
-            if use.name in c.FILE_READ_TOOLS:
+            if use.name in tools.reads:
                 target = file_path(use.name, use.input)
                 if target:
                     out.add(normalize_path(target, cwd))

@@ -29,7 +29,13 @@ from compactd.core.tokens.categories import (
     apportion,
     breakdown,
 )
-from compactd.core.tokens.count import TokenCount, TokenCounter, count_tokens, has_usable_usage
+from compactd.core.tokens.count import (
+    TokenCount,
+    TokenCounter,
+    compacted_tokens,
+    count_tokens,
+    has_usable_usage,
+)
 from compactd.core.tokens.env import CompactFlags, flags
 from compactd.core.tokens.estimate import (
     chars_to_tokens,
@@ -70,6 +76,7 @@ __all__ = [
     "Thresholds",
     "TokenCount",
     "TokenCounter",
+    "compacted_tokens",
     "apportion",
     "breakdown",
     "chars_to_tokens",

@@ -12,7 +12,6 @@ import math
 from collections.abc import Sequence
 from typing import Final
 
-from compactd.core import constants as c
 from compactd.core.tokens.count import TokenCount
 from compactd.core.tokens.estimate import (
     counts_toward_context,
@@ -21,6 +20,7 @@ from compactd.core.tokens.estimate import (
     pad,
 )
 from compactd.core.tools import file_path
+from compactd.core.vocabulary import vocabulary
 from compactd.protocol import (
     BreakdownCategory,
     BreakdownResult,
@@ -157,6 +157,7 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
         top.count[name] = 0
     requests, results, attachments = _Tally(), _Tally(), _Tally()
     reads: dict[str, list[str]] = {}
+    reading = vocabulary().reads
     result_raw: dict[str, int] = {}
 
     for entry in entries:
@@ -174,7 +175,7 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
                 requests.add(block.name or _UNKNOWN, raw)
                 top.add(CATEGORY_TOOL_REQUESTS, raw)
                 path = file_path(block.name, block.input)
-                if block.name in c.FILE_READ_TOOLS and path is not None and block.id:
+                if block.name in reading and path is not None and block.id:
                     reads.setdefault(path, []).append(block.id)
             elif isinstance(block, ToolResultBlock):
                 results.add(tool_names.get(block.tool_use_id, _UNKNOWN), raw)

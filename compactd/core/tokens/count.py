@@ -79,6 +79,19 @@ def _response_key(entry: Entry, index: int) -> _ResponseKey | None:
     return message_id if message_id else index
 
 
+def compacted_tokens(prefix: int, raw: int, saved: int = 0) -> int:
+    """The count of a context a compaction has just written, before any response measures it.
+
+    The fixed prefix plus the plain (unpadded) estimate of the entries the compaction left (its
+    summary, attachments and kept entries), less what a microcompact among them cleared. The
+    4/3 padding stays off: it is the reference's margin on a count that leaves the prefix out,
+    and on top of a counted prefix it put the after-compaction figure 9-17% above the next
+    request (docs/thresholds.md#after-a-compaction). The one function for that figure: the
+    status right after a compaction, the boundary's ``postTokens`` and every preview use it.
+    """
+    return max(0, prefix + raw - saved)
+
+
 def _make_count(
     exact: int,
     raw_after: int,
@@ -88,8 +101,13 @@ def _make_count(
     source: PrefixSource = "none",
     attachment_raw: int = 0,
     anchored: bool = True,
+    compacted_raw: int = 0,
 ) -> TokenCount:
-    estimated = pad(raw_after) + (0 if anchored else prefix)
+    # ``compacted_raw`` (part of ``raw_after``): what a compaction wrote, counted unpadded.
+    if anchored:
+        estimated = pad(raw_after)
+    else:
+        estimated = compacted_tokens(prefix, compacted_raw) + pad(raw_after - compacted_raw)
     tokens = max(0, exact + estimated - saved)
     return TokenCount(
         tokens=tokens,
@@ -97,7 +115,10 @@ def _make_count(
         estimated=estimated,
         saved=saved,
         fixed_prefix=min(prefix, tokens + saved),
-        attachments=min(pad(attachment_raw), max(0, tokens + saved - prefix)),
+        attachments=min(
+            attachment_raw if compacted_raw and not anchored else pad(attachment_raw),
+            max(0, tokens + saved - prefix),
+        ),
         prefix_source=source,
     )
 
@@ -158,8 +179,9 @@ class TokenCounter:
     __slots__ = (
         "_anchor",
         "_attachment_raw",
-        "_best_prefix",
+        "_compacted_raw",
         "_cumulative_raw",
+        "_first_key",
         "_first_cumulative",
         "_later_own_raw",
         "_max_usage",
@@ -178,7 +200,8 @@ class TokenCounter:
         # What the client says every request carries (the estimate of its cacheSafeParams):
         # the prefix is never taken to be smaller.
         self.known_prefix = known_prefix
-        self._best_prefix: int | None = None
+        self._first_key: _ResponseKey | None = None
+        self._compacted_raw = 0
         self._attachment_raw = 0
         self._seen = 0
         self._cumulative_raw = 0
@@ -190,7 +213,8 @@ class TokenCounter:
         self.extend(entries)
 
     def _clear(self) -> None:
-        self._best_prefix = None
+        self._first_key = None
+        self._compacted_raw = 0
         self._attachment_raw = 0
         self._seen = 0
         self._cumulative_raw = 0
@@ -230,9 +254,13 @@ class TokenCounter:
                 # A new response's usage already reflects any clearing done before it.
                 self._anchor = key
                 self._saved = 0
-            implied = self._implied_prefix(key)
-            if self._best_prefix is None or implied > self._best_prefix:
-                self._best_prefix = implied
+            if self._first_key is None:
+                self._first_key = key
+
+    def settle(self) -> None:
+        """Mark everything counted so far as what a compaction wrote: until a response reports
+        usage it counts unpadded (``compacted_tokens``); what is appended later is padded."""
+        self._compacted_raw = self._cumulative_raw
 
     def reset(self, entries: Iterable[Entry] = ()) -> None:
         """Forget everything and recount ``entries`` (after a compaction rewrote the context)."""
@@ -254,15 +282,17 @@ class TokenCounter:
     def learned_prefix(self) -> int | None:
         """The fixed prefix learned from the usage in this context, or None without any.
 
-        Each response's usage implies a figure; the largest is kept, and never less than what
-        the client says it sends (``known_prefix``). The padded estimate errs high on text and
-        attachments, so a usage covering mostly those implies too small a prefix; the floor
-        and the largest figure keep the prefix from being forgotten that way
+        Each response's usage implies a figure, and each carries the estimate's error on the
+        messages it covered: the first response of the context covers the fewest, so its figure
+        is the one kept. (The largest figure, kept before, came from a response covering tens of
+        thousands of tokens of tool calls whose framing the estimate leaves out; carried across
+        a compaction, it counted those messages' framing in a request that no longer had them.)
+        Never less than what the client says it sends (``known_prefix``)
         (docs/thresholds.md#accounting).
         """
-        if self._best_prefix is None:
+        if self._first_key is None:
             return None
-        return max(self._best_prefix, self.known_prefix)
+        return max(self._implied_prefix(self._first_key), self.known_prefix)
 
     @property
     def fixed_prefix(self) -> int:
@@ -283,6 +313,7 @@ class TokenCounter:
                 source="carried" if prefix else "none",
                 attachment_raw=self._attachment_raw,
                 anchored=False,
+                compacted_raw=self._compacted_raw,
             )
         raw_after = (
             self._cumulative_raw - self._first_cumulative[anchor] - self._later_own_raw[anchor]

@@ -14,7 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core import constants as c
-from compactd.transcript.claude_code import SILENT_ATTACHMENTS
+from compactd.core.normalize import SILENT_ATTACHMENTS
 from compactd.transcript.model import (
     Block,
     DocumentBlock,

@@ -4,7 +4,7 @@
 only what they need (``python -m compactd`` reaches this module without the rest of the CLI),
 read the event on stdin, and print the answer. They never fail the user's session: any error is
 one line on stderr and exit 0 (docs/claude-code.md#hooks). ``install`` and ``uninstall`` edit
-Claude Code's settings (``services.claude_settings``) and print what they changed.
+Claude Code's settings (``services.settings``) and print what they changed.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _data_dir(arg: str | None) -> Path:
-    from compactd.services.claude_state import default_data_dir
+    from compactd.agents.claude_code.services.state import default_data_dir
 
     return Path(arg) if arg else default_data_dir()
 
@@ -136,7 +136,7 @@ def _err(line: str) -> None:
 
 
 def _hook(args: argparse.Namespace) -> int:
-    from compactd.services.claude_hooks import answer
+    from compactd.agents.claude_code.services.hooks import answer
 
     reply = answer(
         _stdin(), _data_dir(args.data_dir), os.environ, block_compaction=args.block_compaction
@@ -149,7 +149,11 @@ def _hook(args: argparse.Namespace) -> int:
 def _session_compact(args: argparse.Namespace) -> int:
     """The plugin's module reads the one JSON object on stdout; anything else is a failure to
     it, and Claude Code then compacts by itself (docs/claude-code.md#the-seam)."""
-    from compactd.services.claude_compact import MAX_INPUT_BYTES, CompactInputError, answer
+    from compactd.agents.claude_code.services.compact import (
+        MAX_INPUT_BYTES,
+        CompactInputError,
+        answer,
+    )
 
     data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
     if len(data) > MAX_INPUT_BYTES:
@@ -173,7 +177,7 @@ def _session_compact(args: argparse.Namespace) -> int:
 
 
 def _statusline(args: argparse.Namespace) -> int:
-    from compactd.services.claude_status import status_line_for
+    from compactd.agents.claude_code.services.status import status_line_for
 
     _out(status_line_for(_stdin(), _data_dir(args.data_dir), os.environ))
     return 0
@@ -197,8 +201,8 @@ def _program() -> tuple[str, bool, str | None]:
 
 
 def _settings(args: argparse.Namespace) -> int:
-    from compactd.services import claude_plugin as plugin
-    from compactd.services import claude_settings as cs
+    from compactd.agents.claude_code.services import plugin
+    from compactd.agents.claude_code.services import settings as cs
 
     project = Path(args.project).resolve()
     data_dir = _data_dir(args.data_dir)

@@ -1,8 +1,8 @@
 """What ``compactd claude-code hook`` answers to each Claude Code hook event.
 
 Claude Code runs it for each hook event with the event as JSON on stdin (docs/claude-code.md#hooks).
-``answer`` records the session as the current one of its folder (``claude_state``), then by event:
-``SessionStart`` and ``PostCompact`` go to ``claude_handback`` (what a summary dropped);
+``answer`` records the session as the current one of its folder (``state``), then by event:
+``SessionStart`` and ``PostCompact`` go to ``handback`` (what a summary dropped);
 ``PreCompact`` gets instructions that steer Claude Code's summary toward the exact words, paths
 and commands; ``UserPromptSubmit`` gets a warning, once per level and compaction, when the count
 reaches the warning level before the automatic compaction. Each event imports only what it
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from compactd.services import claude_state as state
-from compactd.services.claude_events import (
+from compactd.agents.claude_code.services import state
+from compactd.agents.claude_code.services.events import (
     HookAnswer,
     HookEvent,
     HookInputError,
@@ -122,7 +122,7 @@ def answer(
     name = event.hook_event_name
     if name in ("SessionStart", "PostCompact"):
         # Imported here: only these read the survival ledger.
-        from compactd.services import claude_handback
+        from compactd.agents.claude_code.services import handback as claude_handback
 
         if name == "SessionStart":
             return claude_handback.session_start(event, data_dir)

@@ -6,7 +6,7 @@ engine compacts it as a partial ``upTo`` compaction whose pivot is the start of 
 assistant turn (so the summary replaces everything before that turn, with the ledger's
 guarantees, and the turn stays verbatim as Claude Code keeps it), and the boundary, summary,
 attachments and kept turn are written as ``<newSessionId>.jsonl`` beside the original, in
-Claude Code's own lines (``transcript.claude_code``). The original is only read.
+Claude Code's own lines (``format``). The original is only read.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import anyio
 import msgspec
 
 from compactd import protocol as p
+from compactd.agents.claude_code import format as cc
 from compactd.core.ledger import build_ledger, check_summary, complete_summary
 from compactd.core.partial import PartialPlan
 from compactd.core.prompts import resume_message
@@ -28,7 +29,6 @@ from compactd.engine.partial import plan_cut, selection_of
 from compactd.engine.plan import CompactionSpec, Selection
 from compactd.engine.progress import BeginProgress
 from compactd.services import fs
-from compactd.transcript import claude_code as cc
 from compactd.transcript.model import Record
 
 if TYPE_CHECKING:

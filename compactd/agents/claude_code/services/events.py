@@ -1,6 +1,6 @@
 """A Claude Code hook event as compactd reads it, and the answer a hook prints.
 
-Shared by the hook front ends (``claude_hooks`` dispatches; ``claude_handback`` answers the
+Shared by the hook front ends (``hooks`` dispatches; ``handback`` answers the
 events that hand back what a summary dropped). Imports only msgspec: the hooks start often.
 """
 

@@ -86,26 +86,43 @@ def find_current(data_dir: Path, cwd: str) -> CurrentSession | None:
         recorded = None
     if recorded is not None and Path(recorded.transcript_path).is_file():
         return recorded
-    newest: tuple[float, Path] | None = None
-    try:
-        for path in project_dir(cwd).glob("*.jsonl"):
-            try:
-                mtime = path.stat().st_mtime
-            except OSError:
-                continue
-            if newest is None or mtime > newest[0]:
-                newest = (mtime, path)
-    except OSError:
+    sessions = project_sessions([project_dir(cwd)])
+    if not sessions:
         return None
-    if newest is None:
-        return None
+    mtime, newest = sessions[0]
     return CurrentSession(
-        session_id=newest[1].stem,
-        transcript_path=str(newest[1]),
+        session_id=newest.stem,
+        transcript_path=str(newest),
         cwd=cwd,
-        updated_at=newest[0],
+        updated_at=mtime,
         found_by="newest",
     )
+
+
+def project_sessions(folders: list[Path]) -> list[tuple[float, Path]]:
+    """The session transcripts directly in ``folders`` (Claude Code's project folders), each
+    with the time it was last written, newest first; a file reached twice counts once.
+
+    Empty files are passed over (nothing to read yet), and so are ``agent-*.jsonl``: sub-agent
+    transcripts, which older Claude Code releases wrote beside the sessions (newer ones put them
+    in ``<session id>/subagents/``; docs/claude-code.md#where-the-sessions-are).
+    """
+    found: dict[str, tuple[float, Path]] = {}
+    for folder in folders:
+        try:
+            files = list(folder.glob("*.jsonl"))
+        except OSError:
+            continue
+        for file in files:
+            if file.name.startswith("agent-"):
+                continue
+            try:
+                info = file.stat()
+            except OSError:
+                continue  # removed while we looked
+            if info.st_size > 0 and file.is_file():
+                found.setdefault(os.path.realpath(file), (info.st_mtime, file))
+    return sorted(found.values(), key=lambda found: found[0], reverse=True)
 
 
 def default_data_dir() -> Path:

@@ -2,7 +2,7 @@
 
 ``SessionStart`` after a compaction (``compact``) or when a session is picked up again
 (``resume``) hands back the latest compaction's items (``core.handback``), unless they were
-handed back already: the state (``claude_state``) remembers which compactions were, so none is
+handed back already: the state (``state``) remembers which compactions were, so none is
 handed back twice. ``PostCompact`` gives the user one line: what the summary kept, what compactd
 gave back (docs/claude-code.md#hooks). The transcript is only read, from its end.
 """
@@ -13,16 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compactd.core.handback import (
-    Compaction,
-    Handback,
-    compaction_in_progress,
-    hand_back,
-    last_compaction,
-)
-from compactd.services import claude_state as state
-from compactd.services.agent_tail import read_tail
-from compactd.services.claude_events import (
+from compactd.agents.claude_code.services import state
+from compactd.agents.claude_code.services.events import (
     CC_HOOK_CONTEXT_CHARS,
     CONTEXT_LIMIT,
     HookAnswer,
@@ -30,6 +22,14 @@ from compactd.services.claude_events import (
     context_json,
     transcript_of,
 )
+from compactd.core.handback import (
+    Compaction,
+    Handback,
+    compaction_in_progress,
+    hand_back,
+    last_compaction,
+)
+from compactd.services.agent_tail import read_tail
 
 __all__ = ["post_compact", "session_start"]
 

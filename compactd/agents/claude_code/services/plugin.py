@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import msgspec
 
-from compactd.services import claude_settings as cs
+from compactd.agents.claude_code.services import settings as cs
 
 __all__ = [
     "MARKETPLACE",
@@ -71,7 +71,7 @@ _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 def plugin_folder() -> Path:
     """The plugin folder shipped with this compactd (a marketplace listing the plugin in it)."""
-    return Path(__file__).resolve().parents[1] / "agents" / "claude_code" / "plugin"
+    return Path(__file__).resolve().parents[1] / "plugin"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from compactd.services.claude_state import write_whole
+from compactd.agents.claude_code.services.state import write_whole
 
 __all__ = ["Prepared", "forget_prepared", "prepared_path", "read_prepared", "write_prepared"]
 

@@ -7,11 +7,11 @@ transcript in compactd's engine as a followed session (docs/follow.md), lets the
 background preparation work on it as on compactd's own sessions (docs/background.md: the start
 level, the refresh and the catch-up that keep the tail short, the persisted summary), and each
 time a summary is ready it keeps what ``compactd claude-code session-compact`` needs to answer
-the next compaction at once (``services.claude_prepared``): the summary, the last line it covers
+the next compaction at once (``services.prepared``): the summary, the last line it covers
 and the compaction whose span it summarizes. No hook ever starts this: only the process that
 lives as long as the session.
 
-Which session: the one the plugin's hooks record for the project folder (``services.claude_state``:
+Which session: the one the plugin's hooks record for the project folder (``services.state``:
 every hook event names the session and its transcript), else ``CLAUDE_CODE_SESSION_ID``, which
 Claude Code passes to the MCP servers it starts. That variable alone does not do: Observed
 (2.1.332), ``claude --continue`` passes a new id while it goes on writing the continued session's
@@ -32,12 +32,12 @@ import anyio
 import msgspec
 
 from compactd import protocol as p
+from compactd.agents.claude_code.services import state as claude_state
+from compactd.agents.claude_code.services.choice import summarizer_choice
+from compactd.agents.claude_code.services.prepared import Prepared, write_prepared
 from compactd.app import App
 from compactd.core.prompts import format_summary
 from compactd.engine.background import preparation_of
-from compactd.services import claude_state
-from compactd.services.claude_choice import summarizer_choice
-from compactd.services.claude_prepared import Prepared, write_prepared
 
 __all__ = ["ENV_SESSION_ID", "Target", "prepare", "target_of"]
 

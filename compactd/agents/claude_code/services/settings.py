@@ -25,7 +25,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from compactd.services.claude_state import claude_config_dir
+from compactd.agents.claude_code.services.state import claude_config_dir
 
 __all__ = ["InstallError", "Plan", "Scope", "install", "uninstall"]
 

@@ -2,7 +2,7 @@
 
 ``claudeCode/compact`` imports a Claude Code transcript as ``session/open`` does, compacts it
 and writes the result as a new Claude Code session beside the original
-(``engine.claude_code``). Bad input (a relative path, a missing file, not a transcript) is an
+(``engine``). Bad input (a relative path, a missing file, not a transcript) is an
 error before anything is imported or written.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from compactd import protocol as p
-from compactd.engine import claude_code as engine
+from compactd.agents.claude_code import engine
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:

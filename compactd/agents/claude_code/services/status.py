@@ -3,7 +3,7 @@
 Claude Code runs ``compactd claude-code statusline`` at each render with the session, the model
 and ``context_window`` (the latest response's usage) on stdin (docs/claude-code.md#status-line).
 The line gives the count and its share of the auto-compact threshold (``core.agent_gauge``), what
-compactd restored at the session's latest compaction (``claude_state``), and a warning when a
+compactd restored at the session's latest compaction (``state``), and a warning when a
 compaction left the context crowded. It reads no transcript: a render must be quick.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import msgspec
 
+from compactd.agents.claude_code.services import state
 from compactd.core.agent_gauge import Gauge, gauge, status_line
-from compactd.services import claude_state as state
 
 __all__ = ["StatusInputError", "status_line_for"]
 

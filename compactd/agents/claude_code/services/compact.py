@@ -17,7 +17,7 @@ The plugin's hook module (``register.js``) runs this command with the event on s
   Code's rows unchanged when it left nothing out.
 
 Every answer is new rows: none is given back by its handle. The hooks' state
-(``claude_state``) records the compaction as handed back, so the SessionStart hook does not
+(``services.state``) records the compaction as handed back, so the SessionStart hook does not
 repeat it, and what the status line shows after it. Reads the transcript only to know the span
 and its lines; writes nothing into it.
 """
@@ -32,6 +32,22 @@ from typing import Any, Final
 
 import msgspec
 
+from compactd.agents.claude_code.services import state
+from compactd.agents.claude_code.services.choice import summarizer_choice
+from compactd.agents.claude_code.services.events import CONTEXT_LIMIT
+from compactd.agents.claude_code.services.hooks import PRECOMPACT_INSTRUCTIONS
+from compactd.agents.claude_code.services.prepared import Prepared, read_prepared
+from compactd.agents.claude_code.services.rows import (
+    ClaudeCodeAnswer,
+    CompactEvent,
+    Row,
+    new_row,
+    record_of,
+    rows_tokens,
+    safe_start,
+    text_row,
+    turn_start,
+)
 from compactd.core import constants as c
 from compactd.core.agent_gauge import gauge
 from compactd.core.handback import (
@@ -43,25 +59,9 @@ from compactd.core.handback import (
 from compactd.core.ledger import carry_of, complete_summary
 from compactd.core.ledger.budget import view_budget
 from compactd.core.offline_summary import offline_summary
-from compactd.core.prompts import claude_code_summary
+from compactd.core.prompts import agent_summary_message
 from compactd.core.view import main_thread
-from compactd.services import claude_state as state
 from compactd.services.agent_tail import Tail, TailError, read_tail
-from compactd.services.claude_choice import summarizer_choice
-from compactd.services.claude_events import CONTEXT_LIMIT
-from compactd.services.claude_hooks import PRECOMPACT_INSTRUCTIONS
-from compactd.services.claude_prepared import Prepared, read_prepared
-from compactd.services.claude_rows import (
-    ClaudeCodeAnswer,
-    CompactEvent,
-    Row,
-    new_row,
-    record_of,
-    rows_tokens,
-    safe_start,
-    text_row,
-    turn_start,
-)
 from compactd.transcript.model import Record
 
 __all__ = [
@@ -328,7 +328,7 @@ def _compactd(ctx: _Context, prepared: Prepared | None, now: float, started: flo
         summary = offline_summary(ledger, limit=room, instructions=instructions)
         source = "offline"
     kept = rows[at:]
-    message = claude_code_summary(
+    message = agent_summary_message(
         summary,
         transcript_path=str(ctx.path) if ctx.path else None,
         trigger=event.trigger,

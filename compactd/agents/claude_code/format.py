@@ -19,20 +19,21 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
+
 from compactd.transcript.entries import COMPACTION_CONTENT, new_uuid
 from compactd.transcript.model import (
     COMPACT_BOUNDARY,
     Entry,
+    ParseReport,
     Record,
     parse_lines,
-    record_from_dict,
     transcript_timestamp,
 )
 
 __all__ = [
     "CLAUDE_CODE",
     "HOOK_ROW_SOURCE",
-    "SILENT_ATTACHMENTS",
     "ClaudeCodeFormat",
     "SESSION_FIELDS",
     "SourceFacts",
@@ -40,8 +41,8 @@ __all__ = [
     "mark_hook_summaries",
     "resume_command",
     "resume_lines",
+    "mark_hook_summary_lines",
     "source_facts",
-    "with_summary_mark",
 ]
 
 # The per-session fields Claude Code 2.1.330 stamps on every line it writes (seen in
@@ -227,13 +228,6 @@ def resume_command(session_id: str, cwd: str | None, *, here: str | None = None)
     return command
 
 
-#: Attachment kinds that stand for nothing the model is sent when the line carries no
-#: ``rendered`` copy: they record client state (a copy of the system prompt, hook bookkeeping).
-#: Seen in Claude Code 2.1.269 to 2.1.332 transcripts; 2.1.332 writes a ``prompt_snapshot`` of
-#: the whole system prompt whenever it changes.
-SILENT_ATTACHMENTS: Final = frozenset({"prompt_snapshot", "session_context", "hook_success"})
-
-
 # -- compactions a plugin hook answered -----------------------------------------------------------
 
 #: The ``rowSource`` of the lines Claude Code writes for what a plugin's hook returned
@@ -272,20 +266,48 @@ def mark_hook_summaries(records: Iterable[Record], boundaries: Iterable[str] = (
     return seen
 
 
-def with_summary_mark(record: Record) -> Record:
-    """``record`` (a hook-answered compaction's summary) with ``isCompactSummary`` in its line:
-    the form compactd's own copy of an imported or followed transcript keeps it in."""
-    return record_from_dict({**record.to_builtins(), "isCompactSummary": True})
+# A hook's row in a raw line, found without decoding the line (the quotes are JSON's own).
+_HOOK_ROW: Final = re.compile(rb'"rowSource"\s*:\s*"hook"')
+
+
+def mark_hook_summary_lines(data: bytes) -> bytes:
+    """``data`` (whole lines) with ``"isCompactSummary": true`` added to each line that is the
+    summary of a compaction a plugin hook answered, parented on a boundary among ``data``: the
+    form compactd's own copy of an imported or followed transcript keeps it in, and the form
+    every reader of lines takes it in (docs/claude-code.md#what-the-transcript-keeps). Every
+    other line is kept byte for byte; without such a line, ``data`` itself comes back."""
+    if not _HOOK_ROW.search(data):
+        return data
+    lines = data.split(b"\n")
+    boundaries: set[str] = set()
+    for i, line in enumerate(lines):
+        if b"compact_boundary" not in line and not _HOOK_ROW.search(line):
+            continue  # neither a boundary nor a hook's row: nothing to read in it
+        try:
+            (record,) = parse_lines([line])
+        except ValueError:
+            continue  # a line that does not parse is kept as it is (and skipped by readers)
+        entry = record.entry
+        if entry.is_compact_boundary and entry.uuid:
+            boundaries.add(entry.uuid)
+        elif is_hook_summary(entry, boundaries):
+            marked = {**record.to_builtins(), "isCompactSummary": True}
+            lines[i] = _ENCODER.encode(marked)
+    return b"\n".join(lines)
+
+
+_ENCODER: Final = msgspec.json.Encoder()
 
 
 # -- reading a running Claude Code session --------------------------------------------------------
 
 
 class ClaudeCodeFormat:
-    """Claude Code's JSONL transcript, as the readers of another agent's session take it
-    (``compactd.transcript.agents.AgentFormat``)."""
+    """Claude Code's JSONL transcript, as the port reads an agent's session
+    (``compactd.port.AgentFormat``). Its lines are compactd's own: read as they are."""
 
     name: Final = "Claude Code"
+    native: Final = True
     # A compaction's lines: the boundary and its summary (docs/claude-code.md#the-lines). The
     # quotes are JSON's own, so the same words inside a string (escaped quotes) never match.
     compaction_marks: Final = re.compile(
@@ -293,10 +315,19 @@ class ClaudeCodeFormat:
     )
     boundary_mark: Final = re.compile(rb'"subtype"\s*:\s*"compact_boundary"')
 
-    def records(self, lines: Iterable[bytes]) -> list[Record]:
-        records = list(parse_lines(lines))
+    def claims(self, head: bytes) -> bool:
+        """Whether the complete lines among a file's first bytes are Claude Code's."""
+        return self.recognizes(self.records(head.split(b"\n")[:-1]))
+
+    def records(self, lines: Iterable[bytes], report: ParseReport | None = None) -> list[Record]:
+        records = list(parse_lines(lines, report))
         mark_hook_summaries(records)
         return records
+
+    def transcript(self, data: bytes) -> bytes:
+        """The file's lines as they are, but for the summary of a compaction a plugin hook
+        answered, which gets ``isCompactSummary`` (``mark_hook_summary_lines``)."""
+        return mark_hook_summary_lines(data)
 
     def recognizes(self, records: Iterable[Record]) -> bool:
         """Whether the lines are Claude Code's: messages and system lines with uuids."""

@@ -1,0 +1,1 @@
+"""The agents compactd works inside, one package each (docs/agents.md)."""

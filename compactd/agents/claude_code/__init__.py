@@ -1,0 +1,102 @@
+"""Claude Code, the first agent through the port (docs/agents.md, docs/claude-code.md).
+
+The package holds what is Claude Code's: its reader and the lines of a session written for
+``claude --resume`` (``format``), its tool names (``vocabulary``), and its doors: the hooks, the
+status line and the state they share, install and uninstall (``services``), the
+``claudeCode/compact`` export (``engine``, ``handlers``) and ``compactd claude-code`` (``cli``);
+and its plugin (``plugin/``: the hooks, the MCP server and the ``session.compact`` module), whose
+summaries ``preparer`` prepares in ``compactd mcp`` (docs/claude-code.md#the-plugin).
+``AGENT`` is what the port (``compactd.port``) knows of it; a door is imported when it is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from compactd.agents.claude_code.vocabulary import VOCABULARY
+from compactd.core.vocabulary import Vocabulary
+
+if TYPE_CHECKING:
+    from compactd.port import Agent, AgentFormat, FoundSession
+
+__all__ = ["AGENT"]
+
+
+class ClaudeCode:
+    """Claude Code as the port sees it (``compactd.port.Agent``)."""
+
+    name: Final = "Claude Code"
+    command: Final = "claude-code"
+    help: Final = "hooks, status line and install for Claude Code"
+    suffixes: Final = (".jsonl",)
+    # Claude Code names the project in it to the MCP servers it starts (docs/recall.md).
+    project_env: Final = "CLAUDE_PROJECT_DIR"
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        return VOCABULARY
+
+    def format(self) -> AgentFormat:
+        from compactd.agents.claude_code.format import CLAUDE_CODE
+
+        return CLAUDE_CODE
+
+    def main(self, argv: list[str]) -> int:
+        from compactd.agents.claude_code.cli import main
+
+        return main(argv)
+
+    def handlers(self) -> Mapping[str, Any]:
+        from compactd.agents.claude_code.handlers import HANDLERS
+
+        return HANDLERS
+
+    def session_named(self, cwd: str, name: str) -> FoundSession | None:
+        from compactd.agents.claude_code.services.state import project_dir
+        from compactd.port import FoundSession
+
+        path = project_dir(cwd) / f"{name}.jsonl"
+        if not path.is_file():
+            return None
+        return FoundSession(path, name, f"Claude Code session in {path.parent}")
+
+    def current_session(self, data_dir: Path, cwd: str) -> FoundSession | None:
+        from compactd.agents.claude_code.services.state import find_current
+        from compactd.port import FoundSession
+
+        current = find_current(data_dir, cwd)
+        if current is None:
+            return None
+        how = (
+            "the current Claude Code session, as compactd's hook recorded it"
+            if current.found_by == "hook"
+            else "the newest Claude Code transcript of this folder (no hook has recorded one)"
+        )
+        return FoundSession(Path(current.transcript_path), current.session_id, how)
+
+    def mcp_companion(
+        self, data_dir: Path, cwd: str, environ: Mapping[str, str]
+    ) -> Callable[[], Awaitable[None]] | None:
+        """The plugin's summaries prepared in the background, when ``COMPACTD_SUMMARIZER``
+        chooses a model (docs/claude-code.md#prepared-in-the-background)."""
+        from compactd.agents.claude_code.services.choice import summarizer_choice
+
+        if not summarizer_choice(environ).prepares:
+            return None
+
+        async def prepare() -> None:
+            from compactd.agents.claude_code.preparer import prepare
+
+            await prepare(data_dir, cwd, environ)
+
+        return prepare
+
+    def no_current_session(self, cwd: str) -> str:
+        from compactd.agents.claude_code.services.state import project_dir
+
+        return f"no compactd hook has recorded one and {project_dir(cwd)} has no transcript"
+
+
+AGENT: Final[Agent] = ClaudeCode()

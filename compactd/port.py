@@ -1,0 +1,320 @@
+"""The port agents plug into: what an agent's package gives compactd, the list of agents, and
+the one way compactd reads an agent's files (docs/agents.md).
+
+compactd keeps a session as its own transcript lines (``compactd/transcript``, the shape Claude
+Code writes). Each agent it works inside has a package under ``compactd/agents/`` with its
+reader (from the agent's files to compactd's records), its tool vocabulary and its doors (hooks,
+status line, install, its protocol methods), and gives compactd one ``Agent`` (its ``AGENT``).
+Every module that reads an agent's session file goes through the functions here, and the
+format is told from the file's content, never from its name: the first agent's format that
+claims the file's first bytes reads it; a file none claims is read as compactd's own lines
+(Claude Code's reader, the ``native`` one), which also says what it could not read.
+
+Agents are found by their package name in ``INSTALLED`` and imported by name, so that nothing
+here (and nothing that reads through here) imports an agent: the core knows no agent, and no
+agent knows another (import-linter checks both, docs/agents.md#layers). The ``compactd``
+package imports this module, which installs the agents' tool vocabulary into the core before
+any of the core runs. Importing it stays cheap (the hooks and ``compactd --version`` start with
+it): what reads transcripts is imported in the functions that read.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+
+from compactd.core.vocabulary import Vocabulary, install
+
+if TYPE_CHECKING:
+    from compactd.transcript.model import ParseReport, Record
+
+__all__ = [
+    "AGENTS",
+    "INSTALLED",
+    "Agent",
+    "AgentFormat",
+    "FoundSession",
+    "agent_for",
+    "current_session",
+    "detect",
+    "mcp_companions",
+    "format_of",
+    "formats",
+    "handlers",
+    "no_current_session",
+    "project_dir",
+    "names_a_session",
+    "read_lines",
+    "recorded_model",
+    "records",
+    "session_named",
+    "session_suffixes",
+    "sessions_of",
+    "transcript",
+]
+
+# The agents compactd knows, by package under ``compactd/agents/``: adding an agent is its
+# package and its name here (docs/agents.md#adding-an-agent).
+INSTALLED: Final = ("claude_code",)
+
+# How much of a file's start a format is told from (a few complete lines of any agent's).
+_HEAD_BYTES: Final = 64 * 1024
+
+
+class AgentFormat(Protocol):
+    """How one agent's session files are read into compactd's records."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def native(self) -> bool:
+        """Whether the agent's lines are compactd's own (read as they are; one format is)."""
+        ...
+
+    @property
+    def compaction_marks(self) -> re.Pattern[bytes]:
+        """Matches, in a raw line, every line that belongs to a compaction."""
+        ...
+
+    @property
+    def boundary_mark(self) -> re.Pattern[bytes]:
+        """Matches the first line of a compaction (where the span it replaced ends)."""
+        ...
+
+    def claims(self, head: bytes) -> bool:
+        """Whether a file that starts with ``head`` is in this format."""
+        ...
+
+    def records(self, lines: Iterable[bytes], report: ParseReport | None = None) -> list[Record]:
+        """The lines as compactd's records (corrupt ones skipped, and counted in ``report``)."""
+        ...
+
+    def recognizes(self, records: Iterable[Record]) -> bool:
+        """Whether these records came from lines in this format."""
+        ...
+
+    def transcript(self, data: bytes) -> bytes:
+        """A whole file's bytes as compactd's transcript lines (the file itself when native)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FoundSession:
+    """An agent's session file that a front end (``compactd mcp``) was asked about."""
+
+    transcript: Path
+    session_id: str
+    how: str  # how it was found, said to the model in every answer
+
+
+class Agent(Protocol):
+    """What an agent's package gives compactd: ``AGENT`` in ``compactd/agents/<name>/``.
+
+    Its doors are imported only when they are used (a hook must not load the daemon).
+    """
+
+    @property
+    def name(self) -> str:
+        """The agent's name for people ("Claude Code")."""
+        ...
+
+    @property
+    def command(self) -> str:
+        """``compactd <command> ...`` runs the agent's own command line (``main``)."""
+        ...
+
+    @property
+    def help(self) -> str:
+        """One line for ``compactd --help``."""
+        ...
+
+    @property
+    def vocabulary(self) -> Vocabulary:
+        """Its tools by what their calls do (``core.vocabulary``)."""
+        ...
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """How the names of its session files end (``.jsonl``): a path a person gives
+        ``compactd mcp`` is taken for a session file by it."""
+        ...
+
+    @property
+    def project_env(self) -> str | None:
+        """The environment variable that names the project folder to the processes the agent
+        starts (its MCP server), if it sets one."""
+        ...
+
+    def format(self) -> AgentFormat:
+        """The reader of its session files."""
+        ...
+
+    def main(self, argv: list[str]) -> int:
+        """Its command line (hooks, status line, install...): the exit status."""
+        ...
+
+    def handlers(self) -> Mapping[str, Any]:
+        """The daemon's protocol methods that are the agent's own (``handlers.Handler`` each)."""
+        ...
+
+    def session_named(self, cwd: str, name: str) -> FoundSession | None:
+        """Its session called ``name`` (a session id) for the project folder ``cwd``."""
+        ...
+
+    def current_session(self, data_dir: Path, cwd: str) -> FoundSession | None:
+        """The session the agent is running in ``cwd``, as far as compactd can tell."""
+        ...
+
+    def mcp_companion(
+        self, data_dir: Path, cwd: str, environ: Mapping[str, str]
+    ) -> Callable[[], Awaitable[None]] | None:
+        """Work ``compactd mcp`` does beside its tools for as long as the agent's session lasts
+        (the process lives that long; a hook never starts one), or None; imported when it runs
+        (docs/agents.md)."""
+        ...
+
+    def no_current_session(self, cwd: str) -> str:
+        """Why ``current_session`` found none, for a person."""
+        ...
+
+
+def _load(name: str) -> Agent:
+    module = importlib.import_module(f"compactd.agents.{name}")
+    return cast(Agent, module.AGENT)
+
+
+AGENTS: Final[tuple[Agent, ...]] = tuple(_load(name) for name in INSTALLED)
+install(agent.vocabulary for agent in AGENTS)
+
+
+def agent_for(command: str) -> Agent | None:
+    """The agent whose command line is ``compactd <command>``."""
+    return next((a for a in AGENTS if a.command == command), None)
+
+
+def handlers() -> dict[str, Any]:
+    """Every agent's protocol methods (the daemon adds them to its own)."""
+    out: dict[str, Any] = {}
+    for agent in AGENTS:
+        out.update(agent.handlers())
+    return out
+
+
+def project_dir(environ: Mapping[str, str]) -> str | None:
+    """The project folder an agent named to the process it started, if one did."""
+    for agent in AGENTS:
+        name = agent.project_env
+        if name and environ.get(name):
+            return environ[name]
+    return None
+
+
+# -- reading an agent's files ---------------------------------------------------------------------
+
+
+@functools.cache
+def formats() -> tuple[AgentFormat, ...]:
+    """Every agent's reader, in ``INSTALLED`` order."""
+    return tuple(agent.format() for agent in AGENTS)
+
+
+def _native() -> AgentFormat:
+    return next(f for f in formats() if f.native)
+
+
+def detect(data: bytes) -> AgentFormat:
+    """The format of a session file, from its content (see the module docstring)."""
+    others = [f for f in formats() if not f.native]
+    if others:
+        head = data[:_HEAD_BYTES]
+        for fmt in others:
+            if fmt.claims(head):
+                return fmt
+    return _native()
+
+
+def transcript(data: bytes) -> bytes:
+    """A session file's bytes as compactd's transcript lines (what an import stores)."""
+    return detect(data).transcript(data)
+
+
+def records(data: bytes, report: ParseReport | None = None) -> list[Record]:
+    """A session file's bytes (or what was appended to it) as compactd's records.
+
+    Lines that cannot be read are skipped and counted in ``report``.
+    """
+    from compactd.transcript.model import parse_buffer
+
+    return [r for _, r in parse_buffer(transcript(data), report)]
+
+
+def read_lines(lines: Sequence[bytes], report: ParseReport | None = None) -> list[Record]:
+    """Like ``records``, for a file already cut into lines."""
+    return detect(b"\n".join(lines[:64])).records(lines, report)
+
+
+def recorded_model(data: bytes) -> str | None:
+    """The model a session file's latest response names (docs/thresholds.md#model-limits)."""
+    from compactd.core.tokens import recorded_model as latest
+    from compactd.transcript.model import newest_first
+
+    return latest(newest_first(transcript(data), containing=b'"assistant"'))
+
+
+def format_of(lines: Sequence[bytes]) -> tuple[AgentFormat, list[Record]] | None:
+    """The format that recognizes ``lines`` (complete lines from a running agent's file, read
+    from its end) and their records, or None when no reader knows them."""
+    for fmt in formats():
+        found = fmt.records(lines)
+        if fmt.recognizes(found):
+            return fmt, found
+    return None
+
+
+# -- an agent's sessions, for the front ends it starts ---------------------------------------------
+
+
+def session_named(cwd: str, name: str) -> FoundSession | None:
+    """The session some agent keeps for ``cwd`` under the id ``name``."""
+    return next((f for a in AGENTS if (f := a.session_named(cwd, name)) is not None), None)
+
+
+def current_session(data_dir: Path, cwd: str) -> FoundSession | None:
+    """The session an agent is running in ``cwd`` (the first agent that knows one)."""
+    return next((f for a in AGENTS if (f := a.current_session(data_dir, cwd)) is not None), None)
+
+
+def names_a_session(path: Path) -> bool:
+    """Whether ``path`` is named as some agent names its session files."""
+    name = "".join(path.suffixes)
+    return any(name.endswith(suffix) for agent in AGENTS for suffix in agent.suffixes)
+
+
+def session_suffixes() -> str:
+    """The endings of the agents' session files, for a message: ".jsonl"."""
+    return " or ".join(dict.fromkeys(s for agent in AGENTS for s in agent.suffixes))
+
+
+def sessions_of(cwd: str) -> str:
+    """What ``session_named`` looked for, for a message: "a Claude Code session of <cwd>"."""
+    return ", not ".join(f"a {agent.name} session of {cwd}" for agent in AGENTS)
+
+
+def no_current_session(cwd: str) -> str:
+    """Why no agent's session was found for ``cwd``, for a message."""
+    names = " or ".join(agent.name for agent in AGENTS)
+    reasons = "; ".join(agent.no_current_session(cwd) for agent in AGENTS)
+    return f"no {names} session found for {cwd}: {reasons}"
+
+
+def mcp_companions(
+    data_dir: Path, cwd: str, environ: Mapping[str, str]
+) -> list[Callable[[], Awaitable[None]]]:
+    """What the agents have ``compactd mcp`` do beside its tools (``Agent.mcp_companion``)."""
+    return [c for a in AGENTS if (c := a.mcp_companion(data_dir, cwd, environ)) is not None]

@@ -23,7 +23,7 @@ from typing import Final
 import anyio
 
 from compactd import port
-from compactd.mcp_server import McpConfig, build_server
+from compactd.mcp_server import McpConfig, build_server, serve_stdio
 
 __all__ = ["serve"]
 
@@ -69,7 +69,7 @@ def serve(config: McpConfig, env: Mapping[str, str]) -> int:
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signal)
             tg.start_soon(companions)
-            await server.run_stdio_async()
+            await serve_stdio(server)
             # stdin closed: the agent is gone.
             working.cancel()
             with anyio.move_on_after(_CLOSE_S):

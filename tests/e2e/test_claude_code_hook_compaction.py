@@ -18,7 +18,8 @@ from compactd.core.handback import last_compaction
 from compactd.core.recall_words import parse_query
 from compactd.mcp_server import McpConfig, context_answer
 from compactd.services.agent_tail import read_tail
-from compactd.services.recall_index import open_index
+from compactd.services.recall_index import use_index
+from compactd.services.safe_io import Deadline
 from compactd.transcript.model import parse_lines
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.e2e.test_follow import Transcript, assert_same_as_import, project_dir, until_entries
@@ -100,8 +101,12 @@ async def test_follow_through_a_hook_compaction_read_in_pieces(
 
 
 def test_recall_and_context_know_the_summary(tmp_path: Path) -> None:
-    with open_index(tmp_path / "data", HOOKED) as index:
-        found = index.search(parse_query("continues an earlier conversation"), 5)
+    found, _ = use_index(
+        tmp_path / "data",
+        HOOKED,
+        lambda index: index.search(parse_query("continues an earlier conversation"), 5),
+        deadline=Deadline(60),
+    )
     assert found.found and found.found[0].entry.role == "summary"
     config = McpConfig(tmp_path / "data", CWD, str(HOOKED))
     assert "compactions so far: 1" in context_answer(config, None)

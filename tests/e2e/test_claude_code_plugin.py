@@ -460,3 +460,30 @@ def test_install_help_explains_the_scopes(tmp_path: Path) -> None:
     assert "--replace-compaction" not in out
     for words in ("project (default", "user (your settings", "local (this project, for you only"):
         assert words in " ".join(out.split()), words
+
+
+def test_compactd_mcp_ends_on_sigint(tmp_path: Path) -> None:
+    """Claude Code stops its MCP servers with SIGINT (SIGTERM 100 ms later when that fails):
+    the server ends on it, where it used to wait on stdin until SIGTERM."""
+    import signal
+
+    env = _env(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "compactd", "mcp", "--cwd", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        hello = {
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        }  # fmt: skip
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write((json.dumps(hello) + "\n").encode())
+        process.stdin.flush()
+        assert b'"id":1' in process.stdout.readline()  # serving, stdin still open
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -3,8 +3,11 @@
 ``hook`` and ``statusline`` are what Claude Code runs, often and in short processes: they import
 only what they need (``python -m compactd`` reaches this module without the rest of the CLI),
 read the event on stdin, and print the answer. They never fail the user's session: any error is
-one line on stderr and exit 0 (docs/claude-code.md#hooks). ``install`` and ``uninstall`` edit
-Claude Code's settings (``services.settings``) and print what they changed.
+one line on stderr and exit 0 (docs/claude-code.md#hooks). Each has a deadline of its own, well
+under the timeout Claude Code is given for it: standard input is read until it ends or holds a
+whole event, and past the deadline the process says so on stderr and exits 0 without an answer
+(``compactd.services.safe_io``, docs/safe-io.md). ``install`` and ``uninstall`` edit Claude
+Code's settings (``services.settings``) and print what they changed.
 """
 
 from __future__ import annotations
@@ -12,14 +15,28 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
-__all__ = ["main"]
+__all__ = ["HOOK_DEADLINE_S", "STATUS_DEADLINE_S", "main"]
+
+# When this process started (near enough: this module is the first of compactd's it imports).
+_STARTED: Final = time.monotonic()
 
 # The most a hook reads from stdin: Claude Code's events are small, a PostCompact event holds a
-# summary; anything larger is not an event.
+# summary; anything larger is not an event. The status line's input is a few KB.
 MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
+MAX_STATUS_BYTES: Final = 1024 * 1024
+# A hook's and the status line's own deadlines, from the process's start (compactd's choice:
+# a third of the timeout install gives Claude Code for them, HOOK_TIMEOUT_S and
+# STATUS_TIMEOUT_S in services/settings.py; generous beside the tenth of a second they
+# usually take, so that a busy machine does not cut them: the hand-back of a 32 MB tail takes
+# some 9 s on a shared 2-core machine). Reading standard input gets half of it.
+HOOK_DEADLINE_S: Final = 20.0
+STATUS_DEADLINE_S: Final = 5.0
+# The most one line on stderr carries (a path or a message quoted in it is cut).
+_ERR_CHARS: Final = 1_000
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,33 +134,55 @@ def _data_dir(arg: str | None) -> Path:
     return Path(arg) if arg else default_data_dir()
 
 
-def _stdin() -> bytes:
-    data = sys.stdin.buffer.read(MAX_EVENT_BYTES + 1)
-    if len(data) > MAX_EVENT_BYTES:
-        raise ValueError(f"more than {MAX_EVENT_BYTES:,} bytes on stdin: not a hook event")
-    return data
+def _whole_object(data: bytes) -> bool:
+    """Whether ``data`` is one whole JSON object (an event whose sender keeps stdin open)."""
+    import msgspec
+
+    if not data.rstrip().endswith(b"}"):
+        return False
+    try:
+        return isinstance(msgspec.json.decode(data), dict)
+    except msgspec.DecodeError:
+        return False
+
+
+def _stdin(deadline_s: float, limit: int) -> bytes:
+    from compactd.services.safe_io import Deadline, read_input
+
+    remaining = max(0.5, deadline_s / 2 - (time.monotonic() - _STARTED))
+    return read_input(Deadline(remaining), limit, _whole_object, what="stdin")
 
 
 def _out(line: str) -> None:
     """One line on stdout: what Claude Code reads from a hook or a status line (this process
-    is Claude Code's, not the daemon's: no protocol frames here)."""
-    sys.stdout.write(line + "\n")
+    is Claude Code's, not the daemon's: no protocol frames here). Keys are redacted."""
+    from compactd.core.outbound import redact
+
+    sys.stdout.write(redact(line) + "\n")
+    sys.stdout.flush()
 
 
 def _err(line: str) -> None:
     """One line on stderr: a message for the person, never read by Claude Code as output."""
+    from compactd.core.outbound import redact
+
+    line = " ".join(redact(line).split())
+    if len(line) > _ERR_CHARS:
+        line = line[: _ERR_CHARS - 1] + "…"
     sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
-def _hook(args: argparse.Namespace) -> int:
+def _hook(args: argparse.Namespace) -> tuple[str, int]:
     from compactd.agents.claude_code.services.hooks import answer
 
     reply = answer(
-        _stdin(), _data_dir(args.data_dir), os.environ, block_compaction=args.block_compaction
+        _stdin(HOOK_DEADLINE_S, MAX_EVENT_BYTES),
+        _data_dir(args.data_dir),
+        os.environ,
+        block_compaction=args.block_compaction,
     )
-    if reply.stdout:
-        _out(reply.stdout)
-    return reply.exit_code
+    return reply.stdout, reply.exit_code
 
 
 def _session_compact(args: argparse.Namespace) -> int:
@@ -159,6 +198,8 @@ def _session_compact(args: argparse.Namespace) -> int:
     if len(data) > MAX_INPUT_BYTES:
         _err(f"compactd claude-code session-compact: more than {MAX_INPUT_BYTES:,} bytes on stdin")
         return 2
+    from compactd.core.outbound import redact
+
     try:
         result = answer(
             data,
@@ -172,15 +213,17 @@ def _session_compact(args: argparse.Namespace) -> int:
         return 2
     import msgspec
 
-    sys.stdout.buffer.write(msgspec.json.encode(result.body) + b"\n")
+    # The answer is the conversation again: keys in it are redacted as in every hook's output.
+    sys.stdout.write(redact(msgspec.json.encode(result.body).decode()) + "\n")
+    sys.stdout.flush()
     return 0
 
 
-def _statusline(args: argparse.Namespace) -> int:
+def _statusline(args: argparse.Namespace) -> tuple[str, int]:
     from compactd.agents.claude_code.services.status import status_line_for
 
-    _out(status_line_for(_stdin(), _data_dir(args.data_dir), os.environ))
-    return 0
+    raw = _stdin(STATUS_DEADLINE_S, MAX_STATUS_BYTES)
+    return status_line_for(raw, _data_dir(args.data_dir), os.environ), 0
 
 
 def _program() -> tuple[str, bool, str | None]:
@@ -205,7 +248,8 @@ def _settings(args: argparse.Namespace) -> int:
     from compactd.agents.claude_code.services import settings as cs
 
     project = Path(args.project).resolve()
-    data_dir = _data_dir(args.data_dir)
+    # Absolute: the commands install writes run in whatever folder Claude Code starts them.
+    data_dir = Path(os.path.abspath(_data_dir(args.data_dir).expanduser()))
     python, on_path, script = _program()
     program = plugin.Program(on_path, script)
     notes: list[str] = []
@@ -226,6 +270,7 @@ def _settings(args: argparse.Namespace) -> int:
                 plan = cs.install(
                     args.scope, project, runs, data_dir,
                     dry_run=args.dry_run, warning=not args.no_threshold_warning,
+                    pass_data_dir=args.data_dir is not None,
                 )  # fmt: skip
             elif cs.installed_settings(args.scope, project, data_dir):
                 raise cs.InstallError(
@@ -268,18 +313,34 @@ def _settings(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
+    from compactd.core.outbound import remember_secret, secrets_from_env
+
+    for secret in secrets_from_env(os.environ):
+        remember_secret(secret)
     args = _parser().parse_args(argv)
     if args.action in ("install", "uninstall"):
         return _settings(args)
     if args.action == "session-compact":
         try:
             return _session_compact(args)
-        except Exception as exc:  # the module falls back to Claude Code's own compaction
-            _err(f"compactd claude-code session-compact: {' '.join(str(exc).split())}")
+        except Exception as exc:  # noqa: BLE001 - the module falls back to Claude Code's own
+            _err(f"compactd claude-code session-compact: {exc}")
             return 1
-    # What Claude Code runs: any failure is one line on stderr, and the session goes on.
+    # What Claude Code runs: any failure is one line on stderr, and the session goes on; past
+    # its deadline the process ends wherever it is waiting.
+    from compactd.services.safe_io import Watchdog
+
+    deadline = HOOK_DEADLINE_S if args.action == "hook" else STATUS_DEADLINE_S
+    left = max(0.5, deadline - (time.monotonic() - _STARTED))
+    name = f"compactd claude-code {args.action}"
+    dog = Watchdog(left, lambda: f"{name}: gave up after its {deadline:g} s deadline, no answer")
     try:
-        return _hook(args) if args.action == "hook" else _statusline(args)
+        text, code = _hook(args) if args.action == "hook" else _statusline(args)
     except Exception as exc:  # noqa: BLE001 - a hook must never fail the user's session
-        _err(f"compactd claude-code {args.action}: {' '.join(str(exc).split())}")
+        dog.stop()
+        _err(f"{name}: {exc}")
         return 0
+    dog.stop()  # the answer is written whole, or not at all
+    if text:
+        _out(text)
+    return code

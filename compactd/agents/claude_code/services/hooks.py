@@ -24,6 +24,7 @@ from compactd.agents.claude_code.services.events import (
     parse_event,
     transcript_of,
 )
+from compactd.services.safe_io import is_regular_file
 
 __all__ = ["ENV_NO_WARNING", "PRECOMPACT_INSTRUCTIONS", "answer"]
 
@@ -112,7 +113,9 @@ def answer(
 ) -> HookAnswer:
     """The answer to the hook event ``raw`` (raises ``HookInputError`` or ``TailError``)."""
     event = parse_event(raw)
-    if event.session_id and event.transcript_path and event.cwd:
+    # Only a regular file is recorded as the session's transcript: a FIFO or a device named
+    # there would be handed to the MCP server and the status line as the current session.
+    if event.session_id and event.cwd and is_regular_file(event.transcript_path):
         state.record_current(
             data_dir,
             state.CurrentSession(

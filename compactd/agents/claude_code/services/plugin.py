@@ -183,7 +183,9 @@ def _status_line(settings: dict[str, Any], program: Program, scope: cs.Scope) ->
     if "statusLine" in settings:
         return False
     command = f"{program.command(scope)} claude-code statusline"
-    settings["statusLine"] = {"type": "command", "command": command, "padding": 0}
+    settings["statusLine"] = {
+        "type": "command", "command": command, "padding": 0, "timeout": cs.STATUS_TIMEOUT_S,
+    }  # fmt: skip
     return True
 
 

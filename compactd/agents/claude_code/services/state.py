@@ -24,9 +24,14 @@ from typing import Any
 import msgspec
 import platformdirs
 
+from compactd.services.safe_io import is_regular_file, read_regular
+
 #: Claude Code names a project's folder under ``~/.claude/projects/`` after its working
 #: directory with every character outside ``[A-Za-z0-9]`` replaced by ``-``.
 _PROJECT_DIR_CHARS = re.compile(r"[^A-Za-z0-9]")
+#: The most a state file may hold: they are a few KB (a session's keeps a bounded carry);
+#: anything larger is not compactd's and is read as no state.
+STATE_MAX_BYTES = 4 * 1024 * 1024
 
 
 class CurrentSession(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -81,10 +86,11 @@ def find_current(data_dir: Path, cwd: str) -> CurrentSession | None:
     was found, so that an answer can say so.
     """
     try:
-        recorded = msgspec.json.decode(_state_file(data_dir, cwd).read_bytes(), type=CurrentSession)
+        raw = read_regular(_state_file(data_dir, cwd), STATE_MAX_BYTES)
+        recorded = msgspec.json.decode(raw, type=CurrentSession)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         recorded = None
-    if recorded is not None and Path(recorded.transcript_path).is_file():
+    if recorded is not None and is_regular_file(recorded.transcript_path):
         return recorded
     sessions = project_sessions([project_dir(cwd)])
     if not sessions:
@@ -206,7 +212,7 @@ def _session_file(data_dir: Path, session_id: str) -> Path:
 def load_session(data_dir: Path, session_id: str) -> SessionState:
     """The state kept for ``session_id`` (empty when none, or when the file is unreadable)."""
     try:
-        raw = _session_file(data_dir, session_id).read_bytes()
+        raw = read_regular(_session_file(data_dir, session_id), STATE_MAX_BYTES)
         state = msgspec.json.decode(raw, type=SessionState)
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return SessionState(session_id=session_id)

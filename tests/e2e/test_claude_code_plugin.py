@@ -487,3 +487,44 @@ def test_compactd_mcp_ends_on_sigint(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def _status(tmp: Path, transcript: Path, tokens: int) -> str:
+    usage = {"input_tokens": tokens, "cache_read_input_tokens": 0}
+    status = {
+        "session_id": "sess-1",
+        "transcript_path": str(transcript),
+        "model": {"id": "claude-sonnet-4-5"},
+        "context_window": {"context_window_size": 200_000, "current_usage": usage},
+    }
+    run = _run(tmp, "statusline", stdin=json.dumps(status).encode())
+    assert run.returncode == 0, run.stderr
+    return run.stdout.decode()
+
+
+def test_the_status_line_shows_compactds_count_right_after_its_compaction(tmp_path: Path) -> None:
+    path, records = _session(tmp_path)
+    # Claude Code's count before: the session's latest usage is in its transcript.
+    _answer(_run(tmp_path, "session-compact", stdin=request(records, transcript=str(path)), COMPACTD_SUMMARIZER="offline"))
+    # Claude Code sends 0 until the next response: the count right after compaction stands in.
+    line = _status(tmp_path, path, 0)
+    count = int(line.split(" tok")[0].split("·")[-1].strip().replace(",", ""))
+    assert 0 < count < 60_000, line
+    assert " 0 tok" not in line and "0%" not in line.split("·")[2], line
+    # A response came: its count again.
+    assert "45,000 tok" in _status(tmp_path, path, 45_000)
+
+
+def test_the_status_line_reads_claude_codes_figure_after_its_own_compaction(tmp_path: Path) -> None:
+    path, _ = _session(tmp_path, entries=40)
+    boundary = {
+        "type": "system",
+        "subtype": "compact_boundary",
+        "uuid": "b-1",
+        "parentUuid": None,
+        "content": "Conversation compacted",
+        "compactMetadata": {"trigger": "auto", "preTokens": 150_000, "postTokens": 23_456},
+    }
+    with path.open("a") as fh:
+        fh.write(json.dumps(boundary) + "\n")
+    assert "23,456 tok" in _status(tmp_path, path, 0)

@@ -233,8 +233,11 @@ def context_answer(config: McpConfig, session: str | None) -> str:
     except OSError as exc:
         raise ToolError(f"cannot read the transcript {target.transcript}: {exc.strerror}") from exc
     # Only whole lines: the agent may be writing the last one.
-    records = port.records(data[: data.rfind(b"\n") + 1])
-    seen = outlook(records, os.environ, model=target.model, context_window=target.context_window)
+    records = port.records(port.complete(data))
+    recorded = port.recorded_limits(data)  # an agent whose model names say no window (Codex)
+    model = target.model or (recorded.model if recorded is not None else None)
+    window = target.context_window or (recorded.context_window if recorded is not None else None)
+    seen = outlook(records, os.environ, model=model, context_window=window)
     g = seen.gauge
     s = g.status
     compactions = sum(1 for r in records if is_compact_boundary_line(r.entry.type, r.entry.subtype))

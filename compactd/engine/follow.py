@@ -57,20 +57,26 @@ class Follower:
     """Follows one session's source transcript; all its state lives here."""
 
     def __init__(
-        self, runtime: Runtime, session: Session, path: Path, position: Position | None
+        self,
+        runtime: Runtime,
+        session: Session,
+        path: Path,
+        position: Position | None,
+        consumed: bytes | None = None,
     ) -> None:
         self.runtime = runtime
         self.session = session
         self.path = path
         # How far the file was read; None: read it whole and keep what the session lacks.
         self.position = position
+        # The file's reader, with what it keeps across chunks (docs/agents.md#reading), and the
+        # bytes an import already took in, read for that state before the first new chunk.
+        self.reading = port.Reading()
+        self._consumed = consumed
         # Lines without a uuid that the session holds and the file, read again from its start,
         # has not shown (yet): a truncated file written again must not add them twice.
         self._held: Counter[bytes] = Counter()
         self.scope = anyio.CancelScope()
-        # The last line read when it was a compaction boundary: read again beside the next
-        # lines, so that the summary after it is known for one (``_read``).
-        self._lead = b""
         self._changed = anyio.Event()
         # One read at a time: the task's and a reopen's (two reading from one position would
         # both add the lines that have no uuid).
@@ -108,9 +114,7 @@ class Follower:
 
     async def _sync(self) -> int:
         # Read and decoded in a worker thread: a file read again may be large.
-        read, records, skipped = await anyio.to_thread.run_sync(
-            _read, self.path, self.position, self._lead
-        )
+        read, records, skipped = await anyio.to_thread.run_sync(self._read)
         if not read.data and not read.reread:
             self.position = read.position
             return 0
@@ -128,9 +132,6 @@ class Follower:
             await self._follow_model(fresh)
             self.position = read.position
             self._held = held
-            if records:
-                last = records[-1]
-                self._lead = last.raw if last.entry.is_compact_boundary else b""
             if not read.reread:
                 session.skipped_lines += skipped
         if fresh or read.reread:
@@ -155,6 +156,19 @@ class Follower:
             )
         return len(fresh)
 
+    def _read(self) -> tuple[TailRead, list[Record], int]:
+        """What the file gained, its records as an import copies them, and the lines skipped
+        (in a worker thread, one read at a time)."""
+        if self._consumed is not None:
+            self.reading.warm(self._consumed)
+            self._consumed = None
+        read = read_new(self.path, self.position, MAX_IMPORT_BYTES)
+        if read.reread:
+            self.reading.reset()
+        report = ParseReport()
+        records = [as_imported(r) for r in self.reading.records(read.data, report)]
+        return read, records, report.skipped
+
     async def _follow_model(self, fresh: list[Record]) -> None:
         """Measure against the model the latest response names, as an import of the file
         would (docs/thresholds.md#model-limits), unless the client named one. Lock held."""
@@ -168,22 +182,6 @@ class Follower:
         await anyio.to_thread.run_sync(self.runtime.store.write_meta, meta)
         session.meta = meta
         log.info("session %s: the followed transcript now uses %s", session.session_id, model)
-
-
-def _read(path: Path, since: Position | None, lead: bytes) -> tuple[TailRead, list[Record], int]:
-    """What the file gained, its records as an import copies them, and the lines skipped.
-
-    ``lead``: the compaction boundary that ended the last read (its line), read again in front
-    of the new lines and dropped: a compaction's summary is known by the boundary it follows,
-    which the agent's reader must see beside it (docs/claude-code.md#what-the-transcript-keeps).
-    """
-    read = read_new(path, since, MAX_IMPORT_BYTES)
-    report = ParseReport()
-    data = lead + b"\n" + read.data if lead and read.data and not read.reread else read.data
-    records = [as_imported(r) for r in port.records(data, report)]
-    if data is not read.data:
-        records = records[1:]
-    return read, records, report.skipped
 
 
 def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:
@@ -270,7 +268,7 @@ class Followers:
             return False
         self.stop(session)
         position = position_of(consumed) if consumed is not None else None
-        follower = state.follower = Follower(self._runtime, session, path, position)
+        follower = state.follower = Follower(self._runtime, session, path, position, consumed)
         self._following.setdefault(str(path), set()).add(state)
         self.watcher.set_dirs(sid, [str(path.parent)])
         if not self._watching:

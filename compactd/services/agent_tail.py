@@ -108,7 +108,10 @@ def read_tail(path: Path, *, need: str = "compaction", limit: int = MAX_TAIL_BYT
             if pos > 0:
                 raise TailError(f"{path} ends in a line longer than the {cap:,} bytes a hook reads")
             raise TailError(f"{path} holds no complete line yet")
-        raise TailError(f"{path} is not a session file compactd reads (Claude Code JSONL)")
+        raise TailError(
+            f"{path} is not a session file compactd reads "
+            f"({' or '.join(f.name for f in formats())} JSONL)"
+        )
     fmt, records = found
     return Tail(fmt, records, pos == 0)
 

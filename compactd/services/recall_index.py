@@ -405,12 +405,17 @@ class RecallIndex:
         start = offset = int(meta.get("offset", 0))
         lines = int(meta.get("lines", 0))
         data = os.pread(fd, min(CHUNK_BYTES, st.st_size - offset), offset)
-        end = data.rfind(b"\n") + 1
-        if end == 0 and len(data) == CHUNK_BYTES:
+        end = len(port.complete(data))
+        if offset == 0 and end == len(data) < st.st_size and not data.endswith(b"\n"):
+            # A file written whole (a compressed rollout): read whole, never in chunks.
+            data = os.pread(fd, st.st_size, 0)
+            end = len(port.complete(data))
+        elif end == 0 and len(data) == CHUNK_BYTES:
             # One line longer than a chunk: read on to its end.
             data = _line_from(fd, offset, st.st_size)
             end = data.rfind(b"\n") + 1
-        # An agent's lines as compactd's own (docs/agents.md#reading).
+        # Whole lines only (or a compressed file whole), read as compactd's own lines
+        # (docs/agents.md#reading).
         for raw in port.transcript(data[:end]).split(b"\n")[:-1]:
             self._add(raw, lines)
             lines += 1

@@ -100,6 +100,26 @@ async def test_follow_through_a_hook_compaction_read_in_pieces(
         await assert_same_as_import(client, sid, src.path, data_dir)
 
 
+async def test_follow_after_an_import_that_ends_at_the_boundary(
+    spawn_daemon: SpawnDaemon, tmp_path: Path
+) -> None:
+    lines = _lines()
+    at = _boundary_at(lines)
+    src = Transcript(project_dir(tmp_path) / "live.jsonl", lines[: at + 1])
+    data_dir = tmp_path / "data"
+    sid = "followed"
+    async with spawn_daemon() as client, client.follow_updates(sid) as updates:
+        # The import takes the boundary; the hook's summary comes in the follower's first read.
+        await client.open_session(
+            cwd=CWD, session_id=sid, transcript_path=str(src.path), follow=True
+        )
+        src.append(b"".join(lines[at + 1 :]))
+        await until_entries(updates, src.entries())
+        messages = await client.messages(sid)
+        assert OPENING in json.dumps(messages.messages[0])
+        await assert_same_as_import(client, sid, src.path, data_dir)
+
+
 def test_recall_and_context_know_the_summary(tmp_path: Path) -> None:
     found, _ = use_index(
         tmp_path / "data",

@@ -49,7 +49,9 @@ def _text(result: CallToolResult) -> str:
 async def mcp_session(
     data_dir: Path, config_dir: Path, cwd: str, *extra: str
 ) -> AsyncIterator[ClientSession]:
-    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(config_dir)}
+    # Codex's folder beside Claude Code's: neither is the user's own.
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(config_dir),
+           "CODEX_HOME": str(config_dir.parent / "codex")}  # fmt: skip
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "compactd", "mcp", "--data-dir", str(data_dir), "--cwd", cwd, *extra],
@@ -149,7 +151,7 @@ async def test_bad_input_is_a_tool_error_not_a_crash(tmp_path: Path) -> None:
     # A folder with no Claude Code session at all.
     async with mcp_session(data, config, "/nowhere/at/all") as mcp:
         result = await mcp.call_tool("context", {})
-        assert result.is_error and "no Claude Code session found" in _text(result)
+        assert result.is_error and "no Claude Code or Codex session found" in _text(result)
 
 
 async def test_a_compactd_session_by_id(tmp_path: Path, spawn_daemon: SpawnDaemon) -> None:

@@ -19,14 +19,15 @@ import time
 from pathlib import Path
 from typing import Final
 
+from compactd.services import hook_events
+
 __all__ = ["HOOK_DEADLINE_S", "STATUS_DEADLINE_S", "main"]
 
 # When this process started (near enough: this module is the first of compactd's it imports).
 _STARTED: Final = time.monotonic()
 
-# The most a hook reads from stdin: Claude Code's events are small, a PostCompact event holds a
-# summary; anything larger is not an event. The status line's input is a few KB.
-MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
+# The most the status line reads from stdin (its input is a few KB; a hook's is
+# hook_events.MAX_EVENT_BYTES).
 MAX_STATUS_BYTES: Final = 1024 * 1024
 # A hook's and the status line's own deadlines, from the process's start (compactd's choice:
 # a third of the timeout install gives Claude Code for them, HOOK_TIMEOUT_S and
@@ -35,8 +36,6 @@ MAX_STATUS_BYTES: Final = 1024 * 1024
 # some 9 s on a shared 2-core machine). Reading standard input gets half of it.
 HOOK_DEADLINE_S: Final = 20.0
 STATUS_DEADLINE_S: Final = 5.0
-# The most one line on stderr carries (a path or a message quoted in it is cut).
-_ERR_CHARS: Final = 1_000
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,50 +133,18 @@ def _data_dir(arg: str | None) -> Path:
     return Path(arg) if arg else default_data_dir()
 
 
-def _whole_object(data: bytes) -> bool:
-    """Whether ``data`` is one whole JSON object (an event whose sender keeps stdin open)."""
-    import msgspec
-
-    if not data.rstrip().endswith(b"}"):
-        return False
-    try:
-        return isinstance(msgspec.json.decode(data), dict)
-    except msgspec.DecodeError:
-        return False
+def _stdin(deadline_s: float, limit: int = hook_events.MAX_EVENT_BYTES) -> bytes:
+    return hook_events.read_stdin(_STARTED, deadline_s, limit)
 
 
-def _stdin(deadline_s: float, limit: int) -> bytes:
-    from compactd.services.safe_io import Deadline, read_input
-
-    remaining = max(0.5, deadline_s / 2 - (time.monotonic() - _STARTED))
-    return read_input(Deadline(remaining), limit, _whole_object, what="stdin")
-
-
-def _out(line: str) -> None:
-    """One line on stdout: what Claude Code reads from a hook or a status line (this process
-    is Claude Code's, not the daemon's: no protocol frames here). Keys are redacted."""
-    from compactd.core.outbound import redact
-
-    sys.stdout.write(redact(line) + "\n")
-    sys.stdout.flush()
-
-
-def _err(line: str) -> None:
-    """One line on stderr: a message for the person, never read by Claude Code as output."""
-    from compactd.core.outbound import redact
-
-    line = " ".join(redact(line).split())
-    if len(line) > _ERR_CHARS:
-        line = line[: _ERR_CHARS - 1] + "…"
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
+_out, _err = hook_events.out, hook_events.err
 
 
 def _hook(args: argparse.Namespace) -> tuple[str, int]:
     from compactd.agents.claude_code.services.hooks import answer
 
     reply = answer(
-        _stdin(HOOK_DEADLINE_S, MAX_EVENT_BYTES),
+        _stdin(HOOK_DEADLINE_S),
         _data_dir(args.data_dir),
         os.environ,
         block_compaction=args.block_compaction,
@@ -328,19 +295,10 @@ def main(argv: list[str]) -> int:
             return 1
     # What Claude Code runs: any failure is one line on stderr, and the session goes on; past
     # its deadline the process ends wherever it is waiting.
-    from compactd.services.safe_io import Watchdog
-
     deadline = HOOK_DEADLINE_S if args.action == "hook" else STATUS_DEADLINE_S
-    left = max(0.5, deadline - (time.monotonic() - _STARTED))
-    name = f"compactd claude-code {args.action}"
-    dog = Watchdog(left, lambda: f"{name}: gave up after its {deadline:g} s deadline, no answer")
-    try:
-        text, code = _hook(args) if args.action == "hook" else _statusline(args)
-    except Exception as exc:  # noqa: BLE001 - a hook must never fail the user's session
-        dog.stop()
-        _err(f"{name}: {exc}")
-        return 0
-    dog.stop()  # the answer is written whole, or not at all
-    if text:
-        _out(text)
-    return code
+    return hook_events.run_bounded(
+        f"compactd claude-code {args.action}",
+        _STARTED,
+        deadline,
+        lambda: _hook(args) if args.action == "hook" else _statusline(args),
+    )

@@ -27,6 +27,7 @@ from compactd.transcript.model import (
     Entry,
     ParseReport,
     Record,
+    parse_buffer,
     parse_lines,
     transcript_timestamp,
 )
@@ -270,16 +271,17 @@ def mark_hook_summaries(records: Iterable[Record], boundaries: Iterable[str] = (
 _HOOK_ROW: Final = re.compile(rb'"rowSource"\s*:\s*"hook"')
 
 
-def mark_hook_summary_lines(data: bytes) -> bytes:
+def mark_hook_summary_lines(data: bytes, before: Iterable[str] = ()) -> bytes:
     """``data`` (whole lines) with ``"isCompactSummary": true`` added to each line that is the
-    summary of a compaction a plugin hook answered, parented on a boundary among ``data``: the
-    form compactd's own copy of an imported or followed transcript keeps it in, and the form
-    every reader of lines takes it in (docs/claude-code.md#what-the-transcript-keeps). Every
-    other line is kept byte for byte; without such a line, ``data`` itself comes back."""
+    summary of a compaction a plugin hook answered, parented on a boundary among ``data`` or
+    ``before`` (the uuids of boundaries read before ``data``): the form compactd's own copy of
+    an imported or followed transcript keeps it in, and the form every reader of lines takes it
+    in (docs/claude-code.md#what-the-transcript-keeps). Every other line is kept byte for byte;
+    without such a line, ``data`` itself comes back."""
     if not _HOOK_ROW.search(data):
         return data
     lines = data.split(b"\n")
-    boundaries: set[str] = set()
+    boundaries = set(before)
     for i, line in enumerate(lines):
         if b"compact_boundary" not in line and not _HOOK_ROW.search(line):
             continue  # neither a boundary nor a hook's row: nothing to read in it
@@ -297,6 +299,24 @@ def mark_hook_summary_lines(data: bytes) -> bytes:
 
 
 _ENCODER: Final = msgspec.json.Encoder()
+
+
+class ClaudeCodeStream:
+    """A Claude Code file read chunk after chunk (``compactd.port.RecordStream``): each line
+    stands alone but for a hook-answered compaction's summary, known by the boundary line
+    before it, which may have ended the chunk before; the last boundary read is kept for it."""
+
+    def __init__(self) -> None:
+        self._boundary: str | None = None
+
+    def feed(self, data: bytes, report: ParseReport | None = None) -> list[Record]:
+        before = (self._boundary,) if self._boundary else ()
+        records = [r for _, r in parse_buffer(mark_hook_summary_lines(data, before), report)]
+        for record in reversed(records):
+            if record.entry.is_compact_boundary and record.entry.uuid:
+                self._boundary = record.entry.uuid
+                break
+        return records
 
 
 # -- reading a running Claude Code session --------------------------------------------------------
@@ -324,10 +344,20 @@ class ClaudeCodeFormat:
         mark_hook_summaries(records)
         return records
 
-    def transcript(self, data: bytes) -> bytes:
-        """The file's lines as they are, but for the summary of a compaction a plugin hook
-        answered, which gets ``isCompactSummary`` (``mark_hook_summary_lines``)."""
+    def transcript(self, data: bytes, report: ParseReport | None = None) -> bytes:
+        """The file's lines as they are (the store counts the lines it cannot read), but for
+        the summary of a compaction a plugin hook answered, which gets ``isCompactSummary``
+        (``mark_hook_summary_lines``)."""
         return mark_hook_summary_lines(data)
+
+    def stream(self) -> ClaudeCodeStream:
+        return ClaudeCodeStream()
+
+    def complete(self, data: bytes) -> int:
+        return data.rfind(b"\n") + 1  # a last line without its newline is being written
+
+    def recorded_limits(self, data: bytes) -> tuple[str | None, int | None, int | None] | None:
+        return None  # Claude's model names say their window (docs/thresholds.md#model-limits)
 
     def recognizes(self, records: Iterable[Record]) -> bool:
         """Whether the lines are Claude Code's: messages and system lines with uuids."""

@@ -115,12 +115,11 @@ def answer(
     event = parse_event(raw)
     # Only a regular file is recorded as the session's transcript: a FIFO or a device named
     # there would be handed to the MCP server and the status line as the current session.
-    if event.session_id and event.cwd and is_regular_file(event.transcript_path):
+    path = event.transcript_path
+    if event.session_id and event.cwd and path and is_regular_file(path):
         state.record_current(
             data_dir,
-            state.CurrentSession(
-                session_id=event.session_id, transcript_path=event.transcript_path, cwd=event.cwd
-            ),
+            state.CurrentSession(session_id=event.session_id, transcript_path=path, cwd=event.cwd),
         )
     name = event.hook_event_name
     if name in ("SessionStart", "PostCompact"):

@@ -17,18 +17,15 @@ and otherwise takes out only its own entries. Running ``install`` twice changes 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import secrets
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import msgspec
-
 from compactd.agents.claude_code.services.state import claude_config_dir
+from compactd.services import installed
 from compactd.services.safe_io import read_regular
 
 __all__ = ["InstallError", "Plan", "Scope", "install", "uninstall"]
@@ -286,50 +283,17 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-class _Record(msgspec.Struct, kw_only=True):
-    path: str
-    original: bytes | None
-    written: str  # sha256 of the bytes compactd wrote
-    # Whether the file's folder did not exist before compactd's first install.
-    made_folder: bool = False
-
-
-def _record_file(data_dir: Path, path: Path) -> Path:
-    key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:24]
-    return data_dir / "claude-code" / "installed" / f"{key}.json"
-
-
-def _read_record(path: Path) -> _Record | None:
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=_Record)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-
-
-def _write(path: Path, data: bytes | None) -> None:
-    """Replace the file at ``path`` with ``data`` (None: remove it) in one rename. A symbolic
-    link is followed: its target is replaced (or removed) and the link stays as it was."""
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    if data is None:
-        target.unlink(missing_ok=True)
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.write_bytes(data)
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+# What install wrote, kept for uninstall (services/installed).
+AGENT_DIR: Final = "claude-code"
 
 
 def installed_settings(scope: Scope, project: Path, data_dir: Path) -> bool:
     """Whether ``install`` put compactd into ``scope``'s settings files (and ``uninstall`` has
     not taken it out since)."""
     files = scope_files(scope, project)
-    return any(_record_file(data_dir, p).is_file() for p in (files.settings, files.mcp))
+    return any(
+        installed.record_path(data_dir, AGENT_DIR, p).is_file() for p in (files.settings, files.mcp)
+    )
 
 
 def kept_status_line(path: Path, status: Any) -> str:
@@ -355,7 +319,7 @@ def dump_settings(data: dict[str, Any]) -> bytes:
 
 def write_file(path: Path, data: bytes | None) -> None:
     """Replace ``path`` whole with ``data`` (None: remove it)."""
-    _write(path, data)
+    installed.write_file(path, data)
 
 
 def plan_install(
@@ -416,16 +380,7 @@ def install(
         return plan
     for path, new in plan.writes.items():
         assert new is not None
-        record = _record_file(data_dir, path)
-        saved = _read_record(record)
-        if saved is None:  # the bytes from before compactd's first install are kept
-            saved = _Record(
-                path=str(path), original=before[path], written="",
-                made_folder=not path.parent.exists(),
-            )  # fmt: skip
-        saved.written = hashlib.sha256(new).hexdigest()
-        _write(record, msgspec.json.encode(saved))
-        _write(path, new)
+        installed.remember(data_dir, AGENT_DIR, path, before[path], new)
     return plan
 
 
@@ -464,43 +419,13 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
     """Take out what ``install`` put in (see the module docstring)."""
     files = scope_files(scope, project)
     loaded = _load_checked(files)
-    writes: dict[Path, bytes | None] = {}
-    changes: list[str] = []
-    folders: list[Path] = []
-    for path, (raw, data) in loaded.items():
-        record = _read_record(_record_file(data_dir, path))
-        digest = hashlib.sha256(raw).hexdigest() if raw is not None else None
-        if record is not None and digest == record.written:
-            writes[path] = record.original
-            changes.append(f"{path}: " + ("removed" if record.original is None else "restored"))
-            if record.original is None and record.made_folder:
-                folders.append(path.parent)
-        elif raw is not None:
-            _strip(data, files, path)
-            new = _dump(data)
-            if new != _dump(json.loads(raw) if raw.strip() else {}):
-                writes[path] = new
-                changes.append(f"{path}: compactd's entries taken out")
-    removed = {p for p, content in writes.items() if content is None}
-    # A folder install created goes only when the files it removes are all that is in it.
-    folders = [f for f in dict.fromkeys(folders) if _only(f, removed)]
-    changes += [f"{f}: removed (empty)" for f in folders]
-    if not dry_run:
-        for path, content in writes.items():
-            _write(path, content)
-        for path in loaded:
-            _record_file(data_dir, path).unlink(missing_ok=True)
-        for folder in folders:
-            try:
-                folder.rmdir()
-            except OSError:  # something appeared in it meanwhile: it stays
-                pass
+
+    def strip(path: Path, raw: bytes) -> bytes | None:
+        data = loaded[path][1]
+        _strip(data, files, path)
+        new = _dump(data)
+        return new if new != _dump(json.loads(raw) if raw.strip() else {}) else None
+
+    raws = {p: raw for p, (raw, _) in loaded.items()}
+    writes, changes = installed.undo(data_dir, AGENT_DIR, raws, strip, dry_run=dry_run)
     return Plan(writes, changes)
-
-
-def _only(folder: Path, files: set[Path]) -> bool:
-    """Whether ``folder`` holds nothing but ``files``."""
-    try:
-        return all(entry in files for entry in folder.iterdir())
-    except OSError:
-        return False

@@ -83,8 +83,12 @@ def main() -> None:
         from compactd.agents.claude_code.cli import HOOK_DEADLINE_S
 
         big = root / "big.jsonl"
-        user = {"type": "user", "uuid": "u", "sessionId": "s",
-                "message": {"role": "user", "content": "hello world " * 40}}
+        user = {
+            "type": "user",
+            "uuid": "u",
+            "sessionId": "s",
+            "message": {"role": "user", "content": "hello world " * 40},
+        }
         reply = {"type": "assistant", "uuid": "a", "sessionId": "s",
                  "message": {"role": "assistant", "id": "m", "model": "claude-sonnet-4-5",
                              "content": [{"type": "text", "text": "ok " * 100}],

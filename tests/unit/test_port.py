@@ -34,7 +34,7 @@ ALLOWED = (
 )
 # The functions that turn transcript bytes or lines into records.
 PARSERS = frozenset(
-    {"parse_lines", "parse_buffer", "newest_first", "record_from_line", "line_uuid"}
+    {"parse_lines", "parse_buffer", "read_buffer", "newest_first", "record_from_line", "line_uuid"}
 )
 # A bytes literal that starts with a JSON key or string ('"type"', '"assistant"'): looking for
 # a field in raw lines is reading their format too.

@@ -198,6 +198,28 @@ def _post_tokens(
     return fixed + rows_tokens(out)
 
 
+class _Cwd(msgspec.Struct):
+    cwd: str | None = None
+
+
+_CWD: Final = msgspec.json.Decoder(_Cwd)
+
+
+def _cwd_of(records: list[Record]) -> str | None:
+    """The working folder the latest line that names one names (a field left in the raw line,
+    not decoded into its entry)."""
+    for record in reversed(records):
+        if b'"cwd"' not in record.raw:
+            continue
+        try:
+            cwd = _CWD.decode(record.raw).cwd
+        except msgspec.DecodeError:
+            continue
+        if cwd:
+            return cwd
+    return None
+
+
 class _Context:
     """What every path of the answer needs: the request, the transcript, the hooks' state."""
 
@@ -211,11 +233,7 @@ class _Context:
         path = transcript or (Path(inp.transcript_path) if inp.transcript_path else None)
         self.path = path
         self.tail = _tail(path)
-        self.cwd = (
-            next((r.entry.cwd for r in reversed(self.tail.records) if r.entry.cwd), None)
-            if self.tail is not None
-            else None
-        )
+        self.cwd = _cwd_of(self.tail.records) if self.tail is not None else None
         self.span = _span(self.rows, self.tail, self.cwd)
         # Where each line is in the transcript (as far as it was read).
         self.lines: dict[str, int] = (

@@ -91,7 +91,7 @@ node-test: $(STAMP)
 EDITORS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/compactd-editors
 CODE_SERVER_VERSION := 4.100.3
 # The Claude Code CLI tests/editors/test_claude_code.py resumes compactd's sessions in.
-CLAUDE_CODE_VERSION := 2.1.330
+CLAUDE_CODE_VERSION := 2.1.332
 # The Codex CLI tests/editors/test_codex.py runs against the emulator's Responses API.
 CODEX_VERSION := 0.171.0
 # The Gemini CLI tests/editors/test_gemini.py checks docs/gemini.md's facts on (Node >= 20).

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
@@ -47,6 +47,7 @@ __all__ = [
     "complete",
     "current_session",
     "detect",
+    "mcp_companions",
     "format_of",
     "formats",
     "handlers",
@@ -226,6 +227,14 @@ class Agent(Protocol):
         """The session the agent is running in ``cwd``, as far as compactd can tell."""
         ...
 
+    def mcp_companion(
+        self, data_dir: Path, cwd: str, environ: Mapping[str, str]
+    ) -> Callable[[], Awaitable[None]] | None:
+        """Work ``compactd mcp`` does beside its tools for as long as the agent's session lasts
+        (the process lives that long; a hook never starts one), or None; imported when it runs
+        (docs/agents.md)."""
+        ...
+
     def no_current_session(self, cwd: str) -> str:
         """Why ``current_session`` found none, for a person."""
         ...
@@ -342,13 +351,15 @@ class Reading:
 
     def warm(self, data: bytes) -> None:
         """Read the file's start already taken in elsewhere (an import), for the state its
-        reader keeps; compactd's own lines keep none and are not read again."""
+        reader keeps; of compactd's own lines only the last is read again (the line after it
+        may be a compaction's summary, known by the boundary line before it)."""
         if not data.strip():
             return
         fmt = detect(data)
         self._stream = fmt.stream()
-        if not fmt.native:
-            self._stream.feed(data)
+        if fmt.native:
+            data = data[data.rstrip(b"\n").rfind(b"\n") + 1 :]
+        self._stream.feed(data)
 
     def reset(self) -> None:
         """The file is read again from its start."""
@@ -475,3 +486,10 @@ def no_current_session(cwd: str) -> str:
     names = " or ".join(agent.name for agent in AGENTS)
     reasons = "; ".join(agent.no_current_session(cwd) for agent in AGENTS)
     return f"no {names} session found for {cwd}: {reasons}"
+
+
+def mcp_companions(
+    data_dir: Path, cwd: str, environ: Mapping[str, str]
+) -> list[Callable[[], Awaitable[None]]]:
+    """What the agents have ``compactd mcp`` do beside its tools (``Agent.mcp_companion``)."""
+    return [c for a in AGENTS if (c := a.mcp_companion(data_dir, cwd, environ)) is not None]

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from compactd.agents.claude_code.format import is_hook_summary
 from compactd.core import recall
 from compactd.core.ledger import build_ledger, check_summary
 from compactd.core.recall_words import parse_query, words
@@ -177,8 +178,17 @@ def measure(paths: list[Path]) -> dict[str, Tally]:
     return tallies
 
 
+def compacted_by_compactd(path: Path) -> bool:
+    """Whether a compaction of the transcript was answered by compactd's plugin (a summary row
+    filed by its ``session.compact`` hook): compactd's summary keeps what it replaces, so such a
+    compaction drops nothing to look for."""
+    records = [r for _, r in parse_buffer(path.read_bytes())]
+    boundaries = {r.entry.uuid for r in records if r.entry.subtype == "compact_boundary"}
+    return any(is_hook_summary(r.entry, {b for b in boundaries if b}) for r in records)
+
+
 def transcripts() -> list[Path]:
     return sorted(TRANSCRIPTS.glob("*.jsonl"))
 
 
-__all__ = ["Item", "agent_query", "dropped", "measure", "transcripts"]
+__all__ = ["Item", "agent_query", "compacted_by_compactd", "dropped", "measure", "transcripts"]

@@ -236,13 +236,14 @@ def main(argv: list[str] | None = None) -> int:
         return run_stdio(Path(args.data_dir) if args.data_dir else None)
     if args.command == "mcp":
         _setup_logging(args.verbose, args.log_file)
-        from compactd.mcp_server import McpConfig, run
+        from compactd.cli.mcp_serve import serve
+        from compactd.mcp_server import McpConfig
         from compactd.services.store import default_data_dir
 
         data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
         # The agent names the project where it sets it (CLAUDE_PROJECT_DIR; docs/recall.md).
         cwd = args.cwd or port.project_dir(os.environ) or os.getcwd()
-        return run(McpConfig(data_dir, cwd, args.session))
+        return serve(McpConfig(data_dir, cwd, args.session), os.environ)
     return _run_report(args)
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "hand_back",
     "handback_title",
     "last_compaction",
+    "span_ledger",
 ]
 
 # The opening of the text handed back: the tests and the docs find it by these words.
@@ -271,6 +272,15 @@ def _with_carry(records: list[Record], carry: Mapping[str, Any] | None) -> list[
     return [*records[:at], marked, *records[at + 1 :]]
 
 
+def span_ledger(
+    replaced: list[Record], *, cwd: str | None = None, carry: Mapping[str, Any] | None = None
+) -> SurvivalLedger:
+    """The survival ledger of a replaced span, with ``carry`` (the ledger folded at the
+    compaction before) put on the earlier summary that opens it, so that what earlier
+    compactions handed back is checked again."""
+    return build_ledger(_with_carry(replaced, carry), cwd=cwd)
+
+
 def hand_back(
     compaction: Compaction,
     *,
@@ -286,7 +296,7 @@ def hand_back(
     when one was handed back: its items are checked against this summary too. ``agent``: whose
     summary it is (the text names it).
     """
-    ledger: SurvivalLedger = build_ledger(_with_carry(compaction.replaced, carry), cwd=cwd)
+    ledger = span_ledger(compaction.replaced, cwd=cwd, carry=carry)
     missing = check_summary(ledger, compaction.summary)
     missing.constraints = []  # the user's messages that hold them are checked themselves
     totals = (len(ledger.human), len(ledger.commands), len(ledger.files))

@@ -29,6 +29,7 @@ __all__ = [
     "CLEARED_TOOL_RESULT_PLACEHOLDER",
     "DOCUMENT_MARKER",
     "IMAGE_MARKER",
+    "SILENT_ATTACHMENTS",
     "LEADING_USER_PLACEHOLDER",
     "ApiView",
     "api_view",
@@ -51,10 +52,12 @@ DOCUMENT_MARKER: Final = "[document]"
 # an assistant message (e.g. a hand-built session), this short user turn goes first.
 LEADING_USER_PLACEHOLDER: Final = "[earlier conversation not shown]"
 
+
 # Attachment kinds that render to nothing when a line carries no ``rendered`` copy: they record
 # client state (a copy of the system prompt, hook bookkeeping) rather than model input. Seen in
-# Claude Code 2.1.269 and 2.1.330 transcripts.
-_SILENT_ATTACHMENTS: Final = frozenset({"prompt_snapshot", "session_context", "hook_success"})
+# Claude Code 2.1.269 to 2.1.332 transcripts (2.1.332 writes a ``prompt_snapshot`` of the whole
+# system prompt whenever it changes); the token estimate counts them as nothing too.
+SILENT_ATTACHMENTS: Final = frozenset({"prompt_snapshot", "session_context", "hook_success"})
 
 _SKILL_LISTING: Final = "skill_listing"
 
@@ -149,7 +152,7 @@ def attachment_blocks(raw: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(payload, dict):
         return []
     kind = payload.get("type")
-    if kind in _SILENT_ATTACHMENTS:
+    if kind in SILENT_ATTACHMENTS:
         return []
     return [_text(_render_payload(payload))]
 

@@ -24,6 +24,7 @@ __all__ = [
     "PLAIN_SYSTEM_PROMPT",
     "PromptKind",
     "SUMMARY_HEADING",
+    "agent_summary_message",
     "compact_prompt",
     "continuation_message",
     "resume_message",
@@ -287,6 +288,42 @@ def resume_message(summary: str, *, transcript_path: str) -> str:
     )
 
 
+# How the agent gets back what a summary compactd wrote leaves out: compactd's MCP server, which
+# its plugin installs beside the agent (docs/claude-code.md#the-plugin).
+_CLAUDE_CODE_RECALL: Final = (
+    "Where the summary says recall:<id>, the `recall` tool of the compactd MCP server returns "
+    "that entry of the transcript whole; it also finds anything else from before this point by "
+    "a few words, a file path or a command."
+)
+
+
+def agent_summary_message(
+    summary: str,
+    *,
+    transcript_path: str | None,
+    trigger: str,
+    recent_messages_kept: bool,
+) -> str:
+    """The first message of a compaction compactd answers for the agent it runs inside (Claude
+    Code's ``session.compact``, docs/claude-code.md#the-plugin): the summary, where the whole
+    transcript is, how to recall from it, whether the latest messages follow verbatim, and, for
+    the automatic compaction in the middle of a turn, to carry on without a word about it."""
+    # The agent calls the MCP tool `recall`, not the protocol's recall/search.
+    parts = [_OPENING, strip_continuation(summary).replace("recall/search", "recall")]
+    if transcript_path:
+        parts.append(
+            f"{_TRANSCRIPT_POINTER} that the summary leaves out (exact code, error messages, "
+            f"command output, text you wrote), the session's transcript keeps all of it: "
+            f"{transcript_path}"
+        )
+    parts.append(_CLAUDE_CODE_RECALL)
+    if recent_messages_kept:
+        parts.append(_PARTIAL_TAIL)
+    if trigger == "auto":
+        parts.append(_AUTO_TAIL)
+    return "\n\n".join(parts)
+
+
 def continuation_message(
     summary: str,
     *,
@@ -325,7 +362,8 @@ def strip_continuation(text: str) -> str:
     kept = [
         p
         for p in paragraphs
-        if p.strip() not in (_OPENING, _PARTIAL_TAIL, _AUTO_TAIL, _RESUMED_TAIL)
+        if p.strip()
+        not in (_OPENING, _PARTIAL_TAIL, _AUTO_TAIL, _RESUMED_TAIL, _CLAUDE_CODE_RECALL)
         and not p.strip().startswith(_TRANSCRIPT_POINTER)
     ]
     return "\n\n".join(kept).strip()

@@ -116,11 +116,18 @@ class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True)
     commands: int = 0
     files: int = 0
     chars: int = 0
-    #: the agent's count right after the compaction, when it records one
+    #: the agent's count right after the compaction, when it records one, or, until it is
+    #: filed, compactd's estimate of it when compactd answered the compaction
     post_tokens: int | None = None
     #: the text handed back, kept for an agent whose hooks must give it again with every
     #: request until the next compaction (Gemini CLI's BeforeModel); empty for the others
     text: str = ""
+    #: who wrote the compaction: "" (the agent; compactd handed back after it), "claude-code"
+    #: (Claude Code's summary with compactd's rows added by its plugin), or the summary compactd
+    #: answered with ("prepared", "offline") (docs/claude-code.md#the-plugin)
+    source: str = ""
+    #: how long compactd took to answer the agent's compaction event, in ms
+    answer_ms: int | None = None
 
 
 class Compacted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
@@ -145,6 +152,11 @@ class SessionState(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=T
     carry_after: str = ""
     #: the threshold level last warned about, with the compaction it was in ("<id>:<level>")
     warned: str = ""
+    #: an agent's plugin went on to the agent's own compaction and asks again with its summary:
+    #: the compaction it is for (the one after ``pending_after``) and when; the hook that hands
+    #: back after a compaction leaves that one to it (docs/claude-code.md#the-plugin)
+    pending_after: str | None = None
+    pending_at: float = 0.0
 
 
 def _session_file(data_dir: Path, agent: str, session_id: str) -> Path:

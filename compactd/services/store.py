@@ -358,6 +358,7 @@ def as_imported(record: Record) -> Record:
 
     The imported file was written whole: a group size from the file it came from would let a
     later load cut acknowledged lines, so it is dropped; everything else is kept byte for byte.
+    (The agent's reader has made its lines compactd's before: docs/agents.md#reading.)
     """
     if GROUP_SIZE_FIELD.encode() not in record.raw:
         return record

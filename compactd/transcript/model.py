@@ -116,6 +116,8 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc
     is_compact_summary: bool | None = None
     is_visible_in_transcript_only: bool | None = None
     is_api_error_message: bool | None = None
+    # Who wrote the line (Claude Code 2.1.332: ``local``, ``harness``, ``hook``, ...).
+    row_source: str | None = None
     subtype: str | None = None
     content: Any = None
     message: Message | None = None

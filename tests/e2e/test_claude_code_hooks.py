@@ -25,6 +25,13 @@ TITLE = "compactd: what Claude Code's summary above left out"
 
 def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CLAUDE", "COMPACTD"))}
+    # No claude program on PATH: what install does is decided by its flags, not by this machine.
+    # This compactd on PATH first, as a user who installed it has it (a project's settings run
+    # `compactd` from PATH).
+    env["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).absolute().parent)]
+        + [d for d in env.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "claude").exists()]
+    )
     env.update(
         HOME=str(tmp / "home"),
         CLAUDE_CONFIG_DIR=str(tmp / "home" / ".claude"),
@@ -209,6 +216,16 @@ def test_unknown_fields_are_ignored(tmp_path: Path) -> None:
     assert run.returncode == 0 and TITLE.encode() in run.stdout
 
 
+def _program() -> str:
+    """This compactd as a user/local install writes it: its console script beside the
+    interpreter when it has one, else the interpreter with the module."""
+    script = Path(sys.executable).absolute().parent / "compactd"
+    if not script.is_file():
+        return f"{sys.executable} -m compactd"
+    found = shutil.which("compactd", path=_env(Path("/nonexistent"))["PATH"])
+    return "compactd" if found and os.path.samefile(found, script) else str(script)
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
@@ -224,14 +241,14 @@ def test_install_uninstall_round_trip(tmp_path: Path, scope: str) -> None:
     (project / ".claude" / "settings.json").write_bytes(b'{ "permissions": {"allow": []} }')
     before = {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}}
 
-    dry = _run(tmp_path, "install", "--scope", scope, "--dry-run", cwd=project)
+    dry = _run(tmp_path, "install", "--settings-hooks", "--scope", scope, "--dry-run", cwd=project)
     assert dry.returncode == 0 and b"would change" in dry.stdout
     assert {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}} == before
-    run = _run(tmp_path, "install", "--scope", scope, cwd=project)
+    run = _run(tmp_path, "install", "--settings-hooks", "--scope", scope, cwd=project)
     assert run.returncode == 0 and b"changed: " in run.stdout, run.stderr
     installed = {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}}
     assert installed != before
-    again = _run(tmp_path, "install", "--scope", scope, cwd=project)
+    again = _run(tmp_path, "install", "--settings-hooks", "--scope", scope, cwd=project)
     assert b"nothing to change" in again.stdout
     assert {**_tree(home), **{f"p/{k}": v for k, v in _tree(project).items()}} == installed
     settings_file = {
@@ -242,8 +259,9 @@ def test_install_uninstall_round_trip(tmp_path: Path, scope: str) -> None:
     settings = json.loads(settings_file.read_text())
     hook = settings["hooks"]["SessionStart"][-1]
     assert hook["matcher"] == "compact|resume"
-    assert hook["hooks"][0]["command"].endswith("-m compactd claude-code hook")
-    assert hook["hooks"][0]["command"].startswith(sys.executable)
+    # compactd from PATH in a project's files (no path of this machine), else this compactd.
+    program = "compactd" if scope == "project" else _program()
+    assert hook["hooks"][0]["command"] == f"{program} claude-code hook"
     assert "compactd claude-code statusline" in settings["statusLine"]["command"]
     mcp_file, at = {
         "user": (home / ".claude" / ".claude.json", []),
@@ -254,7 +272,10 @@ def test_install_uninstall_round_trip(tmp_path: Path, scope: str) -> None:
     for key in at:
         servers = servers[key]
     assert servers["mcpServers"]["compactd"]["alwaysLoad"] is True
-    assert servers["mcpServers"]["compactd"]["args"] == ["-m", "compactd", "mcp"]
+    assert servers["mcpServers"]["compactd"]["command"].split()[-1].endswith("compactd") or (
+        servers["mcpServers"]["compactd"]["args"][:2] == ["-m", "compactd"]
+    )
+    assert servers["mcpServers"]["compactd"]["args"][-1] == "mcp"
 
     out = _run(tmp_path, "uninstall", "--scope", scope, cwd=project)
     assert out.returncode == 0, out.stderr
@@ -264,7 +285,7 @@ def test_install_uninstall_round_trip(tmp_path: Path, scope: str) -> None:
 def test_uninstall_after_the_user_edited_takes_out_only_compactds_entries(tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / ".claude").mkdir(parents=True)
-    assert _run(tmp_path, "install", "--scope", "project", cwd=project).returncode == 0
+    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode == 0
     settings_file = project / ".claude" / "settings.json"
     settings = json.loads(settings_file.read_text())
     settings["model"] = "sonnet"
@@ -277,7 +298,7 @@ def test_uninstall_after_the_user_edited_takes_out_only_compactds_entries(tmp_pa
 def test_uninstall_removes_the_folder_install_created_once_it_is_empty(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    assert _run(tmp_path, "install", "--scope", "project", cwd=project).returncode == 0
+    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode == 0
     assert (project / ".claude" / "settings.json").exists()
     dry = _run(tmp_path, "uninstall", "--scope", "project", "--dry-run", cwd=project)
     assert f"{project / '.claude'}: removed (empty)".encode() in dry.stdout
@@ -286,7 +307,7 @@ def test_uninstall_removes_the_folder_install_created_once_it_is_empty(tmp_path:
     assert list(project.iterdir()) == []
 
     # Something else now lives in the folder install created: it stays, with that file.
-    assert _run(tmp_path, "install", "--scope", "local", cwd=project).returncode == 0
+    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "local", cwd=project).returncode == 0
     (project / ".claude" / "agents.md").write_text("mine")
     out = _run(tmp_path, "uninstall", "--scope", "local", cwd=project)
     assert out.returncode == 0 and f"{project / '.claude'}: removed".encode() not in out.stdout
@@ -298,7 +319,7 @@ def test_install_refuses_a_settings_file_it_cannot_parse(tmp_path: Path) -> None
     (project / ".claude").mkdir(parents=True)
     broken = project / ".claude" / "settings.json"
     broken.write_bytes(b'{"hooks": {,}')
-    run = _run(tmp_path, "install", "--scope", "project", cwd=project)
+    run = _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project)
     assert run.returncode == 1
     assert str(broken).encode() in run.stderr and b"nothing was changed" in run.stderr
     assert broken.read_bytes() == b'{"hooks": {,}' and not (project / ".mcp.json").exists()
@@ -592,7 +613,7 @@ def test_settings_of_unexpected_shapes_are_refused_in_one_line(
         }[where]
         path.write_text(text)
         before = _everything(tmp)
-        run = _run(tmp, action, "--scope", scope, cwd=project)
+        run = _run(tmp, action, *(["--settings-hooks"] if action == "install" else []), "--scope", scope, cwd=project)
         err = run.stderr.decode()
         tracebacks += "Traceback" in err
         changed += _everything(tmp) != before
@@ -616,7 +637,7 @@ def test_a_symlinked_settings_file_stays_a_link(tmp_path: Path) -> None:
     link.symlink_to(target)
     # A second link, relative and dangling: install creates its target, uninstall removes it.
     (tmp_path / "home" / ".claude").mkdir(parents=True)
-    assert _run(tmp_path, "install", "--scope", "project", cwd=project).returncode == 0
+    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode == 0
     assert link.is_symlink() and os.readlink(link) == str(target)
     installed = json.loads(target.read_text())
     assert installed["model"] == "opus" and "SessionStart" in installed["hooks"]
@@ -628,7 +649,7 @@ def test_a_symlinked_settings_file_stays_a_link(tmp_path: Path) -> None:
 
     dangling = project / ".claude" / "settings.local.json"
     dangling.symlink_to("../../dotfiles/local.json")
-    assert _run(tmp_path, "install", "--scope", "local", cwd=project).returncode == 0
+    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "local", cwd=project).returncode == 0
     assert dangling.is_symlink() and (dotfiles / "local.json").is_file()
     assert _run(tmp_path, "uninstall", "--scope", "local", cwd=project).returncode == 0
     assert dangling.is_symlink() and not (dotfiles / "local.json").exists()
@@ -639,11 +660,13 @@ def test_install_with_a_data_dir_writes_commands_that_use_it(tmp_path: Path) -> 
     project = tmp_path / "project"
     (project / ".claude").mkdir(parents=True)
     mine = tmp_path / "my data"
-    run = _run(tmp_path, "install", "--scope", "project", "--data-dir", "../my data", cwd=project)
+    run = _run(tmp_path, "install", "--settings-hooks", "--scope", "project", "--data-dir", "../my data", cwd=project)
     assert run.returncode == 0, run.stderr
     settings = json.loads((project / ".claude" / "settings.json").read_text())
     server = json.loads((project / ".mcp.json").read_text())["mcpServers"]["compactd"]
-    assert server["args"] == ["-m", "compactd", "mcp", "--data-dir", str(mine)]
+    # compactd from PATH in a project's files; the data dir asked for, absolute.
+    assert server["command"] == "compactd"
+    assert server["args"] == ["mcp", "--data-dir", str(mine)]
     status = settings["statusLine"]
     assert status["timeout"] == STATUS_TIMEOUT_S
     hook = settings["hooks"]["SessionStart"][0]["hooks"][0]

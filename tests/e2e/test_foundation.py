@@ -19,6 +19,7 @@ import pytest
 from compactd_client import Client, RpcError
 
 from compactd import protocol as p
+from compactd.agents.claude_code.format import is_hook_summary
 from compactd.transcript.model import parse_lines
 from tests.conftest import daemon_args, fixture_transcripts
 from tests.helpers import CWD, assistant, text_block, user
@@ -221,9 +222,17 @@ async def test_import_every_fixture_transcript(app_client: Client, path: Path) -
     roles = [m["role"] for m in msgs.messages]
     assert roles and roles[0] == "user"
     assert all(a != b for a, b in zip(roles, roles[1:], strict=False)), "roles must alternate"
-    # the source is read, never modified; the copy holds the same lines
+    # the source is read, never modified; the copy holds the same lines, except that the summary
+    # of a compaction a plugin hook answered gains the mark of a summary
+    # (docs/claude-code.md#what-the-transcript-keeps)
     copy = Path(opened.transcript_path).read_bytes().splitlines()
-    assert copy == [r.raw for r in records]
+    assert len(copy) == len(records)
+    boundaries = {r.uuid for r in records if r.entry.is_compact_boundary}
+    for line, record in zip(copy, records, strict=True):
+        if is_hook_summary(record.entry, boundaries):
+            assert json.loads(line) == {**record.to_builtins(), "isCompactSummary": True}
+        else:
+            assert line == record.raw
     bd = await app_client.tokens_breakdown(opened.session_id)
     assert bd.total_tokens > 0
 

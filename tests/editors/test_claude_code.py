@@ -1,6 +1,6 @@
 """The real Claude Code CLI resumes the sessions ``compactd compact`` writes.
 
-Claude Code 2.1.330 from npm (tests/editors/setup.sh installs it; ``CLAUDE_CODE`` names the
+Claude Code 2.1.332 from npm (tests/editors/setup.sh installs it; ``CLAUDE_CODE`` names the
 executable) runs headless (``-p``) against tests/emulator on loopback, kept offline by its own
 variables (a dummy key, no telemetry, no non-essential traffic, no autoupdater) with HOME and
 CLAUDE_CONFIG_DIR in a temporary folder; ``IS_SANDBOX=1`` lets it run as root with
@@ -30,7 +30,7 @@ from tests.emulator import Emulator
 from tests.emulator.script import ApiError, Reply, ToolUse
 
 # What the installed CLI must say it is (Makefile CLAUDE_CODE_VERSION).
-VERSION = "2.1.330"
+VERSION = "2.1.332"
 DEFAULT_CLAUDE = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     / "compactd-editors"
@@ -39,7 +39,7 @@ DEFAULT_CLAUDE = (
     / ".bin"
     / "claude"
 )
-# The opening of the instruction Claude Code 2.1.330 adds to a summarization request (seen in
+# The opening of the instruction Claude Code (2.1.330 to 2.1.332) adds to a summarization request (seen in
 # its requests to the emulator).
 CC_SUMMARY_INSTRUCTION = "CRITICAL: Respond with TEXT ONLY"
 # The opening of compactd's summary message (core/prompts.py).

@@ -1,8 +1,8 @@
 """compactd installed into the real Claude Code CLI: hooks, MCP recall, status line, uninstall.
 
-Claude Code 2.1.330 (tests/editors/setup.sh; ``CLAUDE_CODE`` names it) runs headless against
+Claude Code 2.1.332 (tests/editors/setup.sh; ``CLAUDE_CODE`` names it) runs headless against
 tests/emulator, offline, in a trusted project folder after ``compactd claude-code install
---scope project``. The emulated model reads a file and runs shell commands over several turns;
+--settings-hooks --scope project`` (the install where plugins are not available). The emulated model reads a file and runs shell commands over several turns;
 its summaries (the emulated summarizer's) keep neither the user's words nor the commands.
 After Claude Code's own ``/compact`` and after its automatic compaction (the API refusing a
 request as too long), the first request must carry what the summary dropped, once; the model
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.editors.conftest import out_dir, require
+from tests.editors.conftest import out_dir, require, venv_bin
 from tests.editors.test_claude_code import (
     CC_SUMMARY_INSTRUCTION,
     DEFAULT_CLAUDE,
@@ -132,6 +132,8 @@ def test_claude_code_with_compactd_installed(tmp_path: Path, emu: Emulator) -> N
     claude = Claude(exe, emu, home, project, out / "claude.log")
     data_home = tmp_path / "data"
     claude.env["XDG_DATA_HOME"] = str(data_home)
+    # compactd on PATH, as a user who installed it has it: the project's settings run it so.
+    claude.env["PATH"] = os.pathsep.join([str(venv_bin()), claude.env["PATH"]])
     # How long Claude Code waits for an MCP server to connect (ms): on a loaded machine the
     # server's start (the MCP SDK's imports) can take longer than Claude Code's default wait,
     # and a headless run then starts without its tools.
@@ -144,11 +146,13 @@ def test_claude_code_with_compactd_installed(tmp_path: Path, emu: Emulator) -> N
     own = b'{\n  "permissions": {"allow": ["Bash(echo:*)"]}\n}\n'
     (project / ".claude" / "settings.json").write_bytes(own)
 
-    env = {**os.environ, **claude.env, "PATH": os.environ.get("PATH", "")}
-    run = _compactd("claude-code", "install", "--scope", "project", env=env, cwd=project)
+    env = {**os.environ, **claude.env}
+    # The settings-file install (where plugins are not available: docs/claude-code.md#install);
+    # the plugin is tests/editors/test_claude_code_plugin.py's.
+    run = _compactd("claude-code", "install", "--settings-hooks", "--scope", "project", env=env, cwd=project)
     assert run.returncode == 0, run.stderr
     assert "hook SessionStart" in run.stdout and ".mcp.json" in run.stdout
-    again = _compactd("claude-code", "install", "--scope", "project", env=env, cwd=project)
+    again = _compactd("claude-code", "install", "--settings-hooks", "--scope", "project", env=env, cwd=project)
     assert "nothing to change" in again.stdout
     settings = json.loads((project / ".claude" / "settings.json").read_text())
     assert settings["permissions"] == {"allow": ["Bash(echo:*)"]}

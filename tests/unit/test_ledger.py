@@ -23,6 +23,7 @@ from compactd.core.ledger import (
     check_summary,
     clip,
     complete_summary,
+    file_lines,
     fit_parts,
     view_budget,
 )
@@ -304,3 +305,21 @@ def test_parts_give_up_detail_largest_first_and_the_users_words_last() -> None:
     # Nothing fits: everything at its least detailed level.
     got = fit_parts(parts, 10)
     assert {k: r.size for k, r in got.items()} == {"words": 100, "commands": 50, "paths": 100}
+
+
+def test_two_files_of_one_name_are_found_by_their_folders_groups() -> None:
+    entries: list[dict[str, Any]] = [user("Look at the commands", uuid="u1")]
+    for i, path in enumerate(["./.claude/commands", "~/.claude/commands", "/repo/src/app.py"]):
+        entries += [
+            tool_call(f"g{i}", "Glob", {"pattern": "*", "path": path}),
+            tool_result(f"g{i}", "x"),
+        ]
+    ledger = build_ledger(to_records(entries), cwd="/repo")
+    assert len(ledger.files) == 3
+    listed = "\n".join(file_lines(ledger.files))
+    assert "./.claude/: commands" in listed  # compactd lists them by folder
+    assert not check_summary(ledger, "Summary.\n" + listed).files
+    # A name under another folder's group does not count.
+    assert [
+        f.path for f in check_summary(ledger, "- ./.claude/: commands\n- src/: app.py").files
+    ] == ["~/.claude/commands"]

@@ -25,7 +25,7 @@ from tests.conftest import fixture_transcripts
 
 def test_every_fixture_loads_without_skipping() -> None:
     files = fixture_transcripts()
-    assert len(files) == 6, [path.name for path in files]
+    assert len(files) == 7, [path.name for path in files]
     for path in files:
         report = ParseReport()
         records = list(parse_lines(path.read_bytes().splitlines(), report))

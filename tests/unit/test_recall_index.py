@@ -23,7 +23,7 @@ from compactd.core.recall_render import (
 from compactd.core.recall_words import is_correction, parse_query
 from compactd.services.recall_index import RecallIndex, SearchOutcome, index_path, use_index
 from compactd.services.safe_io import Deadline
-from tests.recall_items import dropped, found_by_index, transcripts
+from tests.recall_items import compacted_by_compactd, dropped, found_by_index, transcripts
 
 
 def _user(uid: str, text: str) -> dict[str, Any]:
@@ -281,7 +281,8 @@ def test_output_stays_within_its_budget() -> None:
 @pytest.mark.parametrize("path", transcripts(), ids=lambda p: p.stem[-24:])
 def test_every_dropped_item_is_found_from_a_few_words(tmp_path: Path, path: Path) -> None:
     items = dropped(path)
-    assert items, "each transcript has dropped items to look for"
+    # compactd's own compactions (its plugin's) drop nothing; every other transcript has some.
+    assert items or compacted_by_compactd(path), "each transcript has dropped items to look for"
     with RecallIndex(tmp_path, path) as index:
         index.refresh()
         missed = [(i.kind, i.query, i.text[:60]) for i in items if not found_by_index(index, i)]

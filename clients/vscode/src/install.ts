@@ -2,9 +2,11 @@
  * "Install into Claude Code for this workspace" (`compactd.installClaudeCode`): runs
  * `compactd claude-code install --scope project` in the workspace folder with the compactd the
  * extension finds for its daemon (`locate.ts`: the setting, PATH, then the Python extension's
- * interpreter from `interpreter.ts`). That puts compactd's hooks, status line and MCP server into
- * the project's Claude Code settings (docs/claude-code.md#install); the output channel shows what
- * changed, and a notice says how to take it out again.
+ * interpreter from `interpreter.ts`). That installs compactd's Claude Code plugin for the project
+ * (its compaction, hooks and recall MCP server, copied into .claude/compactd-plugin and named by
+ * a relative path), through Claude Code's own plugin commands when `claude` is on PATH, with the
+ * status line (docs/claude-code.md#install); the output channel shows what changed, and a notice
+ * says how to take it out again.
  */
 
 import { execFile } from "node:child_process";
@@ -60,7 +62,7 @@ export class ClaudeCodeInstall {
       throw new Error(outcome.output.split("\n").pop() ?? "the install command failed");
     }
     void vscode.window.showInformationMessage(
-      "compactd is installed into Claude Code for this workspace (hooks, status line, the recall MCP server). " +
+      "compactd's plugin is installed into Claude Code for this workspace (its compaction, hooks, status line, the recall MCP server). " +
         "Take it out with: compactd claude-code uninstall --scope project",
     );
   }

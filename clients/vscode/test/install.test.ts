@@ -1,7 +1,8 @@
 /**
  * "Install into Claude Code for this workspace": the command line built from the daemon's, and a
  * real run of it with the repository's compactd in a temporary workspace, which must leave the
- * project's Claude Code settings with compactd's hooks and its MCP server (docs/claude-code.md#install).
+ * project's Claude Code settings with compactd's plugin enabled from its copy in the project
+ * (docs/claude-code.md#install).
  */
 
 import assert from "node:assert/strict";
@@ -32,16 +33,18 @@ describe("install into Claude Code", () => {
     assert.deepEqual(installCommand([PYTHON, "-m", "compactd", "serve"], "/w").slice(0, 4), [PYTHON, "-m", "compactd", "claude-code"]);
   });
 
-  it("installs the hooks and the MCP server into the workspace, and says what changed", async () => {
+  it("installs compactd's plugin into the workspace, and says what changed", async () => {
     const workspace = tempDir("workspace");
-    const env = { ...process.env, XDG_DATA_HOME: tempDir("data"), PYTHONPATH: REPO_ROOT };
+    // No claude program on PATH here: install writes the keys Claude Code's plugin commands write.
+    const bare = (process.env.PATH ?? "").split(path.delimiter).filter((d) => d && !fs.existsSync(path.join(d, "claude")));
+    const env = { ...process.env, PATH: bare.join(path.delimiter), XDG_DATA_HOME: tempDir("data"), PYTHONPATH: REPO_ROOT };
     const outcome = await runInstall(installCommand(daemonCommand(), workspace), workspace, env);
     assert.ok(outcome.ok, outcome.output);
-    assert.match(outcome.output, /changed: .*hook SessionStart/);
+    assert.match(outcome.output, /changed: .*plugin compactd@compactd enabled/);
     const settings = JSON.parse(fs.readFileSync(path.join(workspace, ".claude", "settings.json"), "utf8"));
-    assert.match(settings.hooks.SessionStart[0].hooks[0].command, /-m compactd claude-code hook$/);
-    const mcp = JSON.parse(fs.readFileSync(path.join(workspace, ".mcp.json"), "utf8"));
-    assert.equal(mcp.mcpServers.compactd.alwaysLoad, true);
+    assert.deepEqual(settings.enabledPlugins, { "compactd@compactd": true });
+    assert.equal(settings.extraKnownMarketplaces.compactd.source.path, "./.claude/compactd-plugin");
+    assert.ok(fs.existsSync(path.join(workspace, ".claude", "compactd-plugin", "hooks", "register.js")));
     const again = await runInstall(installCommand(daemonCommand(), workspace), workspace, env);
     assert.match(again.output, /nothing to change/);
   });
@@ -54,6 +57,6 @@ describe("install into Claude Code", () => {
     const outcome = await runInstall(installCommand(daemonCommand(), workspace), workspace, env);
     assert.equal(outcome.ok, false);
     assert.match(outcome.output, /settings\.json is not valid JSON.*nothing was changed/);
-    assert.equal(fs.existsSync(path.join(workspace, ".mcp.json")), false);
+    assert.equal(fs.existsSync(path.join(workspace, ".claude", "compactd-plugin")), false);
   });
 });

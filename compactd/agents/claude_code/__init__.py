@@ -3,13 +3,15 @@
 The package holds what is Claude Code's: its reader and the lines of a session written for
 ``claude --resume`` (``format``), its tool names (``vocabulary``), and its doors: the hooks, the
 status line and the state they share, install and uninstall (``services``), the
-``claudeCode/compact`` export (``engine``, ``handlers``) and ``compactd claude-code`` (``cli``).
+``claudeCode/compact`` export (``engine``, ``handlers``) and ``compactd claude-code`` (``cli``);
+and its plugin (``plugin/``: the hooks, the MCP server and the ``session.compact`` module), whose
+summaries ``preparer`` prepares in ``compactd mcp`` (docs/claude-code.md#the-plugin).
 ``AGENT`` is what the port (``compactd.port``) knows of it; a door is imported when it is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -73,6 +75,23 @@ class ClaudeCode:
             else "the newest Claude Code transcript of this folder (no hook has recorded one)"
         )
         return FoundSession(Path(current.transcript_path), current.session_id, how)
+
+    def mcp_companion(
+        self, data_dir: Path, cwd: str, environ: Mapping[str, str]
+    ) -> Callable[[], Awaitable[None]] | None:
+        """The plugin's summaries prepared in the background, when ``COMPACTD_SUMMARIZER``
+        chooses a model (docs/claude-code.md#prepared-in-the-background)."""
+        from compactd.agents.claude_code.services.choice import summarizer_choice
+
+        if not summarizer_choice(environ).prepares:
+            return None
+
+        async def prepare() -> None:
+            from compactd.agents.claude_code.preparer import prepare
+
+            await prepare(data_dir, cwd, environ)
+
+        return prepare
 
     def no_current_session(self, cwd: str) -> str:
         from compactd.agents.claude_code.services.state import project_dir

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+import msgspec
 
 from compactd.transcript.entries import COMPACTION_CONTENT, new_uuid
 from compactd.transcript.model import (
     COMPACT_BOUNDARY,
+    Entry,
     ParseReport,
     Record,
     parse_buffer,
@@ -31,11 +34,15 @@ from compactd.transcript.model import (
 
 __all__ = [
     "CLAUDE_CODE",
+    "HOOK_ROW_SOURCE",
     "ClaudeCodeFormat",
     "SESSION_FIELDS",
     "SourceFacts",
+    "is_hook_summary",
+    "mark_hook_summaries",
     "resume_command",
     "resume_lines",
+    "mark_hook_summary_lines",
     "source_facts",
 ]
 
@@ -222,6 +229,96 @@ def resume_command(session_id: str, cwd: str | None, *, here: str | None = None)
     return command
 
 
+# -- compactions a plugin hook answered -----------------------------------------------------------
+
+#: The ``rowSource`` of the lines Claude Code writes for what a plugin's hook returned
+#: (Observed (2.1.332), docs/claude-code.md#what-the-transcript-keeps).
+HOOK_ROW_SOURCE: Final = "hook"
+
+
+def is_hook_summary(entry: Entry, boundaries: Container[str]) -> bool:
+    """Whether ``entry`` is the summary of a compaction a plugin's ``session.compact`` hook
+    answered: Claude Code files the hook's first message as a user line with ``rowSource:
+    "hook"``, parented on the compaction's boundary (one of ``boundaries``), and without
+    ``isCompactSummary`` (Observed (2.1.332), docs/claude-code.md#what-the-transcript-keeps).
+    The hook's later messages are parented on the line before them: they are the kept tail."""
+    return (
+        entry.type == "user"
+        and entry.row_source == HOOK_ROW_SOURCE
+        and entry.is_compact_summary is not True
+        and entry.parent_uuid is not None
+        and entry.parent_uuid in boundaries
+    )
+
+
+def mark_hook_summaries(records: Iterable[Record], boundaries: Iterable[str] = ()) -> set[str]:
+    """Mark the summaries of hook-answered compactions among ``records`` (live records, in
+    file order) as compaction summaries, in memory (``isCompactSummary``), so that every reader
+    takes them as it takes Claude Code's own. ``boundaries``: the uuids of boundaries that
+    came before ``records``. Returns those and the boundaries among ``records``."""
+    seen = set(boundaries)
+    for record in records:
+        entry = record.entry
+        if entry.is_compact_boundary:
+            if entry.uuid:
+                seen.add(entry.uuid)
+        elif is_hook_summary(entry, seen):
+            entry.is_compact_summary = True
+    return seen
+
+
+# A hook's row in a raw line, found without decoding the line (the quotes are JSON's own).
+_HOOK_ROW: Final = re.compile(rb'"rowSource"\s*:\s*"hook"')
+
+
+def mark_hook_summary_lines(data: bytes, before: Iterable[str] = ()) -> bytes:
+    """``data`` (whole lines) with ``"isCompactSummary": true`` added to each line that is the
+    summary of a compaction a plugin hook answered, parented on a boundary among ``data`` or
+    ``before`` (the uuids of boundaries read before ``data``): the form compactd's own copy of
+    an imported or followed transcript keeps it in, and the form every reader of lines takes it
+    in (docs/claude-code.md#what-the-transcript-keeps). Every other line is kept byte for byte;
+    without such a line, ``data`` itself comes back."""
+    if not _HOOK_ROW.search(data):
+        return data
+    lines = data.split(b"\n")
+    boundaries = set(before)
+    for i, line in enumerate(lines):
+        if b"compact_boundary" not in line and not _HOOK_ROW.search(line):
+            continue  # neither a boundary nor a hook's row: nothing to read in it
+        try:
+            (record,) = parse_lines([line])
+        except ValueError:
+            continue  # a line that does not parse is kept as it is (and skipped by readers)
+        entry = record.entry
+        if entry.is_compact_boundary and entry.uuid:
+            boundaries.add(entry.uuid)
+        elif is_hook_summary(entry, boundaries):
+            marked = {**record.to_builtins(), "isCompactSummary": True}
+            lines[i] = _ENCODER.encode(marked)
+    return b"\n".join(lines)
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+class ClaudeCodeStream:
+    """A Claude Code file read chunk after chunk (``compactd.port.RecordStream``): each line
+    stands alone but for a hook-answered compaction's summary, known by the boundary line
+    before it, which may have ended the chunk before; the last boundary read is kept for it."""
+
+    def __init__(self) -> None:
+        self._boundary: str | None = None
+
+    def feed(self, data: bytes, report: ParseReport | None = None) -> list[Record]:
+        before = (self._boundary,) if self._boundary else ()
+        records = [r for _, r in parse_buffer(mark_hook_summary_lines(data, before), report)]
+        for record in reversed(records):
+            if record.entry.is_compact_boundary and record.entry.uuid:
+                self._boundary = record.entry.uuid
+                break
+        return records
+
+
 # -- reading a running Claude Code session --------------------------------------------------------
 
 
@@ -243,16 +340,18 @@ class ClaudeCodeFormat:
         return self.recognizes(self.records(head.split(b"\n")[:-1]))
 
     def records(self, lines: Iterable[bytes], report: ParseReport | None = None) -> list[Record]:
-        return list(parse_lines(lines, report))
+        records = list(parse_lines(lines, report))
+        mark_hook_summaries(records)
+        return records
 
     def transcript(self, data: bytes, report: ParseReport | None = None) -> bytes:
-        return data  # read as they are; the store counts the lines it cannot read
+        """The file's lines as they are (the store counts the lines it cannot read), but for
+        the summary of a compaction a plugin hook answered, which gets ``isCompactSummary``
+        (``mark_hook_summary_lines``)."""
+        return mark_hook_summary_lines(data)
 
-    def stream(self) -> ClaudeCodeFormat:
-        return self  # each line stands alone: nothing to keep between chunks
-
-    def feed(self, data: bytes, report: ParseReport | None = None) -> list[Record]:
-        return [r for _, r in parse_buffer(data, report)]
+    def stream(self) -> ClaudeCodeStream:
+        return ClaudeCodeStream()
 
     def complete(self, data: bytes) -> int:
         return data.rfind(b"\n") + 1  # a last line without its newline is being written

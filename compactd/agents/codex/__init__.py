@@ -8,7 +8,7 @@ is what the port (``compactd.port``) knows of it; a door is imported when it is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -63,6 +63,11 @@ class Codex:
         from compactd.agents.codex.services import sessions
 
         return sessions.no_current(cwd)
+
+    def mcp_companion(
+        self, data_dir: Path, cwd: str, environ: Mapping[str, str]
+    ) -> Callable[[], Awaitable[None]] | None:
+        return None  # nothing beside the tools: Codex compacts by itself
 
     def sessions_in(self, folder: Path) -> list[Session]:
         from compactd.agents.codex.services import sessions

@@ -64,7 +64,24 @@ def _file_present(touch: FileTouch, haystack: str, unique_names: set[str]) -> bo
     if touch.path.casefold() in haystack or touch.shown.casefold() in haystack:
         return True
     name = os.path.basename(touch.path.rstrip("/")).casefold()
-    return name in unique_names and len(name) >= 4 and name in haystack
+    if name in unique_names and len(name) >= 4 and name in haystack:
+        return True
+    return _in_directory_group(touch, haystack)
+
+
+def _in_directory_group(touch: FileTouch, haystack: str) -> bool:
+    """Whether ``touch`` is named in a directory group the way compactd lists paths
+    (``src/: lexer.py, parser.py``, ``render._directory_groups``): two files of one name in two
+    folders are each found by their folder's group."""
+    shown = touch.shown.rstrip("/") or touch.shown
+    head, name = os.path.split(shown)
+    if not head or not name:
+        return False
+    group = re.escape(f"{head}/: ".casefold())
+    # The names after the folder (no "/" in a name), separated by ", ", up to the name (a
+    # whole item).
+    pattern = group + r"(?:[^,·/]{0,255}?, )*?" + re.escape(name.casefold()) + r"(?=,| ·| |$)"
+    return re.search(pattern, haystack) is not None
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core import constants as c
+from compactd.core.normalize import SILENT_ATTACHMENTS
 from compactd.transcript.model import (
     Block,
     DocumentBlock,
@@ -109,7 +110,10 @@ def estimate_entry_raw(entry: Entry) -> int:
                 total += estimate_block_raw(block)
         return total
     if kind == "attachment":
-        return chars_to_tokens(_json_length(entry.attachment)) if entry.attachment else 0
+        payload = entry.attachment
+        if not payload or payload.get("type") in SILENT_ATTACHMENTS:
+            return 0  # nothing of it is sent (a copy of the system prompt, bookkeeping)
+        return chars_to_tokens(_json_length(payload))
     return 0
 
 

@@ -75,6 +75,10 @@ class BackgroundCompaction:
         self.refresh = opts.refresh is not False
         # Seconds the summarizer's API took for the last preparation: the growth rule.
         self.last_duration_s: float | None = None
+        # Whether followed sessions prepare too: a followed transcript's agent compacts it
+        # itself, unless it takes compactd's summary (the Claude Code plugin's process sets
+        # this: docs/claude-code.md#prepared-in-the-background).
+        self.followed = False
         self.warmed = False
         if self.enabled:
             runtime.features.register(BackgroundPreparation, self._state_of)
@@ -354,7 +358,7 @@ class BackgroundPreparation(Feature["Session"]):
         runtime = self.service.runtime
         if runtime.summarizer.offline or runtime.task_group is None or session.busy:
             return False
-        if follower_of(session) is not None:
+        if follower_of(session) is not None and not self.service.followed:
             return False  # Claude Code compacts a followed transcript itself (docs/follow.md)
         return (
             status.compaction_enabled

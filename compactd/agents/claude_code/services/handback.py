@@ -47,13 +47,31 @@ def _fitted(compaction: Compaction, cwd: str | None, carry: dict[str, Any] | Non
 
 def _handed_back(kept: state.SessionState, compaction: Compaction) -> bool:
     """Whether ``compaction``'s items were handed back: it is one the state names, or the one
-    that followed the compaction a hand-back ran after before it was filed."""
+    that followed the compaction a hand-back ran after before it was filed (the session's first
+    compaction follows none: ``after`` is empty)."""
     after = compaction.previous_boundary_id or ""
     return any(
-        (c.boundary_id or "") == compaction.boundary_id
-        if c.boundary_id
-        else compaction.boundary_id != after and c.after == after
+        (c.boundary_id or "") == compaction.boundary_id if c.boundary_id else c.after == after
         for c in kept.handed_back
+    )
+
+
+# Who answered a compaction inside it (the plugin's module, through ``compactd claude-code
+# session-compact``): its items are in the compaction itself (docs/claude-code.md#the-plugin).
+_IN_THE_COMPACTION = ("prepared", "offline", "claude-code")
+
+
+def _module_has_it(kept: state.SessionState, now: float) -> bool:
+    """Whether the compaction in progress is (or will be) handed back by the plugin's module:
+    it answered a moment ago, or it went on to Claude Code's own compaction and will add
+    compactd's rows to it (docs/claude-code.md#the-plugin)."""
+    if kept.pending_after is not None and now - kept.pending_at < state.MODULE_PENDING_S:
+        return True
+    last = kept.last
+    return (
+        last is not None
+        and last.source in _IN_THE_COMPACTION
+        and now - last.at < state.MODULE_RECENT_S
     )
 
 
@@ -89,6 +107,8 @@ def session_start(event: HookEvent, data_dir: Path) -> HookAnswer:
     if event.source not in ("compact", "resume"):
         return HookAnswer()
     kept = state.load_session(data_dir, event.session_id)
+    if event.source == "compact" and _module_has_it(kept, time.time()):
+        return HookAnswer()  # the module's rows are part of the compaction itself
     compaction = _due(event, kept)
     if compaction is None:
         return HookAnswer()
@@ -115,19 +135,43 @@ def session_start(event: HookEvent, data_dir: Path) -> HookAnswer:
     return HookAnswer(context_json("SessionStart", back.text))
 
 
+def _answered_line(last: state.Restored) -> str:
+    """The user's line after a compaction compactd answered itself."""
+    how = (
+        "its summary prepared in the background"
+        if last.source == "prepared"
+        else ("its offline summary")
+    )
+    took = f" in {last.answer_ms:,} ms" if last.answer_ms is not None else ""
+    return (
+        f"compactd: compacted with {how}{took}, keeping {last.messages} user messages word for "
+        f"word, {last.commands} commands, {last.files} files"
+    )
+
+
 def post_compact(event: HookEvent, data_dir: Path) -> HookAnswer:
     summary = event.compact_summary or ""
+    kept = state.load_session(data_dir, event.session_id)
+    now = time.time()
+    last = kept.last
     if not summary.strip():
+        # No summary of Claude Code's: the plugin's module answered with compactd's own.
+        if (
+            last is not None
+            and last.source in ("prepared", "offline")
+            and now - last.at < state.MODULE_RECENT_S
+        ):
+            return HookAnswer(_answered_line(last))
         return HookAnswer()  # a compaction supplied by other means: no summary to check
     tail = read_tail(transcript_of(event))
     compaction = compaction_in_progress(
         tail.records, summary, event.trigger or "auto", whole=tail.whole
     )
     check = hand_back(compaction, limit=CONTEXT_LIMIT, cwd=event.cwd or None)
-    kept = state.load_session(data_dir, event.session_id)
-    last = kept.last
     after = compaction.previous_boundary_id or ""
-    if last is not None and not last.boundary_id and last.after == after:
+    if kept.pending_after is not None and now - kept.pending_at < state.MODULE_PENDING_S:
+        gave = "compactd adds what it left out to the compaction"
+    elif last is not None and not last.boundary_id and last.after == after:
         last.kept = check.kept_line()
         state.save_session(data_dir, kept)
         gave = f"compactd gave the model {last.messages} user messages, {last.commands} commands, {last.files} files word for word"

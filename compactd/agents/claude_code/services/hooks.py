@@ -31,14 +31,15 @@ __all__ = ["ENV_NO_WARNING", "PRECOMPACT_INSTRUCTIONS", "answer"]
 # Set to 1 to switch the threshold warning off.
 ENV_NO_WARNING: Final = "COMPACTD_NO_THRESHOLD_WARNING"
 
+# One line: Claude Code shows a PreCompact hook's output to the user after /compact (and puts
+# it in the next request), so it must not take a screen (docs/claude-code.md#precompact).
 PRECOMPACT_INSTRUCTIONS: Final = (
-    "When you write the summary, keep what cannot be rebuilt from a paraphrase:\n"
-    "- quote every message the user typed word for word in the list of user messages "
-    "(a very long one: its first sentences, word for word);\n"
-    "- name every file that was read, searched, created or changed by its full path;\n"
-    "- list every shell command that was run, exactly as it was typed, with whether it "
-    "succeeded and the error line when it failed;\n"
-    "- keep constraints the user stated (must, never, always, don't) in their own words."
+    "When you write the summary, keep what cannot be rebuilt from a paraphrase: quote every "
+    "message the user typed word for word in the list of user messages (a very long one: its "
+    "first sentences); name every file read, searched, created or changed by its full path; "
+    "list every shell command run, exactly as typed, with whether it succeeded and the error "
+    "line when it failed; keep constraints the user stated (must, never, always, don't) in "
+    "their own words."
 )
 
 
@@ -84,7 +85,12 @@ def _warning(event: HookEvent, data_dir: Path, env: Mapping[str, str]) -> HookAn
     from compactd.core.agent_gauge import gauge, warning_text
     from compactd.services.agent_tail import read_tail
 
-    records = read_tail(transcript_of(event), need="usage").records
+    path = transcript_of(event)
+    if not path.exists():
+        # The first prompt of a session comes before Claude Code writes its transcript: there
+        # is no count to warn about yet, and nothing wrong.
+        return HookAnswer()
+    records = read_tail(path, need="usage").records
     kept = state.load_session(data_dir, event.session_id)
     if _filed(kept, records):
         state.save_session(data_dir, kept)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -58,9 +58,12 @@ class InstallError(Exception):
     """Nothing was changed; the message says why."""
 
 
-def compactd_command(python: str) -> list[str]:
-    """The command that runs the compactd the user installed: this interpreter's module."""
-    return [python, "-m", "compactd"]
+def compactd_command(program: str) -> list[str]:
+    """The command that runs the compactd the user installed: its ``compactd`` program (a name
+    found on PATH, or its path), or an interpreter with the module (``python -m compactd``)."""
+    if Path(program).name == "compactd":
+        return [program]
+    return [program, "-m", "compactd"]
 
 
 def _data_args(data_dir: Path | None) -> list[str]:
@@ -212,16 +215,23 @@ def _dump(data: dict[str, Any]) -> bytes:
 
 
 def _ours(command: Any, tail: str) -> bool:
-    """Whether ``command`` is one install writes: ``<python> -m compactd claude-code <tail>``,
-    with its options after it (``--data-dir``)."""
-    if not isinstance(command, str) or " -m compactd" not in command:
+    """Whether ``command`` is one install writes: ``<python> -m compactd claude-code <tail>``
+    or ``compactd claude-code <tail>`` (the program by name or path), with its options after it
+    (``--data-dir``)."""
+    if not isinstance(command, str):
         return False
     try:
         words = shlex.split(command)
     except ValueError:
         return False
-    want = ["-m", "compactd", *tail.split()]
-    return any(words[i : i + len(want)] == want for i in range(len(words)))
+    want = tail.split()
+    for i in range(len(words)):
+        if words[i : i + len(want)] == want:
+            head = words[:i]
+            return head[-2:] == ["-m", "compactd"] or (
+                len(head) == 1 and Path(head[0]).name == "compactd"
+            )
+    return False
 
 
 def _add_hooks(settings: dict[str, Any], hook: str, events: list[tuple[str, str]]) -> list[str]:
@@ -269,10 +279,47 @@ class Plan:
 
     writes: dict[Path, bytes | None]
     changes: list[str]
+    #: what was left as it was, worth a word (a status line of the user's own)
+    notes: list[str] = field(default_factory=list)
 
 
 # What install wrote, kept for uninstall (services/installed).
 AGENT_DIR: Final = "claude-code"
+
+
+def installed_settings(scope: Scope, project: Path, data_dir: Path) -> bool:
+    """Whether ``install`` put compactd into ``scope``'s settings files (and ``uninstall`` has
+    not taken it out since)."""
+    files = scope_files(scope, project)
+    return any(
+        installed.record_path(data_dir, AGENT_DIR, p).is_file() for p in (files.settings, files.mcp)
+    )
+
+
+def kept_status_line(path: Path, status: Any) -> str:
+    """A word on a status line install leaves as it is ("" when it is compactd's own)."""
+    command = status.get("command") if isinstance(status, dict) else None
+    if _ours(command, _STATUS_TAIL):
+        return ""
+    return (
+        f"{path}: kept the status line already set ({command!r}); compactd's is "
+        "`compactd claude-code statusline`, which you may put in its place"
+    )
+
+
+def load_settings(path: Path) -> tuple[bytes | None, dict[str, Any]]:
+    """A settings file's bytes (None: absent) and its object; ``InstallError`` when it is not a
+    JSON object."""
+    return _load(path)
+
+
+def dump_settings(data: dict[str, Any]) -> bytes:
+    return _dump(data)
+
+
+def write_file(path: Path, data: bytes | None) -> None:
+    """Replace ``path`` whole with ``data`` (None: remove it)."""
+    installed.write_file(path, data)
 
 
 def plan_install(
@@ -296,11 +343,14 @@ def plan_install(
     settings = data[files.settings]
     events = [e for e in HOOK_EVENTS if warning or e[0] != "UserPromptSubmit"]
     changes = [f"{files.settings}: {c}" for c in _add_hooks(settings, hook, events)]
+    notes: list[str] = []
     if "statusLine" not in settings:
         settings["statusLine"] = {
             "type": "command", "command": status_line, "padding": 0, "timeout": STATUS_TIMEOUT_S,
         }  # fmt: skip
         changes.append(f"{files.settings}: status line")
+    else:
+        notes.append(kept_status_line(files.settings, settings["statusLine"]))
     if scope == "project":
         enabled = settings.setdefault("enabledMcpjsonServers", [])
         if SERVER_NAME not in enabled:
@@ -315,7 +365,7 @@ def plan_install(
         changes.append(f"{files.mcp}: MCP server {SERVER_NAME} ({python} {' '.join(args)})")
     touched = {p for p in data if any(c.startswith(f"{p}:") for c in changes)}
     writes: dict[Path, bytes | None] = {p: _dump(data[p]) for p in touched}
-    return Plan(writes, changes), before
+    return Plan(writes, changes, [n for n in notes if n]), before
 
 
 def install(
@@ -352,7 +402,15 @@ def _strip(data: dict[str, Any], files: Files, path: Path) -> None:
         servers = holder.get("mcpServers") if isinstance(holder, dict) else None
         server = servers.get(SERVER_NAME) if isinstance(servers, dict) else None
         args = server.get("args") if isinstance(server, dict) else None
-        if isinstance(args, list) and args[:3] == ["-m", "compactd", "mcp"]:
+        program = server.get("command") if isinstance(server, dict) else None
+        if isinstance(args, list) and (
+            args[:3] == ["-m", "compactd", "mcp"]
+            or (
+                isinstance(program, str)
+                and Path(program).name == "compactd"
+                and args[:1] == ["mcp"]
+            )
+        ):
             assert isinstance(servers, dict)
             del servers[SERVER_NAME]
 

@@ -25,10 +25,13 @@ from compactd.services.hook_state import (
     Restored,
     SessionState,
     default_data_dir,
+    write_whole,
 )
 
 __all__ = [
     "HANDED_BACK_KEPT",
+    "MODULE_PENDING_S",
+    "MODULE_RECENT_S",
     "Compacted",
     "CurrentSession",
     "Restored",
@@ -41,7 +44,15 @@ __all__ = [
     "project_sessions",
     "record_current",
     "save_session",
+    "write_whole",
 ]
+
+#: How long the SessionStart and PostCompact hooks take a compaction the plugin's module handed
+#: on to Claude Code's own (``SessionState.pending_after``) as still coming back to compactd, and
+#: how recent an answer of the module counts as the compaction in progress, in seconds
+#: (compactd's choice: far longer than a compaction takes, far shorter than the time between two).
+MODULE_PENDING_S = 15 * 60.0
+MODULE_RECENT_S = 120.0
 
 # The folder of compactd's data dir that holds Claude Code's shared state (services/hook_state).
 AGENT_DIR = "claude-code"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -156,12 +157,9 @@ class Runtime:
             return
         session.check_writable()
         await point_of_no_return()
-        await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
-        if mark is not None:
-            mark("write")
-        await session.add(records)
-        if mark is not None:
-            mark("rebuild")
+        await session.add(
+            records, partial(self.store.append, session.session_id, records), mark=mark
+        )
         self.features.appended(session, records)
         if mark is not None:
             mark("features")

@@ -153,6 +153,12 @@ class _Facts:
         self._done = anyio.Event()
         self._value: tuple[SurvivalLedger, int] | None = None
         self._started = False
+        if plan.ledger is not None and plan.pre_raw is not None:
+            # Worked out already (a plan prepared in the background): no worker thread to
+            # wait for, which on a busy machine is a wait of its own.
+            self._value = (plan.ledger, plan.pre_raw)
+            self._started = True
+            self._done.set()
 
     async def compute(self) -> None:
         if self._started:

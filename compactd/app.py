@@ -45,6 +45,7 @@ from compactd.services.store import (
 )
 from compactd.transcript.bulk import collector_paused
 from compactd.transcript.model import (
+    ParseReport,
     Record,
     record_from_dict,
     without_bookkeeping,
@@ -317,6 +318,8 @@ class App(Runtime):
                 p.ErrorCode.INVALID_PARAMS, "follow needs the transcriptPath to follow"
             )
         data = lines = b""
+        unread = ParseReport()  # the agent's lines its reader could not take
+        window, auto_tokens = params.context_window, params.auto_compact_tokens
         imported_from: str | None = None
         model = params.model
         if source is not None:
@@ -325,22 +328,29 @@ class App(Runtime):
             if params.follow:
                 # A last line without its newline is still being written: followed, it is read
                 # once whole (docs/follow.md#reading-new-lines).
-                data = data[: data.rfind(b"\n") + 1]
+                data = port.complete(data)
             # The agent's lines as compactd's own (docs/agents.md#reading); ``data`` stays the
             # file's bytes: a follower goes on from where they end.
-            lines = port.transcript(data)
+            lines = port.transcript(data, unread)
             if model is None:
                 model = port.recorded_model(lines)
+            # An agent whose model names say no window records it (a Codex rollout).
+            recorded = port.recorded_limits(data)
+            if recorded is not None:
+                if params.model is None and recorded.model and model is None:
+                    model = recorded.model
+                window = window or recorded.context_window
+                auto_tokens = auto_tokens or recorded.auto_compact_tokens
         model = model or c.DEFAULT_MODEL
         if params.model is None:  # a model given was checked before anything was read
-            self._check_limits(model, params.context_window, params.max_output_tokens)
+            self._check_limits(model, window, params.max_output_tokens)
         meta = SessionMeta(
             session_id=sid,
             cwd=params.cwd,
             model=model,
-            context_window=params.context_window,
+            context_window=window,
             max_output_tokens=params.max_output_tokens,
-            auto_compact_tokens=params.auto_compact_tokens,
+            auto_compact_tokens=auto_tokens,
             agent_kind=params.agent_kind or "main",
             cache_safe_params=_builtins(params.cache_safe_params),
             api_context_management=params.api_context_management,
@@ -350,13 +360,15 @@ class App(Runtime):
             follow_model=params.model is None,
         )
         loaded = self.store.create_transcript(sid, lines)
+        loaded.report.skipped += unread.skipped
         # An empty file may be followed: the agent has not written its first line yet.
         empty = params.follow and loaded.report.lines == 0
         if source is not None and loaded.report.entries == 0 and not empty:
             # ``_own`` removes what was written.
             raise p.CompactdError(
                 p.ErrorCode.TRANSCRIPT_UNREADABLE,
-                f"{source} is not a Claude Code transcript: {loaded.report.describe()}",
+                f"{source} is not a session file compactd reads (a Claude Code transcript or a "
+                f"Codex rollout): {loaded.report.describe()}",
             )
         # The meta file comes last: until it exists the session does not either.
         self.store.write_meta(meta)

@@ -39,30 +39,60 @@ __all__ = [
     "Agent",
     "AgentFormat",
     "FoundSession",
+    "Reading",
+    "RecordStream",
+    "RecordedLimits",
+    "Session",
     "agent_for",
+    "complete",
     "current_session",
     "detect",
     "format_of",
     "formats",
     "handlers",
     "no_current_session",
+    "no_sessions_of_folder",
     "project_dir",
     "names_a_session",
     "read_lines",
+    "recorded_limits",
     "recorded_model",
     "records",
     "session_named",
     "session_suffixes",
+    "sessions_in",
     "sessions_of",
+    "sessions_of_folder",
     "transcript",
 ]
 
 # The agents compactd knows, by package under ``compactd/agents/``: adding an agent is its
 # package and its name here (docs/agents.md#adding-an-agent).
-INSTALLED: Final = ("claude_code",)
+INSTALLED: Final = ("claude_code", "codex")
 
 # How much of a file's start a format is told from (a few complete lines of any agent's).
 _HEAD_BYTES: Final = 64 * 1024
+
+
+class RecordStream(Protocol):
+    """One file read chunk after chunk: what a reader learnt from earlier chunks (a turn's
+    model, how usage is written, the messages an old compaction line leaves out) is kept for
+    the next ones (docs/agents.md#reading)."""
+
+    def feed(self, data: bytes, report: ParseReport | None = None) -> list[Record]:
+        """The records of ``data``: the file's next whole lines (or the whole file)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedLimits:
+    """What an agent's file says of the model it runs, when the model's name alone does not
+    tell compactd its window (docs/agents.md#reading): the model, its window, and the size at
+    which the agent compacts."""
+
+    model: str | None = None
+    context_window: int | None = None
+    auto_compact_tokens: int | None = None
 
 
 class AgentFormat(Protocol):
@@ -98,9 +128,35 @@ class AgentFormat(Protocol):
         """Whether these records came from lines in this format."""
         ...
 
-    def transcript(self, data: bytes) -> bytes:
-        """A whole file's bytes as compactd's transcript lines (the file itself when native)."""
+    def transcript(self, data: bytes, report: ParseReport | None = None) -> bytes:
+        """A whole file's bytes as compactd's transcript lines (the file itself when native);
+        lines it cannot read are counted in ``report`` (a native file's, by the store)."""
         ...
+
+    def stream(self) -> RecordStream:
+        """A reader that keeps its state across the chunks of one file."""
+        ...
+
+    def complete(self, data: bytes) -> int:
+        """How many bytes of a file's start can be read now: up to its last newline (a last
+        line without one is being written), or the whole of a file written at once."""
+        ...
+
+    def recorded_limits(self, data: bytes) -> tuple[str | None, int | None, int | None] | None:
+        """The model, window and compaction size (``RecordedLimits``) a whole file records,
+        when its model names are not Claude's (None: the model its responses name is enough)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A session file an agent keeps, found for a person (``compactd status`` with a folder or
+    nothing): when it was last written, and the folder a report says it was found in."""
+
+    mtime: float
+    path: Path
+    folder: Path
+    agent: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +230,25 @@ class Agent(Protocol):
         """Why ``current_session`` found none, for a person."""
         ...
 
+    def sessions_in(self, folder: Path) -> list[Session]:
+        """Its session files in a folder a person named (newest first; none when the folder
+        is not one it keeps sessions in)."""
+        ...
+
+    def sessions_of_folder(self, spellings: Sequence[str]) -> list[Session]:
+        """Its sessions of the working folder spelled ``spellings`` (as typed, as resolved),
+        newest first."""
+        ...
+
+    def no_sessions_of_folder(self, folder: Path, command: str, *, named: str) -> list[str]:
+        """Where it keeps a working folder's sessions and how to name one, for a person who
+        found none (``named``: words that open its first line, or "")."""
+        ...
+
+    def session_home(self, cwd: str) -> Path | None:
+        """The folder it keeps ``cwd``'s sessions in, when it keeps them by working folder."""
+        ...
+
 
 def _load(name: str) -> Agent:
     module = importlib.import_module(f"compactd.agents.{name}")
@@ -230,9 +305,11 @@ def detect(data: bytes) -> AgentFormat:
     return _native()
 
 
-def transcript(data: bytes) -> bytes:
-    """A session file's bytes as compactd's transcript lines (what an import stores)."""
-    return detect(data).transcript(data)
+def transcript(data: bytes, report: ParseReport | None = None) -> bytes:
+    """A session file's bytes as compactd's transcript lines (what an import stores); the
+    agent's lines that could not be read are counted in ``report`` (compactd's own lines are
+    counted when the store reads them)."""
+    return detect(data).transcript(data, report)
 
 
 def records(data: bytes, report: ParseReport | None = None) -> list[Record]:
@@ -240,14 +317,53 @@ def records(data: bytes, report: ParseReport | None = None) -> list[Record]:
 
     Lines that cannot be read are skipped and counted in ``report``.
     """
-    from compactd.transcript.model import parse_buffer
+    return detect(data).stream().feed(data, report)
 
-    return [r for _, r in parse_buffer(transcript(data), report)]
+
+def complete(data: bytes) -> bytes:
+    """The part of a session file's bytes that can be read now (``AgentFormat.complete``)."""
+    return data[: detect(data).complete(data)]
+
+
+class Reading:
+    """One session file read chunk after chunk (a followed file, a recall index): the format
+    is told from the first chunk, and its reader keeps its state for the next ones."""
+
+    def __init__(self) -> None:
+        self._stream: RecordStream | None = None
+
+    def records(self, data: bytes, report: ParseReport | None = None) -> list[Record]:
+        """The records of the file's next whole lines."""
+        if self._stream is None:
+            if not data.strip():
+                return []
+            self._stream = detect(data).stream()
+        return self._stream.feed(data, report)
+
+    def warm(self, data: bytes) -> None:
+        """Read the file's start already taken in elsewhere (an import), for the state its
+        reader keeps; compactd's own lines keep none and are not read again."""
+        if not data.strip():
+            return
+        fmt = detect(data)
+        self._stream = fmt.stream()
+        if not fmt.native:
+            self._stream.feed(data)
+
+    def reset(self) -> None:
+        """The file is read again from its start."""
+        self._stream = None
 
 
 def read_lines(lines: Sequence[bytes], report: ParseReport | None = None) -> list[Record]:
     """Like ``records``, for a file already cut into lines."""
     return detect(b"\n".join(lines[:64])).records(lines, report)
+
+
+def recorded_limits(data: bytes) -> RecordedLimits | None:
+    """The model, window and compaction size a session file records (``AgentFormat``)."""
+    found = detect(data).recorded_limits(data)
+    return RecordedLimits(*found) if found is not None else None
 
 
 def recorded_model(data: bytes) -> str | None:
@@ -277,8 +393,19 @@ def session_named(cwd: str, name: str) -> FoundSession | None:
 
 
 def current_session(data_dir: Path, cwd: str) -> FoundSession | None:
-    """The session an agent is running in ``cwd`` (the first agent that knows one)."""
-    return next((f for a in AGENTS if (f := a.current_session(data_dir, cwd)) is not None), None)
+    """The session an agent is running in ``cwd``: of the agents that know one, the one whose
+    file was written last (two agents may have run in the same folder)."""
+    found = [f for a in AGENTS if (f := a.current_session(data_dir, cwd)) is not None]
+    if len(found) <= 1:
+        return found[0] if found else None
+
+    def written(f: FoundSession) -> float:
+        try:
+            return f.transcript.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return max(found, key=written)
 
 
 def names_a_session(path: Path) -> bool:
@@ -295,6 +422,33 @@ def session_suffixes() -> str:
 def sessions_of(cwd: str) -> str:
     """What ``session_named`` looked for, for a message: "a Claude Code session of <cwd>"."""
     return ", not ".join(f"a {agent.name} session of {cwd}" for agent in AGENTS)
+
+
+def sessions_in(folder: Path) -> list[Session]:
+    """Every agent's session files in a folder a person named, newest first."""
+    return sorted(
+        (s for agent in AGENTS for s in agent.sessions_in(folder)),
+        key=lambda s: s.mtime,
+        reverse=True,
+    )
+
+
+def sessions_of_folder(spellings: Sequence[str]) -> list[Session]:
+    """Every agent's sessions of a working folder, newest first."""
+    return sorted(
+        (s for agent in AGENTS for s in agent.sessions_of_folder(spellings)),
+        key=lambda s: s.mtime,
+        reverse=True,
+    )
+
+
+def no_sessions_of_folder(folder: Path, command: str, *, named: str = "") -> list[str]:
+    """Where each agent keeps a working folder's sessions, for a person who found none
+    (``named`` opens the first line)."""
+    lines: list[str] = []
+    for agent in AGENTS:
+        lines += agent.no_sessions_of_folder(folder, command, named="" if lines else named)
+    return lines
 
 
 def no_current_session(cwd: str) -> str:

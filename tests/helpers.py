@@ -313,3 +313,41 @@ async def run_cli(
     out, err = await asyncio.wait_for(process.communicate(), 50)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+def index_pages(path: Path) -> int:
+    """The pages of the SQLite file at ``path``, its write-ahead log folded in first (so that
+    every page a reader sees is in the file)."""
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    data = path.read_bytes()
+    return len(data) // _page_size(data)
+
+
+def _page_size(header: bytes) -> int:
+    size = int.from_bytes(header[16:18], "big")
+    return 65536 if size == 1 else size
+
+
+def damage_page(path: Path, page: int, seed: int) -> bytes:
+    """Write random bytes over the whole page ``page`` (from 0) of the SQLite file at
+    ``path``, in place (same inode); the bytes written."""
+    import random
+
+    with path.open("r+b") as fh:
+        size = _page_size(fh.read(18))
+        garbage = random.Random(seed * 100_003 + page).randbytes(size)
+        fh.seek(page * size)
+        fh.write(garbage)
+    return garbage
+
+
+def page_bytes(path: Path, page: int) -> bytes:
+    """Page ``page`` of the SQLite file at ``path`` as it is now (b"" past its end)."""
+    with path.open("rb") as fh:
+        size = _page_size(fh.read(18))
+        fh.seek(page * size)
+        return fh.read(size)

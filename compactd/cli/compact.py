@@ -17,11 +17,35 @@ from typing import Any
 import msgspec
 from compactd_client import Client
 
+from compactd import port
 from compactd.agents.claude_code.format import resume_command
 from compactd.cli.inputs import daemon_args, scratch_data_dir, unreadable
 from compactd.cli.providers import SummarizerChoice
 from compactd.cli.term import Terminal
-from compactd.cli.transcripts import NoTranscript, choose, resume_notes
+from compactd.cli.transcripts import NoTranscript, choose, shown
+
+
+def resume_notes(cwd: str | None, transcript: Path) -> list[str]:
+    """Why the resume command would not work on this machine, said for a person: Claude Code
+    resumes a session from the folder it ran in, looking in that folder's project folder
+    (docs/claude-code.md#where-the-sessions-are)."""
+    if not cwd:
+        return []
+    notes = []
+    if not Path(cwd).is_dir():
+        notes.append(
+            f"{shown(Path(cwd))}, the folder the session ran in, does not exist on this machine, "
+            "so the `cd` above fails: Claude Code resumes a session only from its own folder."
+        )
+    claude = port.agent_for("claude-code")
+    home = claude.session_home(cwd) if claude is not None else None
+    if home is not None and transcript.parent.name != home.name:
+        notes.append(
+            f"Claude Code looks for the sessions of {shown(Path(cwd))} in {shown(home)}/, and this "
+            f"one was written to {shown(transcript.parent)}/: copy it there for `claude --resume` "
+            "to find it."
+        )
+    return notes
 
 
 async def compact(

@@ -34,6 +34,16 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
+class _RedactingFormatter(logging.Formatter):
+    """Every log line, traceback included, with keys redacted (core/outbound.py): an upstream's
+    error body may repeat the key it was sent."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from compactd.core.outbound import redact
+
+        return redact(super().format(record))
+
+
 def _setup_logging(verbosity: int, log_file: str | None) -> None:
     level = logging.WARNING - 10 * min(verbosity, 2)
     handler: logging.Handler = (
@@ -41,7 +51,7 @@ def _setup_logging(verbosity: int, log_file: str | None) -> None:
         if log_file
         else logging.StreamHandler(sys.stderr)
     )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -209,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     agent = port.agent_for(argv[0]) if argv else None
     if agent is not None:  # its own parser, in its package (compactd/agents/)
         return agent.main(argv[1:])
+    # The keys of the environment are redacted from everything this process says.
+    from compactd.core.outbound import remember_secret, secrets_from_env
+
+    for secret in secrets_from_env(os.environ):
+        remember_secret(secret)
     parser = _build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

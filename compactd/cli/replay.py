@@ -358,7 +358,8 @@ async def replay(
         if problem is not None:
             term.error(f"{transcript}: {problem}")
             return 1
-        lines = path.read_bytes().splitlines()
+        # An agent's file (a compressed one too) as compactd's own lines (docs/agents.md#reading).
+        lines = port.transcript(path.read_bytes()).splitlines()
         name = path.name
     choice = summarizer if summarizer is not None else OFFLINE
     if isinstance(choice, str):

@@ -20,6 +20,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from compactd.core.outbound import redact
+
 # A gauge's width in characters (the bar only, without its figures).
 GAUGE_WIDTH = 20
 
@@ -54,7 +56,7 @@ class Terminal:
 
     def say(self, text: str | Text = "", style: str | None = None) -> None:
         """One line of prose, never wrapped (a pipe keeps it whole; a terminal folds it)."""
-        line = text if isinstance(text, Text) else Text(text)
+        line = text if isinstance(text, Text) else Text(redact(text))
         if style and not self.plain:
             line.stylize(style)
         self.console.print(line, soft_wrap=True)
@@ -90,12 +92,12 @@ class Terminal:
 
     def error(self, message: str) -> None:
         """``compactd: <message>`` on stderr, where errors go whatever stdout is."""
-        sys.stderr.write(f"compactd: {message}\n")
+        sys.stderr.write(f"compactd: {redact(message)}\n")
         sys.stderr.flush()
 
     def json(self, value: Any) -> None:
         """One JSON document on its own line, exactly as msgspec encodes it (no wrapping)."""
-        self.stream.write(msgspec.json.encode(value).decode() + "\n")
+        self.stream.write(redact(msgspec.json.encode(value).decode()) + "\n")
         self.stream.flush()
 
 

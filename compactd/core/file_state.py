@@ -12,12 +12,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from compactd.core import rehydrate as rh
 from compactd.core.microcompact import parse_timestamp
 from compactd.core.tools import file_path, result_text
 from compactd.core.vocabulary import vocabulary
 from compactd.transcript.entries import FILE_READ_ENTRY
-from compactd.transcript.model import Record, ToolResultBlock, ToolUseBlock
+from compactd.transcript.model import Entry, Record, ToolResultBlock, ToolUseBlock
 
 
 def content_hash(data: bytes) -> str:
@@ -99,36 +101,55 @@ class FileState:
         return [r.candidate() for r in self.files.values()]
 
     def apply(self, records: Sequence[Record], cwd: str) -> StateChanges:
-        """Fold appended records into the state (see the module docstring for the sources)."""
+        """Fold appended records into the state (see the module docstring for the sources).
+
+        A whole context comes here when a session is loaded: the entries that name no file
+        (most of them) cost a look at their type and blocks, and a timestamp is read only for
+        an entry that records something.
+        """
         out = StateChanges()
         now = time.time()
+        tools = vocabulary()
+        file_tools = tools.reads | tools.writes
+        awaiting = self._awaiting
         for record in records:
             entry = record.entry
-            stamp = parse_timestamp(entry.timestamp)
-            ts = now if stamp is None else stamp
-            if entry.type == "assistant":
-                for block in entry.blocks:
-                    if isinstance(block, ToolUseBlock):
-                        self._tool_use(block, ts, cwd, out)
-            elif entry.type == "user":
-                for block in entry.blocks:
-                    if isinstance(block, ToolResultBlock):
-                        self._tool_result(block, entry.tool_use_result, out)
-            elif entry.type == "attachment" and entry.attachment:
-                self._attachment(entry.attachment, ts, cwd, out)
-            elif entry.type == FILE_READ_ENTRY:
-                self._recorded(record.to_builtins(), ts, cwd, out)
+            kind = entry.type
+            if kind == "user" and not awaiting:
+                continue  # no file tool's result is due: nothing here to read
+            if kind == "assistant" or kind == "user":
+                message = entry.message
+                if message is None or isinstance(message.content, str):
+                    continue  # text only: no tool call, no tool result
+                if kind == "user":
+                    for block in message.content:
+                        # Only the result of a file tool's call matters (``_tool_use``).
+                        if isinstance(block, ToolResultBlock) and block.tool_use_id in awaiting:
+                            self._tool_result(block, entry.tool_use_result, out)
+                    continue
+                ts: float | None = None
+                for block in message.content:
+                    if isinstance(block, ToolUseBlock) and block.name in file_tools:
+                        target = file_path(block.name, block.input)
+                        if target is not None:
+                            if ts is None:
+                                ts = _stamp(entry, now)
+                            self._tool_use(block, target, ts, cwd, out)
+            elif kind == "attachment" and entry.attachment:
+                self._attachment(entry.attachment, _stamp(entry, now), cwd, out)
+            elif kind == FILE_READ_ENTRY:
+                self._recorded(record.to_builtins(), _stamp(entry, now), cwd, out)
             elif entry.is_microcompact_boundary and entry.microcompact_metadata:
                 ids = entry.microcompact_metadata.compacted_tool_ids
                 if ids and self.drop_tool_ids(ids):
                     out.changed = True
         return out
 
-    def _tool_use(self, block: ToolUseBlock, ts: float, cwd: str, out: StateChanges) -> None:
+    def _tool_use(
+        self, block: ToolUseBlock, target: str, ts: float, cwd: str, out: StateChanges
+    ) -> None:
+        """A call of a file tool on ``target`` (``file_path`` of the call)."""
         name = block.name
-        target = file_path(name, block.input)
-        if target is None:
-            return
         args = block.input if isinstance(block.input, dict) else {}
         path = rh.normalize_path(target, cwd)
         fields: dict[str, Any] = {"source": name, "tool_use_id": block.id or None}
@@ -147,7 +168,8 @@ class FileState:
             self._awaiting[block.id] = path
         out.changed = True
 
-    def _tool_result(self, block: ToolResultBlock, result: Any, out: StateChanges) -> None:
+    def _tool_result(self, block: ToolResultBlock, result: msgspec.Raw, out: StateChanges) -> None:
+        """The result of a file tool's call; ``result``: the line's ``toolUseResult``."""
         path = self._awaiting.pop(block.tool_use_id, None)
         read = self.files.get(path) if path else None
         if read is None or read.tool_use_id != block.tool_use_id:
@@ -161,9 +183,9 @@ class FileState:
         tools = vocabulary()
         if read.source in tools.reads and text.lstrip().startswith(tools.unchanged_stubs):
             read.stub = True
-        file_info = result.get("file") if isinstance(result, dict) else None
-        if isinstance(file_info, dict) and isinstance(file_info.get("content"), str):
-            read.content_hash = content_hash(file_info["content"].encode())
+        content = _file_content(result)
+        if content is not None:
+            read.content_hash = content_hash(content.encode())
 
     def _attachment(self, payload: dict[str, Any], ts: float, cwd: str, out: StateChanges) -> None:
         kind = payload.get("type")
@@ -207,6 +229,40 @@ class FileState:
         )
         out.read.append(path)
         out.changed = True
+
+
+class _FileRead(msgspec.Struct):
+    content: str | None = None
+
+
+class _ToolRun(msgspec.Struct):
+    """Of a line's ``toolUseResult``, the file a read tool read (Claude Code records it)."""
+
+    file: _FileRead | None = None
+
+
+_tool_run = msgspec.json.Decoder(_ToolRun)
+
+
+def _file_content(result: msgspec.Raw) -> str | None:
+    """The content of the file a tool call read, as its line's ``toolUseResult`` records it.
+
+    Only that field is decoded (the rest of the record, often the largest part of the line,
+    is passed over); anything of another shape records no content.
+    """
+    if not result:
+        return None
+    try:
+        run = _tool_run.decode(result)
+    except msgspec.ValidationError:
+        return None
+    return run.file.content if run.file is not None else None
+
+
+def _stamp(entry: Entry, now: float) -> float:
+    """When the entry was written (``now`` when its timestamp says nothing readable)."""
+    stamp = parse_timestamp(entry.timestamp)
+    return now if stamp is None else stamp
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -1,6 +1,6 @@
 """What another agent's own summary dropped, handed back to its model within a character budget.
 
-An agent that compacts by itself (Claude Code) replaces a span of its conversation with a
+An agent that compacts by itself (Claude Code, Codex) replaces a span of its conversation with a
 summary of its own. ``last_compaction`` finds, in the records read from the end of its
 transcript, the latest compaction: its summary and the span it replaced (the records since the
 compaction before it, less those the agent kept verbatim). ``hand_back`` runs the survival
@@ -45,11 +45,19 @@ __all__ = [
     "Handback",
     "compaction_in_progress",
     "hand_back",
+    "handback_title",
     "last_compaction",
 ]
 
 # The opening of the text handed back: the tests and the docs find it by these words.
 HANDBACK_TITLE: Final = "compactd: what Claude Code's summary above left out"
+
+
+def handback_title(agent: str) -> str:
+    """The opening of the text handed back to ``agent``'s model."""
+    return f"compactd: what {agent}'s summary above left out"
+
+
 # How many pointers of messages that did not fit are listed one by one (the rest are counted).
 _OLDER_POINTERS: Final = 12
 
@@ -218,9 +226,9 @@ def _parts(missing: Missing) -> dict[str, Any]:
     }
 
 
-def _render(compaction: Compaction, chosen: Mapping[str, Rendered]) -> str:
+def _render(compaction: Compaction, chosen: Mapping[str, Rendered], agent: str) -> str:
     lines = [
-        HANDBACK_TITLE + ":",
+        handback_title(agent) + ":",
         "These come from the part of the conversation the summary replaced; the user's "
         "messages are quoted exactly. For anything else from before the summary (exact words, "
         "output, a file's content), call the `recall` tool of the compactd MCP server with a few "
@@ -257,12 +265,14 @@ def hand_back(
     limit: int,
     cwd: str | None = None,
     carry: Mapping[str, Any] | None = None,
+    agent: str = "Claude Code",
 ) -> Handback:
     """What ``compaction``'s summary left out of the span it replaced, in at most ``limit``
     characters.
 
     ``carry``: the ledger folded at the compaction before (``Handback.carry`` of its hand-back),
-    when one was handed back: its items are checked against this summary too.
+    when one was handed back: its items are checked against this summary too. ``agent``: whose
+    summary it is (the text names it).
     """
     ledger: SurvivalLedger = build_ledger(_with_carry(compaction.replaced, carry), cwd=cwd)
     missing = check_summary(ledger, compaction.summary)
@@ -271,5 +281,5 @@ def hand_back(
     folded = carry_of(ledger)
     if not missing:
         return Handback("", missing, totals, folded)
-    text, _ = fit_text(_parts(missing), lambda chosen: _render(compaction, chosen), limit)
+    text, _ = fit_text(_parts(missing), lambda chosen: _render(compaction, chosen, agent), limit)
     return Handback(text, missing, totals, folded)

@@ -33,8 +33,13 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from compactd.transcript.history import BOUNDARY_SUBTYPES, History
-from compactd.transcript.model import PreservedSegment, Record, is_compact_boundary_line
+from compactd.transcript.history import History
+from compactd.transcript.model import (
+    PreservedSegment,
+    Record,
+    is_boundary_line,
+    is_compact_boundary_line,
+)
 
 __all__ = [
     "ViewIndex",
@@ -129,7 +134,7 @@ def main_thread(records: Sequence[Record]) -> list[Record]:
 
 def _is_boundary(record: Record) -> bool:
     # From the fields a released record keeps: scans over history must not decode every line.
-    return record.kind == "system" and record.subtype in BOUNDARY_SUBTYPES
+    return is_boundary_line(record.kind, record.subtype)
 
 
 def undone_target(record: Record) -> str | None:
@@ -251,7 +256,10 @@ class ViewIndex:
         stop = len(records) if end is None else max(0, min(end, len(records)))
         try:
             self._sync()
-            return [records[i] for i in self._view(stop)]
+            lines = self._view(stop)
+            if self._history is not None:
+                return self._history.records_at(lines)
+            return [records[i] for i in lines]
         finally:
             self._facts.clear()
 

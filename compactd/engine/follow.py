@@ -57,13 +57,22 @@ class Follower:
     """Follows one session's source transcript; all its state lives here."""
 
     def __init__(
-        self, runtime: Runtime, session: Session, path: Path, position: Position | None
+        self,
+        runtime: Runtime,
+        session: Session,
+        path: Path,
+        position: Position | None,
+        consumed: bytes | None = None,
     ) -> None:
         self.runtime = runtime
         self.session = session
         self.path = path
         # How far the file was read; None: read it whole and keep what the session lacks.
         self.position = position
+        # The file's reader, with what it keeps across chunks (docs/agents.md#reading), and the
+        # bytes an import already took in, read for that state before the first new chunk.
+        self.reading = port.Reading()
+        self._consumed = consumed
         # Lines without a uuid that the session holds and the file, read again from its start,
         # has not shown (yet): a truncated file written again must not add them twice.
         self._held: Counter[bytes] = Counter()
@@ -105,7 +114,7 @@ class Follower:
 
     async def _sync(self) -> int:
         # Read and decoded in a worker thread: a file read again may be large.
-        read, records, skipped = await anyio.to_thread.run_sync(_read, self.path, self.position)
+        read, records, skipped = await anyio.to_thread.run_sync(self._read)
         if not read.data and not read.reread:
             self.position = read.position
             return 0
@@ -147,6 +156,19 @@ class Follower:
             )
         return len(fresh)
 
+    def _read(self) -> tuple[TailRead, list[Record], int]:
+        """What the file gained, its records as an import copies them, and the lines skipped
+        (in a worker thread, one read at a time)."""
+        if self._consumed is not None:
+            self.reading.warm(self._consumed)
+            self._consumed = None
+        read = read_new(self.path, self.position, MAX_IMPORT_BYTES)
+        if read.reread:
+            self.reading.reset()
+        report = ParseReport()
+        records = [as_imported(r) for r in self.reading.records(read.data, report)]
+        return read, records, report.skipped
+
     async def _follow_model(self, fresh: list[Record]) -> None:
         """Measure against the model the latest response names, as an import of the file
         would (docs/thresholds.md#model-limits), unless the client named one. Lock held."""
@@ -160,14 +182,6 @@ class Follower:
         await anyio.to_thread.run_sync(self.runtime.store.write_meta, meta)
         session.meta = meta
         log.info("session %s: the followed transcript now uses %s", session.session_id, model)
-
-
-def _read(path: Path, since: Position | None) -> tuple[TailRead, list[Record], int]:
-    """What the file gained, its records as an import copies them, and the lines skipped."""
-    read = read_new(path, since, MAX_IMPORT_BYTES)
-    report = ParseReport()
-    records = [as_imported(r) for r in port.records(read.data, report)]
-    return read, records, report.skipped
 
 
 def _missing(records: list[Record], session: Session, held: Counter[bytes]) -> list[Record]:
@@ -254,7 +268,7 @@ class Followers:
             return False
         self.stop(session)
         position = position_of(consumed) if consumed is not None else None
-        follower = state.follower = Follower(self._runtime, session, path, position)
+        follower = state.follower = Follower(self._runtime, session, path, position, consumed)
         self._following.setdefault(str(path), set()).add(state)
         self.watcher.set_dirs(sid, [str(path.parent)])
         if not self._watching:

@@ -14,12 +14,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import anyio
+
 from compactd import protocol as p
 from compactd.core import recall
 from compactd.core.recall_render import Found, snippet
 from compactd.core.recall_words import parse_query
 from compactd.engine.session import Session
-from compactd.services.recall_index import open_index
+from compactd.services.recall_index import (
+    IndexBusy,
+    IndexUnusable,
+    RecallIndex,
+    SearchOutcome,
+    TranscriptUnreadable,
+    use_index,
+)
+from compactd.services.safe_io import Deadline
 
 __all__ = ["fetch", "search"]
 
@@ -50,13 +60,61 @@ def _hit(
     )
 
 
+# How long a search brings the index up to date before it takes the session's lock (a cold
+# build of a long transcript: no request of the session waits for it), and then under the lock
+# (only what was appended meanwhile). compactd's choices.
+BUILD_DEADLINE_S = 60.0
+SEARCH_DEADLINE_S = 5.0
+
+
+def _failed(exc: Exception) -> p.CompactdError:
+    """A recall index failure as the protocol's error (docs/recall.md#sharing)."""
+    if isinstance(exc, TranscriptUnreadable):
+        return p.CompactdError(p.ErrorCode.TRANSCRIPT_UNREADABLE, str(exc))
+    if isinstance(exc, IndexBusy):
+        return p.CompactdError(p.ErrorCode.SESSION_BUSY, str(exc), retryAfterMs=1000)
+    assert isinstance(exc, IndexUnusable)
+    return p.CompactdError(p.ErrorCode.INTERNAL, str(exc))
+
+
 async def search(session: Session, data_dir: Path, query: str, limit: int) -> p.RecallResult:
-    """The session's entries that match ``query``, best first, at most ``limit``."""
+    """The session's entries that match ``query``, best first, at most ``limit``.
+
+    The index is brought up to date first, outside the session's lock; then, under it, with
+    what was appended meanwhile, and searched. An index still incomplete then (another process
+    holds it, or the build ran out of time) is ``sessionBusy``: a partial answer would look
+    whole to the client.
+    """
     parsed = parse_query(query)
+    transcript = Path(session.transcript_path)
+
+    def build() -> None:
+        use_index(data_dir, transcript, lambda _: None, deadline=Deadline(BUILD_DEADLINE_S))
+
+    try:
+        await anyio.to_thread.run_sync(build, abandon_on_cancel=True)
+    except (IndexBusy, IndexUnusable, TranscriptUnreadable):
+        pass  # said again, under the lock, if it still holds
 
     def find() -> p.RecallResult:
-        with open_index(data_dir, Path(session.transcript_path)) as index:
-            outcome = index.search(parsed, limit)
+        def work(index: RecallIndex) -> SearchOutcome:
+            return index.search(parsed, limit)
+
+        try:
+            outcome, coverage = use_index(
+                data_dir, transcript, work, deadline=Deadline(SEARCH_DEADLINE_S)
+            )
+        except (IndexBusy, IndexUnusable, TranscriptUnreadable) as exc:
+            raise _failed(exc) from exc
+        if not coverage.complete:
+            raise p.CompactdError(
+                p.ErrorCode.SESSION_BUSY,
+                f"the recall index of this session covers {coverage.indexed:,} of its "
+                f"{coverage.size:,} bytes so far ("
+                + ("another process is updating it" if coverage.busy else "still being built")
+                + "); ask again in a moment",
+                retryAfterMs=1000,
+            )
         in_view = {r.uuid for r in session.context() if r.uuid is not None}
         cleared = frozenset(session.cleared_tool_ids)
         hits = [_hit(f, parsed.terms, in_view, cleared) for f in outcome.found]

@@ -416,31 +416,36 @@ def _feed(state: Derived, records: Sequence[Record]) -> None:
     already reflects the clearing), so the counter must see the boundary between the
     responses before and after it.
     """
-    counter = state.counter
+    main_thread = state.has_main_thread
+    # The records to count, and where a microcompact cleared results, what it saved.
+    counted: list[Record | int] = []
     for r in records:
         entry = r.entry
-        if entry.is_sidechain and state.has_main_thread:
+        if main_thread and entry.is_sidechain:
             # An inline sub-agent's turns live in its own context, not the main one.
             continue
         if tokens.counts_toward_context(entry):
-            counter.add(entry, tokens.estimate_record_raw(r))
+            counted.append(r)
         elif entry.is_microcompact_boundary:
-            _note_microcompact(state, entry)
+            saved = _note_microcompact(state, entry)
+            if saved:
+                counted.append(saved)
+    state.counter.add_records(counted)
 
 
-def _note_microcompact(state: Derived, entry: Entry) -> None:
+def _note_microcompact(state: Derived, entry: Entry) -> int:
+    """Note what a microcompact boundary cleared; the tokens it saved (0 when none or undone)."""
     if not entry.is_microcompact_boundary or not entry.microcompact_metadata:
-        return
+        return 0
     if entry.uuid in state.undone_micro:
-        return
+        return 0
     meta = entry.microcompact_metadata
     if meta.restored_tool_ids:
         # An undo entry (compact/undo of a microcompact): those results are shown again.
         state.cleared_tool_ids.difference_update(meta.restored_tool_ids)
     if meta.compacted_tool_ids:
         state.cleared_tool_ids.update(meta.compacted_tool_ids)
-    if meta.tokens_saved:
-        state.counter.apply_saving(meta.tokens_saved)
+    return meta.tokens_saved or 0
 
 
 def _is_main_conversation(entry: Entry) -> bool:

@@ -19,6 +19,7 @@ from lsprotocol import types as lsp
 from pygls.protocol import default_converter
 
 from compactd import protocol as p
+from compactd.core.outbound import bounded, redact_bytes
 
 __all__ = ["ClientRefused", "Connection", "StdinSource", "WorkDone", "request_key"]
 
@@ -66,7 +67,8 @@ class Connection:
     def send(self, message: dict[str, Any]) -> None:
         if self._out is None:
             return
-        body = _json_encoder.encode(message)
+        # The keys compactd was given never leave it, whatever a frame quotes (core/outbound).
+        body = redact_bytes(_json_encoder.encode(message))
         try:
             self._out.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
             self._out.flush()
@@ -82,7 +84,9 @@ class Connection:
         # JSON-RPC wants ``"id": null`` when the id could not be read: the key is always set.
         error = {
             "code": p.jsonrpc_number(code),
-            "message": message,
+            # An error quotes the request or an upstream: anything shaped like a key goes too,
+            # and it is bounded whatever it quotes (docs/secrets.md#bounded-echoes).
+            "message": bounded(message),
             "data": {**(data or {}), "code": code},
         }
         try:

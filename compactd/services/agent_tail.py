@@ -5,18 +5,19 @@ It reads from the end backwards, in chunks, only as far as it needs: back to the
 before the latest one (the span the latest summary replaced) or to the latest response's usage,
 and never more than ``MAX_TAIL_BYTES``. Only complete lines are parsed: the first line of a read
 that did not reach the start of the file is cut, and a last line without its newline is still
-being written (docs/claude-code.md#reading-the-transcript). The file is opened read-only.
+being written (docs/claude-code.md#reading-the-transcript). The file is opened read-only and
+without blocking, and only when it is a regular file.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from compactd.port import AgentFormat, format_of, formats
+from compactd.services.safe_io import NotRegularFile, open_regular
 from compactd.transcript.model import Record
 
 __all__ = ["MAX_TAIL_BYTES", "Tail", "TailError", "read_tail"]
@@ -45,18 +46,16 @@ class Tail:
 
 
 def _open(path: Path) -> int:
+    # Without blocking: a FIFO named as a transcript must not hold a hook until its timeout
+    # (services/safe_io.py).
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return open_regular(path)
     except FileNotFoundError:
         raise TailError(f"{path} does not exist") from None
+    except NotRegularFile as exc:
+        raise TailError(f"{path} is {exc.what}, not a transcript") from None
     except OSError as exc:
         raise TailError(f"{path} cannot be read: {exc.strerror}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-        raise TailError(f"{path} is {what}, not a transcript")
-    return fd
 
 
 def _enough_for_compaction(fmt: AgentFormat | None, data: bytes) -> bool:
@@ -109,7 +108,10 @@ def read_tail(path: Path, *, need: str = "compaction", limit: int = MAX_TAIL_BYT
             if pos > 0:
                 raise TailError(f"{path} ends in a line longer than the {cap:,} bytes a hook reads")
             raise TailError(f"{path} holds no complete line yet")
-        raise TailError(f"{path} is not a session file compactd reads (Claude Code JSONL)")
+        raise TailError(
+            f"{path} is not a session file compactd reads "
+            f"({' or '.join(f.name for f in formats())} JSONL)"
+        )
     fmt, records = found
     return Tail(fmt, records, pos == 0)
 

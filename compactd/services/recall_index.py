@@ -11,38 +11,117 @@ Incremental: the index remembers how many bytes of the transcript it has read, a
 of its first bytes and of the bytes just before that offset. A search reads only what was
 appended since, and only whole lines (a line still being written waits for its newline). A
 transcript that was replaced, truncated or rewritten (another file, a different head, fewer
-bytes) is indexed again from the start. The transcript is only ever read.
+bytes) is indexed again from the start. The transcript is only ever read, and only when it is
+a regular file (``services/safe_io``).
 
-Two processes may bring one index up to date at once: the update runs in one ``BEGIN
-IMMEDIATE`` transaction that reads the offset again, so one waits and then finds nothing to do.
+Several processes share one index (docs/recall.md#sharing): the update runs in ``BEGIN
+IMMEDIATE`` transactions of at most ``CHUNK_BYTES`` of the transcript each, each reading the
+offset again inside it, so processes that update at once take turns and never index a line
+twice, and a cold build of a long transcript is shared, never started twice. A process that
+finds another one holding the write lock does not take that for damage: it waits a little when
+the index already has something, then searches the index as it is (WAL readers never wait for
+the writer) and says what is not searched yet; an index with nothing in it yet is waited for up
+to the caller's deadline, then reported busy (``IndexBusy``).
+
+The index is a cache of the transcript: damage SQLite detects, on any path (opening, updating,
+searching), is healed by building it again (``use_index``). The damaged files are removed only
+under an exclusive ``flock`` of the index's lock file, which every process holds shared while it
+has the index open: an index another process holds is never deleted under it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
 from compactd import port
 from compactd.core.recall_render import Found, Revision, Stored
 from compactd.core.recall_words import SOME_WORDS, SUBSTRING, Query, file_key, fold, indexed
+from compactd.services.safe_io import Deadline, NotRegularFile, open_regular
 
-__all__ = ["RecallIndex", "SearchOutcome", "index_path", "open_index"]
+__all__ = [
+    "CHUNK_BYTES",
+    "Coverage",
+    "IndexBusy",
+    "IndexUnusable",
+    "RecallIndex",
+    "RecallIndexError",
+    "SearchOutcome",
+    "TranscriptUnreadable",
+    "index_path",
+    "use_index",
+]
 
 # Bumped when the schema or what is indexed changes: an index of another version is rebuilt.
 _SCHEMA_VERSION: Final = 1
 # Bytes hashed at the start of the transcript and just before the indexed offset.
 _HEAD_BYTES: Final = 4096
 _TAIL_BYTES: Final = 256
-# SQLite waits this long for another process's update before giving up (milliseconds).
-_BUSY_TIMEOUT_S: Final = 30.0
+# The most of the transcript one update transaction indexes (compactd's choice: a second or
+# two of work, so that processes sharing the index take turns and progress is kept).
+CHUNK_BYTES: Final = 4 * 1024 * 1024
+# How long an update waits for another process's when the index already has something: past
+# it, the search answers from the index as it is (compactd's choice: other processes' updates
+# are a few milliseconds; one longer than this is a cold build or a stuck process).
+WARM_WAIT_S: Final = 1.0
+# SQLite's own wait for a lock outside the update (opening a WAL index after a crash).
+_OPEN_WAIT_S: Final = 2.0
+
+# SQLite's primary result codes (the low byte of an extended code).
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+_SQLITE_CORRUPT: Final = 11
+_SQLITE_NOTADB: Final = 26
+_SQLITE_ERROR: Final = 1
+# What Python's sqlite3 says when a stored text is not UTF-8 any more: on its way to the
+# ``casefold`` function (which never raises on text compactd wrote) or to a row.
+_GARBLED_TEXT: Final = ("user-defined function raised exception", "Could not decode to UTF-8")
+
+
+class RecallIndexError(Exception):
+    """The index could not answer; the message says why in one line."""
+
+
+class TranscriptUnreadable(RecallIndexError):
+    """The transcript cannot be read (missing, not a regular file, no permission)."""
+
+
+class IndexBusy(RecallIndexError):
+    """Another process holds the index (its write lock, or damaged files it still has open)
+    past the caller's deadline, and there is nothing indexed to answer from meanwhile."""
+
+
+class IndexUnusable(RecallIndexError):
+    """The index cannot be opened or written for a reason a rebuild does not fix (its path is a
+    folder, the disk is full or read-only)."""
+
+
+class _Damaged(Exception):
+    """The index is damaged: SQLite says so, or it holds values compactd never writes."""
+
+
+def _code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return _code(exc) in (_SQLITE_BUSY, _SQLITE_LOCKED)
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    return _code(exc) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value);
@@ -78,7 +157,19 @@ class SearchOutcome:
     total: int  # entries that matched, beyond those returned
 
 
+# The types of the columns of a row (``_COLUMNS``) as compactd writes them: any other value
+# read back means a damaged page.
+_OPTIONAL_TEXT: Final[tuple[type, ...]] = (str, type(None))
+_ROW_TYPES: Final[tuple[tuple[type, ...], ...]] = (
+    _OPTIONAL_TEXT, (str,), (str,), _OPTIONAL_TEXT, (str,), (int,), _OPTIONAL_TEXT, (int,),
+)  # fmt: skip
+
+
 def _stored(row: Sequence[Any]) -> Stored:
+    if len(row) < len(_ROW_TYPES) or not all(
+        isinstance(value, kind) for value, kind in zip(row, _ROW_TYPES, strict=False)
+    ):
+        raise _Damaged("a row holds values compactd never writes")
     return Stored(
         uuid=row[0],
         role=row[1],
@@ -94,21 +185,89 @@ def _hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class RecallIndex:
-    """The index of one transcript. Open, ``refresh``, query, ``close`` (or use ``with``)."""
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    """How much of the transcript the index answered from."""
 
-    def __init__(self, data_dir: Path, transcript: Path) -> None:
+    indexed: int  # bytes of the transcript indexed
+    size: int  # bytes of the transcript when the search ran
+    busy: bool  # another process was updating the index, and the search did not wait for it
+    complete: bool  # the index held every whole line of the transcript
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _flock(fd: int, mode: int, deadline: Deadline | None) -> bool:
+    """Take ``mode`` on ``fd``, trying until ``deadline`` (once without one); whether it was."""
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if deadline is None or deadline.expired:
+                return False
+            time.sleep(0.02)
+
+
+class RecallIndex:
+    """The index of one transcript. Open, ``refresh``, query, ``close`` (or use ``with``).
+
+    Raises ``IndexUnusable`` when the index cannot be opened, ``IndexBusy`` when a process
+    healing it holds it past ``deadline``, and ``sqlite3.DatabaseError`` for damage (which
+    ``use_index`` heals).
+    """
+
+    def __init__(
+        self, data_dir: Path, transcript: Path, *, deadline: Deadline | None = None
+    ) -> None:
         self.transcript = transcript
         self.path = index_path(data_dir, transcript)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None)
+        self.busy = False  # the last refresh found another process's update in the way
+        self.caught_up = False  # the last refresh indexed every whole line
+        self._odd = False  # a value compactd never writes was read (damage)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = os.open(
+                _lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
+        except OSError as exc:
+            raise IndexUnusable(_unusable(self.path, exc)) from None
+        try:
+            if not _flock(self._lock, fcntl.LOCK_SH, deadline or Deadline(_OPEN_WAIT_S)):
+                raise IndexBusy(
+                    f"the recall index {self.path} is being rebuilt by another process; "
+                    "ask again in a moment"
+                )
+            if self.path.is_dir():
+                raise IndexUnusable(
+                    f"the recall index {self.path} is a directory, not an index file: "
+                    "remove it (compactd builds the index again)"
+                )
+            self.inode = _inode(self.path)
+            self._db = sqlite3.connect(self.path, timeout=_OPEN_WAIT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            os.close(self._lock)
+            raise IndexUnusable(_unusable(self.path, exc)) from None
+        except BaseException:
+            os.close(self._lock)
+            raise
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.create_function("casefold", 1, str.casefold, deterministic=True)
+            self._db.create_function("casefold", 1, self._casefold, deterministic=True)
             self._db.executescript(_SCHEMA)
-        except BaseException:
-            self._db.close()
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self.classify(exc) from exc
             raise
+
+    def _casefold(self, value: Any) -> str:
+        if isinstance(value, str):
+            return value.casefold()
+        self._odd = True  # a text column holds something else: the page was damaged
+        raise TypeError("not a text value")
 
     def __enter__(self) -> RecallIndex:
         return self
@@ -117,12 +276,41 @@ class RecallIndex:
         self.close()
 
     def close(self) -> None:
-        self._db.close()
+        try:
+            self._db.close()
+        finally:
+            os.close(self._lock)
+
+    def damaged(self, exc: sqlite3.Error) -> bool:
+        """Whether ``exc`` says the index is damaged (rather than busy, full or read-only):
+        SQLite says so, or a text compactd wrote no longer reads as text (``casefold`` raised,
+        or the bytes are not UTF-8 any more)."""
+        return (
+            _is_damage(exc)
+            or (self._odd and _code(exc) == _SQLITE_ERROR)
+            or any(sign in str(exc) for sign in _GARBLED_TEXT)
+        )
+
+    def classify(self, exc: sqlite3.Error) -> Exception:
+        """What SQLite's error ``exc`` means: ``IndexBusy`` (another process holds a lock;
+        never taken for damage), ``_Damaged``, else ``IndexUnusable`` saying why."""
+        if _is_busy(exc):
+            return IndexBusy(
+                f"the recall index {self.path} is locked by another process; ask again in a moment"
+            )
+        if self.damaged(exc):
+            return _Damaged(str(exc))
+        return IndexUnusable(_unusable(self.path, exc))
 
     # -- keeping up to date -----------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
         return dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+
+    def indexed_bytes(self) -> int:
+        """How many bytes of the transcript the index holds (as committed)."""
+        value = self._meta().get("offset", 0)
+        return value if isinstance(value, int) and value >= 0 else 0
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -130,65 +318,122 @@ class RecallIndex:
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # a failed statement may have ended the transaction already
             raise
         self._db.execute("COMMIT")
 
-    def _still_valid(self, meta: dict[str, Any], st: os.stat_result, f: Any) -> bool:
+    def _still_valid(self, meta: dict[str, Any], st: os.stat_result, fd: int) -> bool:
         if meta.get("version") != _SCHEMA_VERSION or meta.get("ino") != st.st_ino:
             return False
-        offset = int(meta.get("offset", 0))
+        offset, lines = meta.get("offset"), meta.get("lines")
+        if not isinstance(offset, int) or not isinstance(lines, int) or offset < 0 or lines < 0:
+            return False  # values compactd never writes: start again
         if st.st_size < offset:
             return False
         head = min(_HEAD_BYTES, offset)
-        f.seek(0)
-        if _hash(f.read(head)) != meta.get("head"):
+        if _hash(os.pread(fd, head, 0)) != meta.get("head"):
             return False
         tail = min(_TAIL_BYTES, offset)
-        f.seek(offset - tail)
-        return _hash(f.read(tail)) == meta.get("tail")
+        return _hash(os.pread(fd, tail, offset - tail)) == meta.get("tail")
 
     def _reset(self) -> None:
         for table in ("entries", "files", "calls", "fts", "meta"):
             self._db.execute(f"DELETE FROM {table}")  # noqa: S608 (names are constants)
 
-    def refresh(self) -> int:
+    def _open_transcript(self) -> int:
+        try:
+            return open_regular(self.transcript)
+        except FileNotFoundError:
+            raise TranscriptUnreadable(f"the transcript {self.transcript} does not exist") from None
+        except NotRegularFile as exc:
+            raise TranscriptUnreadable(
+                f"the transcript {self.transcript} is {exc.what}, not a transcript file"
+            ) from None
+        except OSError as exc:
+            raise TranscriptUnreadable(
+                f"cannot read the transcript {self.transcript}: {exc.strerror}"
+            ) from None
+
+    def refresh(self, deadline: Deadline | None = None, *, wait_s: float | None = None) -> int:
         """Index the whole lines appended since the last call; the number of lines read.
 
-        Raises OSError when the transcript cannot be read.
+        Works in transactions of at most ``CHUNK_BYTES`` and stops between them once
+        ``deadline`` has passed (None: until caught up). Waits ``wait_s`` for another process's
+        update (None: until the deadline, else 30 s), then stops and sets ``busy``. Raises
+        ``TranscriptUnreadable``, and ``sqlite3.Error`` for damage or a full disk.
         """
-        with self.transcript.open("rb") as f, self._transaction():
-            st = os.fstat(f.fileno())
-            meta = self._meta()
-            if not self._still_valid(meta, st, f):
-                self._reset()
-                meta = {}
-            offset = int(meta.get("offset", 0))
-            lines = int(meta.get("lines", 0))
-            f.seek(offset)
-            data = f.read()
+        self.busy = self.caught_up = False
+        read = 0
+        fd = self._open_transcript()
+        try:
+            while True:
+                wait = (
+                    wait_s
+                    if wait_s is not None
+                    else (deadline.remaining() if deadline is not None else 30.0)
+                )
+                self._db.execute(f"PRAGMA busy_timeout = {max(0, int(wait * 1000))}")
+                try:
+                    with self._transaction():
+                        added, done = self._index_chunk(fd)
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc):
+                        raise
+                    self.busy = True
+                    return read
+                read += added
+                if done:
+                    self.caught_up = True
+                    return read
+                if deadline is not None and deadline.expired:
+                    return read
+        finally:
+            os.close(fd)
+            self._db.execute(f"PRAGMA busy_timeout = {int(_OPEN_WAIT_S * 1000)}")
+
+    def _index_chunk(self, fd: int) -> tuple[int, bool]:
+        """Inside a write transaction: index up to ``CHUNK_BYTES`` of whole lines after the
+        offset. The lines added, and whether the index has caught up."""
+        st = os.fstat(fd)
+        meta = self._meta()
+        if not self._still_valid(meta, st, fd):
+            self._reset()
+            meta = {}
+        start = offset = int(meta.get("offset", 0))
+        lines = int(meta.get("lines", 0))
+        data = os.pread(fd, min(CHUNK_BYTES, st.st_size - offset), offset)
+        end = len(port.complete(data))
+        if offset == 0 and end == len(data) < st.st_size and not data.endswith(b"\n"):
+            # A file written whole (a compressed rollout): read whole, never in chunks.
+            data = os.pread(fd, st.st_size, 0)
+            end = len(port.complete(data))
+        elif end == 0 and len(data) == CHUNK_BYTES:
+            # One line longer than a chunk: read on to its end.
+            data = _line_from(fd, offset, st.st_size)
             end = data.rfind(b"\n") + 1
-            # An agent's lines as compactd's own (docs/agents.md#reading).
-            for raw in port.transcript(data[:end]).split(b"\n")[:-1]:
-                self._add(raw, lines)
-                lines += 1
-            offset += end
-            f.seek(0)
-            head = f.read(min(_HEAD_BYTES, offset))
-            f.seek(offset - min(_TAIL_BYTES, offset))
-            tail = f.read(min(_TAIL_BYTES, offset))
-            values = {
-                "version": _SCHEMA_VERSION,
-                "ino": st.st_ino,
-                "offset": offset,
-                "lines": lines,
-                "head": _hash(head),
-                "tail": _hash(tail),
-            }
-            self._db.executemany(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
-            )
-            return lines - int(meta.get("lines", 0))
+        # Whole lines only (or a compressed file whole), read as compactd's own lines
+        # (docs/agents.md#reading).
+        for raw in port.transcript(data[:end]).split(b"\n")[:-1]:
+            self._add(raw, lines)
+            lines += 1
+        offset += end
+        head = os.pread(fd, min(_HEAD_BYTES, offset), 0)
+        tail = os.pread(fd, min(_TAIL_BYTES, offset), offset - min(_TAIL_BYTES, offset))
+        values = {
+            "version": _SCHEMA_VERSION,
+            "ino": st.st_ino,
+            "offset": offset,
+            "lines": lines,
+            "head": _hash(head),
+            "tail": _hash(tail),
+        }
+        self._db.executemany(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
+        )
+        return lines - int(meta.get("lines", 0)), start + len(data) >= st.st_size
 
     def _add(self, raw: bytes, line: int) -> None:
         try:
@@ -277,7 +522,9 @@ class RecallIndex:
                 "WHERE fts MATCH ? ORDER BY bm25(fts), e.line DESC LIMIT ?",
                 (stage, limit),
             ).fetchall()
-        except sqlite3.OperationalError:
+        except sqlite3.OperationalError as exc:
+            if self.damaged(exc) or _code(exc) != _SQLITE_ERROR:
+                raise
             return SearchOutcome([], 0)  # an expression FTS5 rejects: the next stage answers
         return self._finish(rows, name, count)
 
@@ -285,23 +532,29 @@ class RecallIndex:
         needle = text.casefold()
         if not needle.strip():
             return SearchOutcome([], 0)
+        count = self._db.execute(
+            "SELECT count(*) FROM entries e WHERE instr(casefold(e.text), ?)", (needle,)
+        ).fetchone()[0]
         rows = self._db.execute(
             f"SELECT {_COLUMNS} FROM entries e WHERE instr(casefold(e.text), ?) "  # noqa: S608
-            "ORDER BY e.line DESC",
-            (needle,),
+            "ORDER BY e.line DESC LIMIT ?",
+            (needle, limit),
         ).fetchall()
-        return self._finish(rows[:limit], SUBSTRING, len(rows))
+        return self._finish(rows, SUBSTRING, int(count))
 
     # -- the revision rule (docs/recall.md#revisions) -----------------------------------------
 
     def _revisions(self, row: Sequence[Any]) -> Iterator[Revision]:
-        entry_id, line, role = int(row[_ID]), int(row[5]), str(row[1])
+        entry_id, line, role = row[_ID], row[5], row[1]
         # A tool result is about the files its call named.
-        about = self._db.execute(
+        found = self._db.execute(
             "SELECT coalesce((SELECT c.entry FROM calls c WHERE c.call_id = e.tool_use_id), e.id) "
             "FROM entries e WHERE e.id = ?",
             (entry_id,),
-        ).fetchone()[0]
+        ).fetchone()
+        if found is None:
+            raise _Damaged(f"entry {entry_id} found by a search is not in the table")
+        about = found[0]
         names = [
             r[0]
             for r in self._db.execute("SELECT DISTINCT name FROM files WHERE entry = ?", (about,))
@@ -326,26 +579,110 @@ class RecallIndex:
                 yield Revision(_stored(after), "the person's next message corrects it")
 
 
-def _open(data_dir: Path, transcript: Path) -> RecallIndex:
-    index = RecallIndex(data_dir, transcript)
+def _line_from(fd: int, offset: int, size: int) -> bytes:
+    """The bytes from ``offset`` to the end of the line there (or of the file)."""
+    parts: list[bytes] = []
+    pos = offset
+    while pos < size:
+        part = os.pread(fd, CHUNK_BYTES, pos)
+        if not part:
+            break
+        parts.append(part)
+        pos += len(part)
+        if b"\n" in part:
+            break
+    return b"".join(parts)
+
+
+def _inode(path: Path) -> int | None:
     try:
-        index.refresh()
-    except BaseException:
-        index.close()
-        raise
-    return index
+        return os.stat(path).st_ino
+    except OSError:
+        return None
 
 
-def open_index(data_dir: Path, transcript: Path) -> RecallIndex:
-    """An index of ``transcript`` brought up to date (OSError when it cannot be read).
+def _unusable(path: Path, exc: BaseException) -> str:
+    """Why the index at ``path`` cannot be used, in words a person can act on."""
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc)
+        where = exc.filename or path
+        return f"the recall index {path} cannot be used: {where}: {reason}"
+    return f"the recall index {path} cannot be used: {exc}"
 
-    The index is a cache of the transcript: one SQLite cannot open (a damaged or foreign file)
-    is removed and built again.
+
+def _remove_damaged(path: Path, inode: int | None, deadline: Deadline) -> None:
+    """Remove the damaged index at ``path`` (and its WAL files) once no process has it open.
+
+    Waits for the exclusive lock until ``deadline`` (``IndexBusy`` past it). A file that is no
+    longer the one found damaged (``inode``: another process rebuilt it meanwhile) stays.
     """
+    fd = os.open(_lock_path(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        return _open(data_dir, transcript)
-    except sqlite3.DatabaseError:
-        path = index_path(data_dir, transcript)
+        if not _flock(fd, fcntl.LOCK_EX, deadline):
+            raise IndexBusy(
+                f"the recall index {path} is damaged and another process still has it open; "
+                "it is built again once that process lets go: ask again in a moment"
+            )
+        if _inode(path) != inode:
+            return
         for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             stale.unlink(missing_ok=True)
-        return _open(data_dir, transcript)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+T = TypeVar("T")
+
+
+def use_index(
+    data_dir: Path,
+    transcript: Path,
+    work: Callable[[RecallIndex], T],
+    *,
+    deadline: Deadline,
+    warm_wait_s: float = WARM_WAIT_S,
+) -> tuple[T, Coverage]:
+    """``work`` on the index of ``transcript``, brought up to date first, and how much of the
+    transcript it covered.
+
+    The update stops at ``deadline`` (the work then searches what is indexed, and ``Coverage``
+    says how much that is). Another process's update is waited for ``warm_wait_s`` when the
+    index has something, until the deadline when it has nothing (then ``IndexBusy``). Damage
+    found anywhere (opening, updating, in ``work``) removes the index and builds it again,
+    once. Raises ``TranscriptUnreadable``, ``IndexBusy``, ``IndexUnusable``.
+    """
+    path = index_path(data_dir, transcript)
+    for attempt in (1, 2):
+        inode = _inode(path)
+        try:
+            with RecallIndex(data_dir, transcript, deadline=deadline) as index:
+                inode = index.inode
+                try:
+                    warm = index.indexed_bytes() > 0
+                    index.refresh(deadline, wait_s=warm_wait_s if warm else None)
+                    indexed = index.indexed_bytes()
+                    if index.busy and indexed == 0:
+                        raise IndexBusy(
+                            f"another process is building the recall index of {transcript}; "
+                            "ask again in a moment"
+                        )
+                    result = work(index)
+                except sqlite3.Error as exc:
+                    raise index.classify(exc) from exc
+                busy, complete = index.busy, index.caught_up
+        except _Damaged as exc:
+            if attempt == 2:
+                raise IndexUnusable(
+                    f"the recall index {path} is damaged ({exc}) and building it again did not help"
+                ) from None
+            _remove_damaged(path, inode, deadline)
+            continue
+        return result, Coverage(indexed, max(_size(transcript), indexed), busy, complete)
+    raise AssertionError("unreachable")
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

@@ -32,8 +32,9 @@ import shutil
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import platformdirs
@@ -41,13 +42,14 @@ import platformdirs
 from compactd.services import ownership
 from compactd.transcript.history import History, boundary_indices
 from compactd.transcript.model import (
+    COMPACT_BOUNDARY,
     GROUP_SIZE_FIELD,
     ParseReport,
     Record,
     forget_file,
-    is_compact_boundary_line,
     line_uuid,
-    parse_buffer,
+    locate_all,
+    read_buffer,
     read_line,
     record_from_dict,
 )
@@ -55,6 +57,9 @@ from compactd.transcript.model import (
 # Times ``Store.lock`` creates a session's directory again when a failed creation removed it
 # while this process was locking it; more in a row would mean a loop of failing creations.
 _LOCK_ATTEMPTS = 5
+
+# A line's length plus its newline.
+_PLUS_NEWLINE: Final = (1).__add__
 
 # Largest transcript ``session/open`` imports or a followed transcript is read as (compactd's
 # choice). Real sessions reach tens of MB; this guards the daemon's memory against a wrong path
@@ -140,11 +145,17 @@ class Store:
         self.data_dir = data_dir
         self.sessions_dir = data_dir / "sessions"
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        # The folder of each session id asked for: an open asks some ten times.
+        self._dirs: dict[str, Path] = {}
 
     def session_dir(self, session_id: str) -> Path:
+        found = self._dirs.get(session_id)
+        if found is not None:
+            return found
         if not valid_session_id(session_id):
             raise ValueError(f"invalid session id {session_id!r}")
-        return self.sessions_dir / session_id
+        found = self._dirs[session_id] = self.sessions_dir / session_id
+        return found
 
     def transcript_path(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "transcript.jsonl"
@@ -207,10 +218,10 @@ class Store:
 
     def _make_dir(self, session_id: str) -> None:
         d = self.session_dir(session_id)
-        fresh = not d.exists()
+        if d.is_dir():
+            return
         d.mkdir(parents=True, exist_ok=True)
-        if fresh:
-            _fsync_dir(self.sessions_dir)
+        _fsync_dir(self.sessions_dir)
 
     def read_meta(self, session_id: str) -> SessionMeta:
         data = (self.session_dir(session_id) / "meta.json").read_bytes()
@@ -227,9 +238,9 @@ class Store:
         self._make_dir(session_id)
         path = self.transcript_path(session_id)
         report = ParseReport()
-        lines: list[bytes] = []
-        records = _history_of(data, str(path), report, written=lines)
-        atomic_write(path, b"".join(line + b"\n" for line in lines))
+        chunks: list[bytes] = []
+        records = _history_of(data, str(path), report, written=chunks)
+        atomic_write(path, b"".join(chunks))
         return LoadedTranscript(records=records, report=report)
 
     def append(self, session_id: str, records: Sequence[Record]) -> None:
@@ -306,27 +317,40 @@ def _history_of(
 ) -> History:
     """The records of a transcript's bytes, located in ``path``.
 
-    With ``written``, the lines that parse are collected there and located as if written
-    back to back (an import); otherwise where they are in ``data``. Lines before a compaction
-    boundary are released as soon as the boundary is read, so a long session is never held
-    decoded whole; ``Session.rebuild`` brings back what its context needs (entries a partial
-    compaction kept, the view an undo restores).
+    With ``written``, the bytes to write for an import are left there: the lines that parse,
+    back to back, where the records are located (the bytes read themselves when they are just
+    that, ``ReadBuffer.verbatim``). Otherwise the records are located where they are in
+    ``data``. Only the lines from the last compaction boundary on stay decoded (the lines
+    before it are released, so a long session is never held decoded whole); ``Session.rebuild``
+    brings back what its context needs (entries a partial compaction kept, the view an undo
+    restores).
     """
-    # The history reads released lines back through the store's descriptor of the file.
-    records = History(reader=functools.partial(read_line, path))
-    end = 0
-    for offset, record in parse_buffer(data, report):
-        if written is None:
-            record.locate(path, offset)
+    parsed = read_buffer(data, report, packed=written is not None)
+    records = parsed.records
+    offsets, lengths = parsed.starts, parsed.lengths
+    if written is not None:
+        # Only a boundary's group size is ever read (``_incomplete_group_start``): a file whose
+        # boundaries carry none is copied as it is.
+        if any(GROUP_SIZE_FIELD.encode() in records[i].raw for i in parsed.boundaries):
+            records = [as_imported(r) for r in records]
+            lengths = [len(r.raw) for r in records]
+            # Back to back: each line starts one byte (a newline) after the previous one ends.
+            offsets = list(accumulate(map(_PLUS_NEWLINE, lengths[:-1]), initial=0))[: len(lengths)]
+            written.extend(r.raw + b"\n" for r in records)
+        elif parsed.verbatim:
+            written.append(data)
         else:
-            record = as_imported(record)
-            record.locate(path, end)
-            end += len(record.raw) + 1
-            written.append(record.raw)
-        records.append(record)
-        if is_compact_boundary_line(record.kind, record.subtype):
-            records.retain([record])
-    return records
+            written.extend(r.raw + b"\n" for r in records)
+    locate_all(records, path, offsets)
+    # The history reads released lines back through the store's descriptor of the file.
+    history = History(reader=functools.partial(read_line, path))
+    history.adopt(records, path, offsets, lengths, parsed.uuids, parsed.boundaries)
+    last = next(
+        (i for i in reversed(parsed.boundaries) if records[i].subtype == COMPACT_BOUNDARY), None
+    )
+    if last is not None:
+        history.retain(records[last:])
+    return history
 
 
 def as_imported(record: Record) -> Record:

@@ -18,22 +18,21 @@ it was located in.
 from __future__ import annotations
 
 import bisect
+import operator
 import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Final, overload
+from itertools import chain
+from typing import Final, cast, overload
 
 from compactd.transcript.model import (
-    COMPACT_BOUNDARY,
-    MICROCOMPACT_BOUNDARY,
+    BOUNDARY_SUBTYPES,
     LineReader,
     Record,
+    is_boundary_line,
 )
 
 __all__ = ["BOUNDARY_SUBTYPES", "History", "UuidIndex", "boundary_indices"]
-
-# System entries that start or undo a compaction: the lines scans over history look for.
-BOUNDARY_SUBTYPES: Final = frozenset({COMPACT_BOUNDARY, MICROCOMPACT_BOUNDARY})
 
 # Line codes of kinds beyond this many distinct (type, subtype) pairs share the last code and
 # keep their pair in a side table (only hostile or very odd transcripts get there).
@@ -47,6 +46,10 @@ _HANDED_SWEEP_MIN: Final = 1024
 # often costs little, and it bounds the uuid strings of released lines kept alive.
 _UUID_FOLD_AT: Final = 1024
 
+# A fold of at least one new uuid for this many already in the arrays (a whole transcript read
+# at once) sorts everything in one go instead of inserting the new ones a run at a time.
+_UUID_MERGE_RATIO: Final = 8
+
 
 class UuidIndex:
     """The last line holding each uuid, in about 12 bytes a line.
@@ -54,31 +57,41 @@ class UuidIndex:
     Recent uuids sit in a dict. Older ones are folded into two arrays sorted by the uuid's
     ``hash()`` (a process-local value, never stored), with the line beside it. A hash found
     in the arrays is confirmed with ``uuid_at`` (the uuid actually on that line), so lookups
-    are exact.
+    are exact. The uuids of a whole transcript read at once (``add_many``) wait in a dict of
+    their own until lines are released (``fold_all``): while their records are live they hold
+    the strings anyway, and sorting tens of thousands of them would cost the load as much as
+    building the rest of the history.
     """
 
-    __slots__ = ("_recent", "_sorted")
+    __slots__ = ("_bulk", "_recent", "_sorted")
 
     def __init__(self) -> None:
         self._recent: dict[str, int] = {}
+        self._bulk: dict[str, int] = {}
         self._sorted: tuple[array[int], array[int]] = (array("q"), array("I"))
 
     def __len__(self) -> int:
-        return len(self._recent) + len(self._sorted[0])
+        return len(self._recent) + len(self._bulk) + len(self._sorted[0])
 
     def add(self, uuid: str, line: int) -> None:
         self._recent[uuid] = line
         if len(self._recent) >= _UUID_FOLD_AT:
             self.fold()
 
+    def add_many(self, lines: dict[str, int]) -> None:
+        """``add`` each uuid (the lines are newer than any added before) without sorting them."""
+        self.fold()  # what ``add`` gave is older: the recent dict holds only the newest
+        self._bulk.update(lines)
+
     def get(self, uuid: str, uuid_at: Callable[[int], str | None]) -> int | None:
         line = self._recent.get(uuid)
         if line is not None:
-            return line
+            return line  # the newest of all
+        # A line read in bulk, or a newer one folded since: the later of the two.
+        found = self._bulk.get(uuid)
         hashes, lines = self._sorted
         key = hash(uuid)
         at = bisect.bisect_left(hashes, key)
-        found: int | None = None
         while at < len(hashes) and hashes[at] == key:
             candidate = lines[at]
             if (found is None or candidate > found) and uuid_at(candidate) == uuid:
@@ -86,11 +99,27 @@ class UuidIndex:
             at += 1
         return found
 
+    def fold_all(self) -> None:
+        """``fold``, the uuids read in bulk included: lines were released."""
+        self.fold()
+        if self._bulk:
+            hashes, lines = self._sorted
+            self._sorted = _sorted_pairs(
+                chain(hashes, map(hash, self._bulk)), chain(lines, self._bulk.values())
+            )
+            self._bulk = {}
+
     def fold(self) -> None:
         """Move the recent uuids into the sorted arrays (their strings are then let go)."""
         if not self._recent:
             return
         hashes, lines = self._sorted
+        if len(self._recent) * _UUID_MERGE_RATIO >= len(hashes):
+            self._sorted = _sorted_pairs(
+                chain(hashes, map(hash, self._recent)), chain(lines, self._recent.values())
+            )
+            self._recent = {}
+            return
         new_hashes: array[int] = array("q")
         new_lines: array[int] = array("I")
         done = 0
@@ -107,6 +136,25 @@ class UuidIndex:
         # One assignment, so a reader in another thread sees either the old or the new pair.
         self._sorted = (new_hashes, new_lines)
         self._recent = {}
+
+
+_KIND: Final = operator.attrgetter("kind")
+_LINE: Final = operator.attrgetter("line")
+
+
+def _sorted_pairs(hashes: Iterable[int], lines: Iterable[int]) -> tuple[array[int], array[int]]:
+    """The (hash, line) pairs sorted, as the two arrays of ``UuidIndex``, in one sort.
+
+    Each pair is sorted as one integer, ``hash * 2**32 + line`` (a line fits in 32 bits, the
+    arrays' own limit), which orders as the pair does: sorting plain integers is several times
+    quicker than sorting tuples, and every step here runs in C.
+    """
+    keys = sorted(map(operator.add, map(_SHIFT.__rlshift__, hashes), lines))
+    return array("q", map(_SHIFT.__rrshift__, keys)), array("I", map(_LOW.__and__, keys))
+
+
+_SHIFT: Final = 32
+_LOW: Final = (1 << 32) - 1
 
 
 class History(Sequence[Record]):
@@ -176,7 +224,7 @@ class History(Sequence[Record]):
             self._offsets.append(-1)
             self._lengths.append(0)
         self._kinds.append(self._code(line, record.kind, record.subtype))
-        if record.kind == "system" and record.subtype in BOUNDARY_SUBTYPES:
+        if is_boundary_line(record.kind, record.subtype):
             self._boundaries.append(line)
         self._live[line] = record
         record.line = line
@@ -188,11 +236,67 @@ class History(Sequence[Record]):
         for record in records:
             self.append(record)
 
+    def adopt(
+        self,
+        records: list[Record],
+        path: str,
+        offsets: Sequence[int],
+        lengths: Sequence[int],
+        uuids: Sequence[str | None],
+        boundaries: Iterable[int],
+    ) -> None:
+        """``extend`` by a whole transcript's records at once, with what ``append`` would work
+        out of each given beside it (what ``model.read_buffer`` gathers): their lines are at
+        ``offsets`` in ``path``, ``lengths`` long, and hold ``uuids``; ``boundaries`` are the
+        indices of the compact and microcompact boundaries among them. Each step runs over all
+        of the records at once, in C where it can."""
+        if self._path not in (None, path):
+            self.extend(records)
+            return
+        # Kinds: an entry's type alone nearly always (a subtype marks system lines only).
+        kinds = list(map(_KIND, records))
+        subtyped = [i for i, r in enumerate(records) if r.subtype is not None]
+        codes = self._kind_codes
+        plain = {kind: (kind, None) for kind in set(kinds)}
+        pairs = set(plain.values()).union((kinds[i], records[i].subtype) for i in subtyped)
+        fresh = pairs.difference(codes)
+        if len(self._kind_pairs) + len(fresh) > _MAX_KIND_CODES:
+            self.extend(records)  # odd kinds are kept line by line
+            return
+        for pair in sorted(fresh, key=str):
+            codes[pair] = len(self._kind_pairs)
+            self._kind_pairs.append(pair)
+        first = len(self._offsets)
+        # One int object a line, shared by the live records' dict and the uuid index.
+        lines = list(range(first, first + len(records)))
+        self._path = path
+        self._offsets.extend(offsets)
+        self._lengths.extend(lengths)
+        at = len(self._kinds)
+        by_kind = {kind: codes[pair] for kind, pair in plain.items()}
+        self._kinds.extend(map(by_kind.__getitem__, kinds))
+        for i in subtyped:
+            self._kinds[at + i] = codes[(kinds[i], records[i].subtype)]
+        self._boundaries.extend(first + i for i in boundaries)
+        for line, record in zip(lines, records, strict=True):
+            record.line = line
+        self._live.update(zip(lines, records, strict=True))
+        named = dict(zip(uuids, lines, strict=True))
+        named.pop(None, None)
+        self._uuids.add_many(cast(dict[str, int], named))
+
     # -- lookups -----------------------------------------------------------------------------------
 
     def index_of(self, uuid: str) -> int | None:
         """The last line whose entry has ``uuid``, or None."""
         return self._uuids.get(uuid, self._uuid_at)
+
+    def records_at(self, lines: Sequence[int]) -> list[Record]:
+        """``[self[i] for i in lines]`` for lines known to be in range, without the checks."""
+        found: list[Record | None] = list(map(self._live.get, lines))
+        if all(found):  # all decoded (a context, nearly always): no line is read back
+            return cast(list[Record], found)
+        return [r if r is not None else self._get(i) for i, r in zip(lines, found, strict=True)]
 
     def raw_line(self, line: int) -> bytes:
         """The bytes of one line, without making a record of it (for scans over history)."""
@@ -220,23 +324,40 @@ class History(Sequence[Record]):
         ``keep`` holds records of this history (typically the current context). Lines that
         were never written to the transcript stay in memory whatever ``keep`` says.
         """
+        current = self._live
+        keep = keep if isinstance(keep, list) else list(keep)
+        if len(keep) == len(current) and self._all_live(keep):
+            return  # the records decoded are those to keep (a context read whole): no change
         live: dict[int, Record] = {}
         for record in keep:
-            if self._owns(record.line, record):
+            line = record.line
+            found = current.get(line)
+            if found is not None and found is record:  # decoded already (most of a context)
+                live[line] = found
+            elif self._owns(line, record):
                 record.materialize()
-                live[record.line] = record
-        previous, self._live = self._live, live
-        self._release(previous)
-        del previous
+                live[line] = record
+        self._live = live
+        self._release(current)
+        del current  # the released records die here, unless someone holds them
         self._sweep()
+        if len(self._live) < len(self._offsets):
+            self._uuids.fold_all()  # their uuid strings need not stay
 
     # -- internals ---------------------------------------------------------------------------------
 
+    def _all_live(self, records: list[Record]) -> bool:
+        """Whether ``records`` are live records of this history, each line once."""
+        lines = list(map(_LINE, records))
+        live = self._live
+        return len(set(lines)) == len(lines) and all(
+            map(operator.is_, map(live.get, lines), records)
+        )
+
     def _release(self, previous: dict[int, Record]) -> None:
         live = self._live
-        for line, record in previous.items():
-            if line in live:
-                continue
+        for line in previous.keys() - live.keys():
+            record = previous[line]
             if self._offsets[line] < 0:
                 live[line] = record
                 continue
@@ -308,6 +429,4 @@ def boundary_indices(records: Sequence[Record]) -> list[int]:
     """
     if isinstance(records, History):
         return records.boundary_lines()
-    return [
-        i for i, r in enumerate(records) if r.kind == "system" and r.subtype in BOUNDARY_SUBTYPES
-    ]
+    return [i for i, r in enumerate(records) if is_boundary_line(r.kind, r.subtype)]

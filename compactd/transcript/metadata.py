@@ -9,6 +9,7 @@ from typing import Any, Final
 import msgspec
 
 __all__ = [
+    "BOUNDARY_SUBTYPES",
     "COMPACT_BOUNDARY",
     "CompactMetadata",
     "GROUP_SIZE_FIELD",
@@ -16,6 +17,7 @@ __all__ = [
     "MICROCOMPACT_BOUNDARY",
     "MicrocompactMetadata",
     "PreservedSegment",
+    "is_boundary_line",
     "is_compact_boundary_line",
     "without_bookkeeping",
 ]
@@ -77,6 +79,15 @@ class MicrocompactMetadata(
 # a microcompact (or its undo). The one place their subtypes are named.
 COMPACT_BOUNDARY: Final = "compact_boundary"
 MICROCOMPACT_BOUNDARY: Final = "microcompact_boundary"
+
+
+# System lines that start or undo a compaction: the lines scans over history look for.
+BOUNDARY_SUBTYPES: Final = frozenset({COMPACT_BOUNDARY, MICROCOMPACT_BOUNDARY})
+
+
+def is_boundary_line(kind: str, subtype: str | None) -> bool:
+    """Whether a line of this type and subtype is a compact or microcompact boundary."""
+    return kind == "system" and subtype in BOUNDARY_SUBTYPES
 
 
 def is_compact_boundary_line(kind: str, subtype: str | None) -> bool:

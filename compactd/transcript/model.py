@@ -38,6 +38,7 @@ from compactd.transcript.blocks import (
     wrap_unknown_blocks,
 )
 from compactd.transcript.metadata import (
+    BOUNDARY_SUBTYPES,
     COMPACT_BOUNDARY,
     GROUP_SIZE_FIELD,
     LEDGER_FIELD,
@@ -45,11 +46,13 @@ from compactd.transcript.metadata import (
     CompactMetadata,
     MicrocompactMetadata,
     PreservedSegment,
+    is_boundary_line,
     is_compact_boundary_line,
     without_bookkeeping,
 )
 
 __all__ = [
+    "BOUNDARY_SUBTYPES",
     "Block",
     "COMPACT_BOUNDARY",
     "CompactMetadata",
@@ -65,6 +68,7 @@ __all__ = [
     "MicrocompactMetadata",
     "ParseReport",
     "PreservedSegment",
+    "ReadBuffer",
     "Record",
     "RedactedThinkingBlock",
     "TextBlock",
@@ -76,11 +80,14 @@ __all__ = [
     "block_to_builtins",
     "encode_entry",
     "forget_file",
+    "is_boundary_line",
     "is_compact_boundary_line",
     "line_uuid",
+    "locate_all",
     "newest_first",
     "parse_buffer",
     "parse_lines",
+    "read_buffer",
     "read_line",
     "record_from_dict",
     "record_from_line",
@@ -92,14 +99,18 @@ __all__ = [
 
 # Not tracked by the cycle collector, as the blocks are not (see ``transcript.blocks``).
 class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc=False):
-    """The fields of a transcript line that compactd reads. Unknown ones live in the raw line."""
+    """The fields of a transcript line that compactd reads. Unknown ones live in the raw line.
+
+    Only what compactd reads is decoded: every field here costs decoding time and memory on
+    every line of every context kept in memory (a long session's is tens of thousands of lines),
+    so the fields Claude Code repeats on each line for its own use (``sessionId``, ``cwd``,
+    ``version``, ``requestId``...) stay in the raw line.
+    """
 
     type: str = ""
     uuid: str | None = None
     parent_uuid: str | None = None
-    logical_parent_uuid: str | None = None
     timestamp: str | None = None
-    session_id: str | None = None
     is_sidechain: bool | None = None
     is_meta: bool | None = None
     is_compact_summary: bool | None = None
@@ -107,16 +118,16 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc
     is_api_error_message: bool | None = None
     subtype: str | None = None
     content: Any = None
-    level: str | None = None
     message: Message | None = None
     attachment: dict[str, Any] | None = None
     compact_metadata: CompactMetadata | None = None
     microcompact_metadata: MicrocompactMetadata | None = None
-    tool_use_result: Any = None
+    # What Claude Code recorded of a tool's run, beside the tool result the model saw (a file's
+    # content, a command's output): often the largest part of a line, and read only for the
+    # results of file reads (``core.file_state``, which decodes the part it needs). Kept as its
+    # JSON text, a slice of the line that costs neither decoding nor memory (empty: none).
+    tool_use_result: msgspec.Raw = msgspec.Raw()
     summary: str | None = None
-    leaf_uuid: str | None = None
-    cwd: str | None = None
-    request_id: str | None = None
 
     # -- small typed accessors used across the core ------------------------------------------
 
@@ -402,6 +413,8 @@ def _entry_from_builtins(obj: dict[str, Any]) -> tuple[Entry, bool]:
     message = obj.get("message")
     if isinstance(message, dict) and isinstance(message.get("content"), list):
         obj = {**obj, "message": {**message, "content": wrap_unknown_blocks(message["content"])}}
+    if "toolUseResult" in obj:  # kept as JSON text (``Entry.tool_use_result``)
+        obj = {**obj, "toolUseResult": msgspec.Raw(_encoder.encode(obj["toolUseResult"]))}
     try:
         return msgspec.convert(obj, Entry), False
     except msgspec.ValidationError:
@@ -436,6 +449,13 @@ def line_uuid(line: bytes) -> str | None:
     except msgspec.DecodeError:
         return None
     return found if isinstance(found, str) else None
+
+
+def locate_all(records: Iterable[Record], path: str, offsets: Iterable[int]) -> None:
+    """``Record.locate`` each record in ``path``, at its offset (one each)."""
+    for record, offset in zip(records, offsets, strict=True):
+        record._path = path
+        record._offset = offset
 
 
 def record_from_dict(obj: dict[str, Any]) -> Record:
@@ -489,21 +509,92 @@ def newest_first(data: bytes, containing: bytes = b"") -> Iterator[Entry]:
 
 def parse_buffer(data: bytes, report: ParseReport | None = None) -> Iterator[tuple[int, Record]]:
     """Like ``parse_lines`` over a whole file's bytes, also yielding where each line starts."""
+    parsed = read_buffer(data, report)
+    return zip(parsed.starts, parsed.records, strict=True)
+
+
+@dataclass(slots=True)
+class ReadBuffer:
+    """A whole file's bytes read as records (``read_buffer``), with what a ``History`` of them
+    needs beside each, gathered while each line was at hand."""
+
+    records: list[Record]
+    # Where each record's line starts: in the bytes read (past any leading blanks), or, read
+    # ``packed``, in the lines written back to back, each with its newline.
+    starts: list[int]
+    # The length of each record's line, and its uuid.
+    lengths: list[int]
+    uuids: list[str | None]
+    # Which records are compact or microcompact boundaries (indices into ``records``).
+    boundaries: list[int]
+    # The records' lines written back to back, each with its newline, are the bytes read
+    # exactly: no line was blank, skipped or stripped, and the last one ended with a newline.
+    verbatim: bool
+
+
+def read_buffer(
+    data: bytes, report: ParseReport | None = None, *, packed: bool = False
+) -> ReadBuffer:
+    """Every line of a whole file's bytes as a record, in one pass (what an import and a load
+    read). Blank lines are ignored, corrupt ones skipped and counted, as by ``parse_lines``.
+
+    One loop with the common case inline: a line that decodes into an ``Entry`` at once (almost
+    all of them) costs the decoding, one ``Record`` and a few appends; any other line takes
+    ``_parse_one``'s way. The lines are cut with ``find`` rather than ``split``, so the file's
+    bytes are never held twice as a list of all its lines.
+    """
     rep = report if report is not None else ParseReport()
+    out = ReadBuffer([], [], [], [], [], not data or data.endswith(b"\n"))
+    keep, start, length, name = (
+        out.records.append,
+        out.starts.append,
+        out.lengths.append,
+        out.uuids.append,
+    )
+    decode = _entry_decoder.decode
+    find = data.find
+    written = 0  # where the next line starts, written back to back
     pos = 0
     size = len(data)
-    # Line by line with find() rather than split(): a long transcript is never held as a list
-    # of all its lines.
-    while pos <= size:
-        end = data.find(b"\n", pos)
+    while pos < size:
+        end = find(b"\n", pos)
         if end < 0:
             end = size
         line = data[pos:end]
-        stripped = line.strip()
-        record = _parse_one(stripped, rep)
-        if record is not None:
-            yield pos + (len(line) - len(line.lstrip())), record
+        at = pos
         pos = end + 1
+        stripped = line.strip()
+        if stripped is not line or not line:  # ``strip`` gives the same object when it can
+            out.verbatim = False
+            if not stripped:
+                continue
+            at += len(line) - len(line.lstrip())
+        try:
+            entry = decode(stripped)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            record = _parse_one(stripped, rep)
+            if record is None:
+                out.verbatim = False
+                continue
+            entry = record.entry
+        else:
+            rep.lines += 1
+            record = Record(entry, stripped)
+            if entry.type:
+                rep.entries += 1
+            else:
+                _note_untyped(stripped, rep)
+        if entry.subtype is not None and is_boundary_line(entry.type, entry.subtype):
+            out.boundaries.append(len(out.records))
+        keep(record)
+        name(entry.uuid)
+        length(len(stripped))
+        if packed:
+            start(written)
+            written += len(stripped) + 1
+        else:
+            start(at)
+    return out
 
 
 def _parse_one(stripped: bytes, rep: ParseReport) -> Record | None:
@@ -521,7 +612,13 @@ def _parse_one(stripped: bytes, rep: ParseReport) -> Record | None:
         rep.degraded += 1
     if record.entry.type:
         rep.entries += 1
-    elif rep.untyped_keys is None:
-        obj = _generic_decoder.decode(stripped)
-        rep.untyped_keys = [str(k)[:40] for k in list(obj)[:8]] if isinstance(obj, dict) else []
+    else:
+        _note_untyped(stripped, rep)
     return record
+
+
+def _note_untyped(line: bytes, rep: ParseReport) -> None:
+    """Keep the keys of the first object without a ``type``, to say what the file holds."""
+    if rep.untyped_keys is None:
+        obj = _generic_decoder.decode(line)
+        rep.untyped_keys = [str(k)[:40] for k in list(obj)[:8]] if isinstance(obj, dict) else []

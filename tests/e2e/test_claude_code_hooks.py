@@ -378,3 +378,292 @@ def test_the_console_script_imports_only_what_the_subcommand_uses(
             m.startswith(("compactd.core.tokens", "compactd.services", "compactd.transcript"))
             for m in imported
         )
+
+
+# -- hostile input: FIFOs, devices, folders, stdin that never closes (docs/safe-io.md) ---------
+
+EVENTS: list[tuple[str, dict[str, Any]]] = [
+    ("SessionStart", {"source": "resume"}),
+    ("SessionStart", {"source": "compact"}),
+    ("PostCompact", {"trigger": "auto", "compact_summary": "1. The user asked for steps."}),
+    ("UserPromptSubmit", {"prompt": "go on"}),
+    ("PreCompact", {"trigger": "auto"}),
+]
+# What Claude Code gives a hook run: its timeout (what install writes), the guard of these tests.
+from compactd.agents.claude_code.services.settings import (  # noqa: E402
+    HOOK_TIMEOUT_S,
+    STATUS_TIMEOUT_S,
+)
+
+
+def _spawn(tmp: Path, args: list[str], stdin: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "compactd", "claude-code", *args],
+        stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(tmp), cwd=tmp,
+    )  # fmt: skip
+
+
+def _finish(run: subprocess.Popen[bytes], guard: float) -> tuple[int, bytes, bytes]:
+    """The process's exit status and output; it must end by itself within ``guard`` seconds
+    (the timeout Claude Code would give it: a generous guard, not a measurement)."""
+    try:
+        run.wait(timeout=guard)  # not communicate(): it would close stdin
+    except subprocess.TimeoutExpired:
+        run.kill()
+        run.wait()
+        raise AssertionError(f"still running after {guard} s: Claude Code would kill it") from None
+    assert run.stdout is not None and run.stderr is not None  # small: the pipes hold them
+    return run.returncode, run.stdout.read(), run.stderr.read()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_fifo_a_device_or_a_folder_as_transcript_never_holds_a_hook(
+    tmp_path: Path, kind: str
+) -> None:
+    named = {"fifo": tmp_path / "t.jsonl", "device": Path("/dev/zero"), "folder": tmp_path / "d"}
+    if kind == "fifo":
+        os.mkfifo(named["fifo"])  # nobody ever opens it for writing
+    elif kind == "folder":
+        named["folder"].mkdir()
+    says = {"fifo": "is a FIFO (named pipe)", "device": "is a device", "folder": "is a directory"}
+    runs = [
+        (name, _spawn(tmp_path, ["hook"], subprocess.PIPE), _event(name, named[kind], **extra))
+        for name, extra in EVENTS
+    ]
+    for _, run, event in runs:
+        assert run.stdin is not None
+        run.stdin.write(event)
+        run.stdin.close()
+    for name, run, _ in runs:
+        code, out, err = _finish(run, HOOK_TIMEOUT_S)
+        assert code == 0, err
+        if name == "PreCompact":  # reads no transcript: it steers the summary as usual
+            assert b"word for word" in out and err == b""
+            continue
+        if name == "PostCompact" or name == "SessionStart":
+            assert out == b""
+        line = err.decode()
+        assert line.startswith("compactd claude-code hook: ") and line.count("\n") == 1, line
+        assert says[kind] in line, line
+    # Not recorded as the folder's current session: the MCP server and the status line would
+    # open it.
+    assert not (tmp_path / "data" / "compactd" / "claude-code" / "current").exists()
+
+
+def test_stdin_that_is_never_closed(tmp_path: Path) -> None:
+    transcript = _copy(tmp_path)
+    whole = _event("SessionStart", transcript, source="resume")
+    status = json.dumps({"session_id": "sess-1"}).encode()
+    cases = [  # (args, what is written before the pipe is left open, what is expected)
+        (["hook"], whole, "answer"),
+        (["hook"], whole[: len(whole) // 2], "refusal"),
+        (["hook"], b"", "refusal"),
+        (["hook"], _event("PreCompact", transcript), "answer"),
+        (["statusline"], status, "answer"),
+        (["statusline"], status[:5], "refusal"),
+        (["statusline"], b"", "refusal"),
+    ]
+    runs = []
+    for args, written, expected in cases:
+        run = _spawn(tmp_path, args, subprocess.PIPE)
+        assert run.stdin is not None
+        run.stdin.write(written)
+        run.stdin.flush()  # and never closed while the process runs
+        runs.append((args, run, expected))
+    for args, run, expected in runs:
+        guard = HOOK_TIMEOUT_S if args == ["hook"] else STATUS_TIMEOUT_S
+        try:
+            code, out, err = _finish(run, guard)
+        finally:
+            assert run.stdin is not None
+            run.stdin.close()
+        assert code == 0, (args, err)
+        if expected == "answer":
+            assert out.strip(), (args, err)
+            if args == ["statusline"]:
+                assert out.startswith(b"compactd")
+        else:
+            assert out == b"", (args, out)
+            line = err.decode()
+            assert line.count("\n") == 1, line
+            assert "was not closed within" in line or "gave up after" in line, line
+
+
+@pytest.mark.parametrize("args", [["hook"], ["statusline"]])
+@pytest.mark.parametrize("source", ["/dev/zero", "fifo"])
+def test_dev_zero_or_a_fifo_without_writer_on_stdin(
+    tmp_path: Path, args: list[str], source: str
+) -> None:
+    if source == "fifo":
+        fifo = tmp_path / "in"
+        os.mkfifo(fifo)
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO nobody writes to, as stdin
+    else:
+        fd = os.open(source, os.O_RDONLY)
+    try:
+        run = _spawn(tmp_path, args, fd)
+    finally:
+        os.close(fd)
+    guard = HOOK_TIMEOUT_S if args == ["hook"] else STATUS_TIMEOUT_S
+    code, out, err = _finish(run, guard)
+    assert code == 0 and out == b""
+    line = err.decode()
+    assert line.startswith(f"compactd claude-code {args[0]}: ") and line.count("\n") == 1
+    if source == "/dev/zero":
+        assert "binary data" in line
+
+
+# -- settings of every shape, symlinks, --data-dir (docs/claude-code.md#install) --------------
+
+# Valid JSON that install and uninstall cannot act on: (file, its content, the key named).
+# "settings" is the project's .claude/settings.json, "mcp" its .mcp.json, "local-settings" and
+# "home" the local scope's .claude/settings.local.json and Claude Code's .claude.json.
+SHAPES: list[tuple[str, Any, str]] = [
+    ("settings", [5], "the file holds an array"),
+    ("settings", None, "the file holds null"),
+    ("settings", 5, "the file holds a number"),
+    ("settings", "text", "the file holds a string"),
+    ("settings", True, "the file holds a boolean"),
+    ("settings", {"hooks": "nope"}, "hooks is a string"),
+    ("settings", {"hooks": None}, "hooks is null"),
+    ("settings", {"hooks": []}, "hooks is an array"),
+    ("settings", {"hooks": 3}, "hooks is a number"),
+    ("settings", {"hooks": {"SessionStart": "x"}}, "hooks.SessionStart is a string"),
+    ("settings", {"hooks": {"PreCompact": {}}}, "hooks.PreCompact is an object"),
+    ("settings", {"hooks": {"Stop": None}}, "hooks.Stop is null"),
+    ("settings", {"hooks": {"SessionStart": [5]}}, "hooks.SessionStart[0] is a number"),
+    ("settings", {"hooks": {"SessionStart": [[]]}}, "hooks.SessionStart[0] is an array"),
+    ("settings", {"hooks": {"PostCompact": [{"hooks": "x"}]}}, "hooks.PostCompact[0].hooks is a string"),
+    ("settings", {"hooks": {"PostCompact": [{"hooks": {}}]}}, "hooks.PostCompact[0].hooks is an object"),
+    ("settings", {"hooks": {"SessionStart": [{"hooks": [5]}]}}, "hooks.SessionStart[0].hooks[0] is a number"),
+    ("settings", {"hooks": {"SessionStart": [{"hooks": [{"command": 7}]}]}}, "hooks.SessionStart[0].hooks[0].command is a number"),
+    ("settings", {"hooks": {"UserPromptSubmit": [{"matcher": 1, "hooks": []}]}}, "hooks.UserPromptSubmit[0].matcher is a number"),
+    ("settings", {"hooks": {"my event": [1]}}, 'hooks."my event"[0] is a number'),
+    ("settings", {"statusLine": "x"}, "statusLine is a string"),
+    ("settings", {"statusLine": []}, "statusLine is an array"),
+    ("settings", {"statusLine": {"command": ["a"]}}, "statusLine.command is an array"),
+    ("settings", {"enabledMcpjsonServers": "x"}, "enabledMcpjsonServers is a string"),
+    ("settings", {"enabledMcpjsonServers": {"compactd": True}}, "enabledMcpjsonServers is an object"),
+    ("settings", {"enabledMcpjsonServers": [1]}, "enabledMcpjsonServers[0] is a number"),
+    ("mcp", {"mcpServers": []}, "mcpServers is an array"),
+    ("mcp", {"mcpServers": {"compactd": "x"}}, "mcpServers.compactd is a string"),
+    ("mcp", {"mcpServers": {"compactd": {"args": "mcp"}}}, "mcpServers.compactd.args is a string"),
+    ("home", {"projects": []}, "projects is an array"),
+    ("home", {"projects": {"<project>": 5}}, 'projects."<project>" is a number'),
+    ("local-settings", {"hooks": {"SessionStart": [{"hooks": None}]}}, "hooks.SessionStart[0].hooks is null"),
+]
+
+
+def _everything(tmp: Path) -> dict[str, tuple[bytes | None, bool]]:
+    """Every file under ``tmp`` (but the data dir): its bytes (a link's, not followed) and
+    whether it is a link. A tree compared before and after."""
+    out: dict[str, tuple[bytes | None, bool]] = {}
+    for p in sorted(tmp.rglob("*")):
+        if "data" in p.relative_to(tmp).parts[:1]:
+            continue
+        if p.is_symlink():
+            out[str(p)] = (os.readlink(p).encode(), True)
+        elif p.is_file():
+            out[str(p)] = (p.read_bytes(), False)
+        else:
+            out[str(p)] = (None, False)
+    return out
+
+
+@pytest.mark.parametrize("action", ["install", "uninstall"])
+def test_settings_of_unexpected_shapes_are_refused_in_one_line(
+    tmp_path: Path, action: str
+) -> None:
+    assert len(SHAPES) >= 30
+    refusals = tracebacks = changed = 0
+    for i, (where, content, says) in enumerate(SHAPES):
+        tmp = tmp_path / str(i)
+        home, project = tmp / "home", tmp / "project"
+        (home / ".claude").mkdir(parents=True)
+        (project / ".claude").mkdir(parents=True)
+        real = str(project.resolve())
+        text = json.dumps(content).replace("<project>", real)
+        scope = "local" if where in ("home", "local-settings") else "project"
+        path = {
+            "settings": project / ".claude" / "settings.json",
+            "mcp": project / ".mcp.json",
+            "home": home / ".claude" / ".claude.json",
+            "local-settings": project / ".claude" / "settings.local.json",
+        }[where]
+        path.write_text(text)
+        before = _everything(tmp)
+        run = _run(tmp, action, "--scope", scope, cwd=project)
+        err = run.stderr.decode()
+        tracebacks += "Traceback" in err
+        changed += _everything(tmp) != before
+        if run.returncode == 1 and err.count("\n") == 1 and run.stdout == b"":
+            refusals += 1
+            assert err.startswith(f"compactd: {path}: "), err
+            assert says.replace("<project>", real) in err, (says, err)
+            assert "nothing was changed" in err
+    assert (refusals, tracebacks, changed) == (len(SHAPES), 0, 0)
+
+
+def test_a_symlinked_settings_file_stays_a_link(tmp_path: Path) -> None:
+    project, dotfiles = tmp_path / "project", tmp_path / "dotfiles"
+    (project / ".claude").mkdir(parents=True)
+    dotfiles.mkdir()
+    target = dotfiles / "claude-settings.json"
+    original = b'{"model": "opus",\n "permissions": {"allow": []}}\n'
+    target.write_bytes(original)
+    target.chmod(0o640)
+    link = project / ".claude" / "settings.json"
+    link.symlink_to(target)
+    # A second link, relative and dangling: install creates its target, uninstall removes it.
+    (tmp_path / "home" / ".claude").mkdir(parents=True)
+    assert _run(tmp_path, "install", "--scope", "project", cwd=project).returncode == 0
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    installed = json.loads(target.read_text())
+    assert installed["model"] == "opus" and "SessionStart" in installed["hooks"]
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in dotfiles.iterdir()] == ["claude-settings.json"]  # no temp file left
+    assert _run(tmp_path, "uninstall", "--scope", "project", cwd=project).returncode == 0
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_bytes() == original
+
+    dangling = project / ".claude" / "settings.local.json"
+    dangling.symlink_to("../../dotfiles/local.json")
+    assert _run(tmp_path, "install", "--scope", "local", cwd=project).returncode == 0
+    assert dangling.is_symlink() and (dotfiles / "local.json").is_file()
+    assert _run(tmp_path, "uninstall", "--scope", "local", cwd=project).returncode == 0
+    assert dangling.is_symlink() and not (dotfiles / "local.json").exists()
+
+
+def test_install_with_a_data_dir_writes_commands_that_use_it(tmp_path: Path) -> None:
+    transcript = _copy(tmp_path)
+    project = tmp_path / "project"
+    (project / ".claude").mkdir(parents=True)
+    mine = tmp_path / "my data"
+    run = _run(tmp_path, "install", "--scope", "project", "--data-dir", "../my data", cwd=project)
+    assert run.returncode == 0, run.stderr
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    server = json.loads((project / ".mcp.json").read_text())["mcpServers"]["compactd"]
+    assert server["args"] == ["-m", "compactd", "mcp", "--data-dir", str(mine)]
+    status = settings["statusLine"]
+    assert status["timeout"] == STATUS_TIMEOUT_S
+    hook = settings["hooks"]["SessionStart"][0]["hooks"][0]
+    assert hook["timeout"] == HOOK_TIMEOUT_S
+    # The command as Claude Code runs it (a shell, the event on stdin): its records go to the
+    # data dir install was given, not the default one.
+    event = _event("SessionStart", transcript, source="resume")
+    ran = subprocess.run(
+        hook["command"], shell=True, input=event, env=_env(tmp_path), cwd=project,
+        capture_output=True, timeout=HOOK_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0 and TITLE.encode() in ran.stdout, ran.stderr
+    assert list((mine / "claude-code" / "current").iterdir())
+    assert not (tmp_path / "data" / "compactd" / "claude-code").exists()
+    line = subprocess.run(
+        status["command"], shell=True, input=b'{"session_id": "sess-1"}', env=_env(tmp_path),
+        cwd=project, capture_output=True, timeout=STATUS_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert b"last compaction: restored" in line.stdout, line.stderr
+    # Found again by uninstall, options and all; the record install kept is in that data dir.
+    out = _run(tmp_path, "uninstall", "--scope", "project", "--data-dir", str(mine), cwd=project)
+    assert out.returncode == 0 and not (project / ".mcp.json").exists()
+    assert list((project / ".claude").iterdir()) == []  # the folder was there before

@@ -39,6 +39,7 @@ class Machine:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
         self.env["HOME"] = str(self.home)
         self.env.pop("PWD", None)
+        self.env.pop("CODEX_HOME", None)  # Codex's folder: ~/.codex
         if config_dir:
             self.env["CLAUDE_CONFIG_DIR"] = str(self.claude)
         else:
@@ -133,6 +134,10 @@ async def test_no_session_here_says_where_they_live_and_how_to_name_one(tmp_path
         "compactd status FILE.jsonl.",
         "~/.claude/projects does not exist: Claude Code has saved no session as this user (it "
         "keeps them under $CLAUDE_CONFIG_DIR when that is set).",
+        "Codex has no session for ~/lonely: it keeps every session in ~/.codex/sessions/YYYY/MM/"
+        "DD/ (the working folder is inside each), which does not exist.",
+        "Name one: compactd status ~/.codex/sessions/ (the newest rollout) or compactd status "
+        "rollout-....jsonl.",
     ]
     # Other projects have sessions: the hint names the latest, with their counts.
     for i, name in enumerate(["old", "busy", "new"]):
@@ -141,7 +146,7 @@ async def test_no_session_here_says_where_they_live_and_how_to_name_one(tmp_path
             machine.session(work, R2_AUTO, f"s{n}.jsonl", age=1000 - 100 * i)
     code, out, err = await machine.cli("status", cwd=lonely)
     assert code == 1 and "Traceback" not in err, err
-    assert err.splitlines()[-1] == (
+    assert err.splitlines()[2] == (
         f"The latest projects in ~/.claude/projects: {slug(machine.home / 'new')} (1 session), "
         f"{slug(machine.home / 'busy')} (2 sessions), {slug(machine.home / 'old')} (1 session)."
     )
@@ -149,7 +154,8 @@ async def test_no_session_here_says_where_they_live_and_how_to_name_one(tmp_path
     code, _, err = await machine.cli("status", str(lonely), cwd=tmp_path)
     assert code == 1
     assert err.startswith(
-        "compactd: ~/lonely holds no transcript (*.jsonl), and Claude Code has no session for "
+        "compactd: ~/lonely holds no transcript (*.jsonl, *.jsonl.zst), and Claude Code has no "
+        "session for "
         "~/lonely: "
     ), err
     # compact takes its transcript the same way, and says the same.
@@ -200,3 +206,50 @@ async def test_compact_says_when_the_resume_command_cannot_work_here(tmp_path: P
     assert code == 0, err
     notes = json.loads(out)["resumeNotes"]
     assert len(notes) == 2 and "does not exist on this machine" in notes[0]
+
+
+CODEX_ROLLOUT = (
+    FIXTURES.parent / "codex" / "codex-0.171.0__fallback_model__mid_turn_and_resume.jsonl"
+)
+CODEX_CWD = b"/tmp/codex-capture-03bl9w6d/b/project"
+
+
+async def test_a_codex_session_of_the_folder_is_found_like_claude_code_s(tmp_path: Path) -> None:
+    """Codex files its sessions by date, the working folder inside each: nothing named finds
+    the newest rollout of this folder, and a newer Claude Code session of it wins over it."""
+    machine = Machine(tmp_path, config_dir=False)
+    work = machine.project("service")
+    day = machine.home / ".codex" / "sessions" / "2026" / "11" / "28"
+    day.mkdir(parents=True)
+    rollout = day / "rollout-2026-11-28T08-26-39-01a22143-78ca-7a61-91e9-bdd2e011ff43.jsonl"
+    rollout.write_bytes(CODEX_ROLLOUT.read_bytes().replace(CODEX_CWD, str(work).encode()))
+    elsewhere = day / "rollout-2026-11-28T09-00-00-01a22143-0000-7000-8000-000000000000.jsonl"
+    elsewhere.write_bytes(CODEX_ROLLOUT.read_bytes())  # newer, another folder's
+    old = time.time() - 600
+    os.utime(rollout, (old, old))
+    code, out, err = await machine.cli("status", "--json", cwd=work)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["transcript"] == str(rollout)
+    assert report["picked"]["how"].startswith(
+        "the only session of this folder, in ~/.codex/sessions"
+    )
+    assert report["entries"] > 30 and report["skippedLines"] == 0
+    # The status agrees with the rollout's last token count.
+    last = [json.loads(line) for line in CODEX_ROLLOUT.read_bytes().splitlines()][-2]
+    assert last["payload"]["type"] == "token_count"
+    assert (
+        report["status"]["exactTokens"]
+        == last["payload"]["info"]["last_token_usage"]["total_tokens"]
+    )
+    # The sessions folder named: its newest rollout; a Claude Code session newer than the
+    # rollout, of the same folder, is the one read with nothing named.
+    code, out, err = await machine.cli(
+        "status", str(machine.home / ".codex" / "sessions"), "--plain", cwd=tmp_path
+    )
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("the newest of 2 sessions in ~/.codex/sessions")
+    machine.session(work, R2_AUTO, "a.jsonl", age=5)
+    code, out, err = await machine.cli("status", "--plain", cwd=work)
+    assert code == 0, err
+    assert out.splitlines()[1] == "a.jsonl"

@@ -15,6 +15,7 @@ counts, retry shapes); this module is the one place that covers every row for bo
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
@@ -22,11 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import pytest_asyncio
-from compactd_client import Client
+from compactd_client import Client, RpcError
 
 from compactd import protocol as p
+from tests.conftest import FIXTURES, spawn
 from tests.e2e.test_compact_support import compact_full_fails, open_session, phases, snapshot
 from tests.emulator import (
     Emulator,
@@ -42,7 +45,7 @@ from tests.emulator import (
     rate_limited,
     truncated_stream,
 )
-from tests.helpers import drain, emulator_options
+from tests.helpers import drain, emulator_options, run_cli
 from tests.inproc import inproc
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio(loop_scope="module")]
@@ -317,3 +320,143 @@ async def test_three_auto_failures_open_the_breaker_and_a_success_closes_it(
     await client.compact_full(sid)
     status = await client.tokens_status(sid)
     assert status.consecutive_failures == 0 and not status.circuit_open
+
+
+# -- an upstream that echoes the key in every error (docs/secrets.md) -------------------------
+
+# Keys of the providers' shapes, and a key of the upstream's own (a proxy's) that compactd was
+# never given: redacted by its shape.
+ANTHROPIC_KEY = "sk-ant-api03-" + "Kq3" * 30 + "-AA"
+OPENAI_KEY = "sk-proj-" + "Vw8" * 24
+FOREIGN_KEY = "sk-live-" + "Zz9" * 16
+CLAUDE_CODE_TRANSCRIPT = FIXTURES / "claude-code-2.1.330__r16_manual.jsonl"
+
+
+@dataclass(frozen=True)
+class KeySource:
+    id: str
+    key: str
+    env: dict[str, str]
+    summarizer: dict[str, Any]
+
+
+def _key_sources(emu: Emulator) -> list[KeySource]:
+    openai_url = f"{emu.base_url}/v1"
+    return [
+        KeySource("ANTHROPIC_API_KEY", ANTHROPIC_KEY, {"ANTHROPIC_API_KEY": ANTHROPIC_KEY},
+                  {"baseUrl": emu.base_url}),
+        KeySource("summarizer.apiKey", ANTHROPIC_KEY, {}, {"baseUrl": emu.base_url,
+                  "apiKey": ANTHROPIC_KEY}),
+        KeySource("OPENAI_API_KEY", OPENAI_KEY, {"OPENAI_API_KEY": OPENAI_KEY},
+                  {"provider": "openai", "baseUrl": openai_url}),
+        KeySource("openai apiKey", OPENAI_KEY, {}, {"provider": "openai", "baseUrl": openai_url,
+                  "apiKey": OPENAI_KEY}),
+    ]  # fmt: skip
+
+
+def _echoing(kind: str) -> Callable[[Any], Any]:
+    """The emulator's answer to every request: an error of ``kind`` whose text repeats the key
+    the request carried, as sent and JSON-quoted, and a key of the upstream's own."""
+
+    def answer(request: Any) -> Any:
+        sent = request.headers.get("x-api-key") or request.headers.get("authorization") or ""
+        bare = sent.removeprefix("Bearer ").strip()
+        text = (
+            f"invalid x-api-key: Bearer {bare}; request headers: {sent!r}; "
+            f'body: {{"api_key": "{bare}"}}; our upstream key {FOREIGN_KEY} was refused'
+        )
+        if kind == "mid-stream":
+            return mid_stream_error(error=api_error(message=text))
+        if kind == "overloaded":
+            return overloaded(message=text)
+        return authentication_error(message=text)
+
+    return answer
+
+
+def _leaked(key: str, text: str) -> list[str]:
+    """The parts of ``key`` (or of the upstream's own key) found in ``text``."""
+    parts = [key, key[12:40], FOREIGN_KEY, FOREIGN_KEY[8:30]]
+    return [part for part in parts if part in text]
+
+
+def _files_text(root: Path) -> str:
+    return "\n".join(
+        p.read_bytes().decode("utf-8", "replace") for p in sorted(root.rglob("*")) if p.is_file()
+    )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["authentication", "overloaded", "mid-stream"])
+async def test_an_upstream_echoing_the_key_in_every_error(tmp_path: Path, kind: str) -> None:
+    """Every key source against every failure of an echoing upstream: the key (and a key of the
+    upstream's own) is in no result, error, notification, log line, file or CLI output. The
+    first kind runs all four key sources and the CLI, the others one key of each provider."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    seen: list[str] = []  # everything the daemons said: results, errors, notifications
+    tried = 0
+    with Emulator() as emu:
+        emu.set_default(_echoing(kind))
+        sources = _key_sources(emu)
+        if kind != "authentication":
+            sources = [sources[0], sources[3]]
+        for source in sources:
+            for strict in (True, False):
+                data = tmp_path / f"{source.id}-{strict}"
+                summarizer = {**source.summarizer, "maxRetries": 0, "timeoutMs": 30_000}
+                if strict:
+                    summarizer["offlineFallback"] = False
+                options = {"summarizer": summarizer, "backgroundCompaction": {"enabled": False}}
+                with (tmp_path / "daemon.log").open("ab") as log:
+                    async with (
+                        spawn(data, options, log=log, env={**env, **source.env}) as client,
+                        client.subscribe(None) as queue,
+                    ):
+                        sid = await open_session(client)
+                        try:
+                            seen.append(
+                                msgspec.json.encode(await client.compact_full(sid)).decode()
+                            )
+                            assert not strict
+                        except RpcError as exc:
+                            assert strict and exc.code == p.ErrorCode.SUMMARY_FAILED
+                            seen.append(f"{exc.message} {json.dumps(exc.data)}")
+                        copy = tmp_path / f"cc-{source.id}-{strict}.jsonl"
+                        copy.write_bytes(CLAUDE_CODE_TRANSCRIPT.read_bytes())
+                        try:
+                            done = await client.claude_code_compact(str(copy), online=True)
+                            seen.append(msgspec.json.encode(done).decode())
+                            seen.append(Path(done.new_transcript_path).read_text())
+                        except RpcError as exc:
+                            seen.append(f"{exc.message} {json.dumps(exc.data)}")
+                        seen.extend(json.dumps(n) for n in drain(queue))
+                    tried += 2
+                seen.append(_files_text(data))
+        # The CLI: `compactd compact --online` with the key in its environment (its own daemon,
+        # its own log on stderr).
+        for as_json in (True, False) if kind == "authentication" else ():
+            copy = tmp_path / f"cli-{as_json}.jsonl"
+            copy.write_bytes(CLAUDE_CODE_TRANSCRIPT.read_bytes())
+            cli_env = {
+                **env,
+                "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
+                "ANTHROPIC_BASE_URL": emu.base_url,
+            }
+            code, out, err = await run_cli(
+                "compact", "--online", *(["--json"] if as_json else []), str(copy), env=cli_env
+            )
+            seen.extend([out, err])
+            tried += 1
+        # The upstream really saw the keys (the echo is real), and every request failed.
+        sent = {
+            r.headers.get("x-api-key") or r.headers.get("authorization", "") for r in emu.requests
+        }
+        assert any(ANTHROPIC_KEY in s for s in sent) and any(OPENAI_KEY in s for s in sent)
+    seen.append((tmp_path / "daemon.log").read_text())
+    everything = "\n".join(seen)
+    assert "[redacted]" in everything
+    files = _files_text(tmp_path)  # data dirs, logs, the Claude Code sessions written
+    for key in (ANTHROPIC_KEY, OPENAI_KEY):
+        leaks = [text[:300] for text in [*seen, files] if _leaked(key, text)]
+        assert leaks == []
+    assert tried == (18 if kind == "authentication" else 8)

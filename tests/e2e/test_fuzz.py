@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
@@ -492,3 +492,282 @@ def test_mutated_frames_never_stop_the_daemon_nor_answer_twice(
     after = _victim_transcript(data)
     assert after.startswith(before)
     assert len(after[len(before) :].splitlines()) == appended
+
+
+# -- the new doors: the recall index, the MCP server's frames, Claude Code's settings ------------
+#
+# The recall index damaged page by page (docs/recall.md#damage), malformed MCP frames
+# (docs/recall.md#mcp-tools), and settings of every JSON shape at the keys install reads and
+# writes (docs/claude-code.md#install). The default run samples; `make fuzz` takes every page.
+
+VIEWER = (
+    Path(__file__).resolve().parents[1]
+    / "data/transcripts/d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+)
+ALL_PAGES = EXAMPLES >= 200  # the full form (make fuzz) damages every page in turn
+SAMPLED_PAGES = 24
+
+
+def test_the_index_damaged_page_by_page_answers_as_before(tmp_path: Path) -> None:
+    from compactd.core.recall_words import parse_query
+    from compactd.services.recall_index import RecallIndex, index_path, use_index
+    from compactd.services.safe_io import Deadline
+    from tests.helpers import damage_page, index_pages
+
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(VIEWER.read_bytes())
+    data = tmp_path / "data"
+    queries = ["claude code viewer", "npm run build", "typescript error", "-", "session.jsonl"]
+
+    def answers() -> list[list[tuple[str | None, str, list[str | None]]]]:
+        def work(index: RecallIndex) -> list[list[tuple[str | None, str, list[str | None]]]]:
+            return [
+                [
+                    (f.entry.uuid, f.entry.text, [r.entry.uuid for r in f.revisions])
+                    for f in index.search(parse_query(q), 5).found
+                ]
+                for q in queries
+            ]
+
+        found, coverage = use_index(data, transcript, work, deadline=Deadline(120))
+        assert coverage.complete
+        return found
+
+    expected = answers()
+    index = index_path(data, transcript)
+    pages = index_pages(index)
+    good = index.read_bytes()
+    rng = random.Random(4)
+    chosen = (
+        range(pages)
+        if ALL_PAGES
+        else sorted({0, 1, pages - 1, *rng.sample(range(pages), min(SAMPLED_PAGES, pages))})
+    )
+    tried = 0
+    for page in chosen:
+        damage_page(index, page, seed=3)
+        assert answers() == expected, page
+        tried += 1
+        # The next page is damaged in the index as it was built first.
+        for stale in index.parent.glob(index.name + "-*"):
+            stale.unlink()
+        index.write_bytes(good)
+    assert tried == len(chosen) and tried >= min(pages, SAMPLED_PAGES)
+
+
+def _mcp_lines(rng: random.Random, count: int) -> tuple[list[bytes], set[Any]]:
+    """``count`` lines for an MCP server, most of them malformed, each with an id of its own;
+    and the ids that must be answered (every request whose id a JSON parser can read)."""
+    base = {"jsonrpc": "2.0", "method": "tools/call",
+            "params": {"name": "recall", "arguments": {"query": "notes", "limit": 2}}}  # fmt: skip
+    lines: list[bytes] = []
+    answered: set[Any] = set()
+    for n in range(count):
+        message: Any = json.loads(json.dumps({**base, "id": n}))
+        kind = rng.randrange(10)
+        if kind == 0:
+            message["params"]["arguments"]["query"] = "a\ud800b"
+        elif kind == 1:
+            message["params"] = rng.choice([5, "x", [], None, True])
+        elif kind == 2:
+            message["method"] = rng.choice([7, None, [], ""])
+        elif kind == 3:
+            message["jsonrpc"] = rng.choice(["1.0", 2, None])
+        elif kind == 4:
+            message["params"]["arguments"] = rng.choice([[], "q", 3])
+        elif kind == 5:
+            message["params"]["arguments"]["limit"] = rng.choice(["two", 1e300, -1, [2]])
+        elif kind == 6:
+            message["params"]["name"] = "no-such-tool"
+        text = json.dumps(message).encode()  # lone surrogates as \ud800 escapes
+        if kind == 7:
+            text = text[: rng.randrange(1, len(text))]  # cut short: not JSON
+        elif kind == 8:
+            at = rng.randrange(len(text))
+            text = text[:at] + rng.choice(_BAD_BYTES).replace(b"\r\n", b" ") + text[at:]
+        try:
+            parsed = json.loads(text.decode("utf-8", "replace"))
+        except ValueError:
+            parsed = None
+        if (
+            isinstance(parsed, dict)
+            and "method" in parsed
+            and isinstance(parsed.get("id"), int)
+            and not isinstance(parsed.get("id"), bool)
+            and parsed["id"] == n
+        ):
+            answered.add(n)
+        lines.append(text.replace(b"\n", b" "))
+    return lines, answered
+
+
+MCP_FRAME_LINES = 3 * EXAMPLES  # 180 by default, 630 in the full form
+
+
+def test_malformed_mcp_frames_are_all_answered_once(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.helpers import CWD
+
+    lines, must = _mcp_lines(random.Random(11), MCP_FRAME_LINES)
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_bytes(VIEWER.read_bytes())
+    init = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "fuzz", "version": "1"}}}  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "compactd", "mcp", "--data-dir", str(tmp_path / "data"),
+         "--cwd", CWD, "--session", str(transcript)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    payload = b"".join(
+        line + b"\n"
+        for line in [
+            json.dumps(init).encode(),
+            b'{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+            *lines,
+            b'{"jsonrpc": "2.0", "id": "last", "method": "ping"}',
+        ]
+    )
+    writer = threading.Thread(target=lambda: (server.stdin.write(payload), server.stdin.flush()))
+    writer.start()
+    replies: dict[Any, int] = {}
+    try:
+        while not ({"init", "last", *must} <= set(replies)):
+            raw = server.stdout.readline()
+            assert raw, f"the server stopped; unanswered: {sorted(must - set(replies), key=str)}"
+            reply = json.loads(raw)
+            replies[reply.get("id")] = replies.get(reply.get("id"), 0) + 1
+    finally:
+        writer.join()
+        server.stdin.close()
+        server.wait(timeout=60)
+    assert server.returncode == 0
+    twice = {i for i, n in replies.items() if n > 1 and i is not None}
+    assert twice == set(), twice
+    assert set(replies) - {None} <= {"init", "last", *range(len(lines))}
+    assert len(must) > len(lines) // 2  # most lines were requests with a readable id
+
+
+SETTINGS_EXAMPLES = EXAMPLES  # 60 by default, 210 in the full form
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_KEY_PATHS = [
+    ("hooks",), ("hooks", "SessionStart"), ("hooks", "SessionStart", 0),
+    ("hooks", "SessionStart", 0, "hooks"), ("hooks", "SessionStart", 0, "hooks", 0),
+    ("hooks", "SessionStart", 0, "hooks", 0, "command"), ("hooks", "Stop", 0, "matcher"),
+    ("statusLine",), ("statusLine", "command"), ("enabledMcpjsonServers",),
+    ("enabledMcpjsonServers", 0), ("mcpServers",), ("mcpServers", "compactd"),
+    ("mcpServers", "compactd", "args"), ("mcpServers", "other"),
+]  # fmt: skip
+
+
+def _placed(path: tuple[Any, ...], value: Any) -> Any:
+    """``value`` at ``path`` in an otherwise minimal settings object."""
+    for key in reversed(path):
+        value = [value] if isinstance(key, int) else {key: value}
+    return value
+
+
+@settings(max_examples=SETTINGS_EXAMPLES, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))  # fmt: skip
+@given(st.sampled_from(_KEY_PATHS), _json, st.sampled_from(["settings", "mcp"]))
+def test_settings_of_every_shape_install_or_refuse_in_one_line(
+    key_path: tuple[Any, ...], value: Any, where: str
+) -> None:
+    import tempfile
+
+    from compactd.agents.claude_code.cli import main as claude_code
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        project = root / "project"
+        (project / ".claude").mkdir(parents=True)
+        settings_file = project / ".claude" / "settings.json"
+        mcp_file = project / ".mcp.json"
+        target = settings_file if where == "settings" else mcp_file
+        target.write_text(json.dumps(_placed(key_path, value)))
+        before = {p: p.read_bytes() for p in (settings_file, mcp_file) if p.exists()}
+        env = {"HOME": str(root), "CLAUDE_CONFIG_DIR": str(root / ".claude")}
+        argv = ["install", "--scope", "project", "--project", str(project),
+                "--data-dir", str(root / "data")]  # fmt: skip
+        with _environ(env), _captured() as (out, err):
+            code = claude_code(argv)
+        event("installed" if code == 0 else "refused")
+        if code == 0:
+            with _environ(env), _captured():
+                assert claude_code(["uninstall", *argv[1:]]) == 0
+            after = {p: p.read_bytes() for p in (settings_file, mcp_file) if p.exists()}
+            assert after == before  # round trip, byte for byte
+        else:
+            assert code == 1 and out.getvalue() == ""
+            line = err.getvalue()
+            assert line.count("\n") == 1 and line.startswith(f"compactd: {target}: "), line
+            assert "nothing was changed" in line
+            after = {p: p.read_bytes() for p in (settings_file, mcp_file) if p.exists()}
+            assert after == before
+
+
+class _environ:
+    """``os.environ`` with ``changes`` for the block (the CLI reads Claude Code's folder and
+    the data dir from it)."""
+
+    def __init__(self, changes: dict[str, str]) -> None:
+        self._changes = changes
+        self._saved: dict[str, str | None] = {}
+
+    def __enter__(self) -> None:
+        for key, value in self._changes.items():
+            self._saved[key] = os.environ.get(key)
+            os.environ[key] = value
+
+    def __exit__(self, *exc: object) -> None:
+        for key, value in self._saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class _captured:
+    """stdout and stderr of the block, as two StringIO."""
+
+    def __enter__(self) -> tuple[Any, Any]:
+        import io
+
+        self._saved = (sys.stdout, sys.stderr)
+        self.out, self.err = io.StringIO(), io.StringIO()
+        sys.stdout, sys.stderr = self.out, self.err
+        return self.out, self.err
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout, sys.stderr = self._saved
+
+
+def test_error_messages_are_bounded_whatever_they_quote(wire: tuple[Wire, Path]) -> None:
+    from compactd.core.outbound import ERROR_CHARS
+
+    w, data = wire
+    before = digest(data)
+    big = "z" * 1_000_000
+    key = "sk-ant-api03-" + "W4r" * 30
+    requests = [
+        (p.RECALL_SEARCH, {"sessionId": big, "query": "x"}),
+        (p.RECALL_SEARCH, {"sessionId": "victim", "query": "x", "limit": 10**6}),
+        (p.TOKENS_STATUS, {"sessionId": "nope-" + big}),
+        ("no/such/" + big, {}),
+        (p.SESSION_APPEND, {"sessionId": f"{key}-{big}", "entries": []}),
+    ]
+    for method, params in requests:
+        answer = w.call(method, params)
+        message = answer["error"]["message"]
+        assert len(message) <= ERROR_CHARS + 40, (method[:30], len(message))
+        assert key not in json.dumps(answer)
+    assert digest(data) == before

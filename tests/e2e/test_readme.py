@@ -5,8 +5,14 @@ Every fenced block of README.md has an info string, which says what the block is
 - ``python``: a program. It runs with ``sys.executable`` in a fresh temporary folder holding
   ``session.jsonl`` (the fixture ``SESSION``), with ``XDG_DATA_HOME`` inside that folder so
   nothing reaches the real user data dir, and must exit 0 within ``TIMEOUT`` seconds.
-- ``text`` directly after a ``python`` block: what that program prints. Other ``text`` blocks
-  (the ``serve`` synopsis, the layout) are not programs and are skipped.
+  The folder's absolute path is as long as the README's ``/home/dev/project`` (``PROJECT``):
+  a summary names the session's transcript by its path in the data folder, so the size after
+  a compaction moves with the length of that path (docs/thresholds.md#after-a-compaction).
+- ``text`` directly after a ``python`` or ``ts`` block: what that program prints. Other ``text``
+  blocks (the ``serve`` synopsis, the layout) are not programs and are skipped.
+- ``ts``: the TypeScript client's example. ``tests/e2e/test_after_size.py`` runs it with the
+  real client, packed and installed as a user does, and checks its figure against the Python
+  example's and the others'.
 - ``console``: ``$ command`` lines, each followed by what it prints. Each command runs with
   ``bash -c`` in the repository root, with the directory of ``sys.executable`` first on PATH (so
   ``compactd`` is the venv's), and must exit 0.
@@ -29,6 +35,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +46,9 @@ from tests.conftest import FIXTURES, ROOT
 README = ROOT / "README.md"
 SESSION = FIXTURES / "d-kimuson__claude-code-viewer__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
 TIMEOUT = 60
-KINDS = {"python", "text", "console", "sh"}
+KINDS = {"python", "text", "console", "sh", "ts"}
+# The folder the README's programs say they ran in.
+PROJECT = "/home/dev/project"
 # The commands of the sh block, and what the test runs for each.
 SH_COMMANDS = {"make demo": "make demo", "make test": "make -n test"}
 # What the install block's lines start with: one line per tool.
@@ -76,7 +85,7 @@ def runnable() -> list[Block]:
     blocks = read_blocks()
     out: list[Block] = []
     for previous, block in zip([None, *blocks], blocks, strict=False):
-        if block.info == "text" and previous is not None and previous.info == "python":
+        if block.info == "text" and previous is not None and previous.info in ("python", "ts"):
             previous.expected = block.body
         elif block.info in ("python", "console") or (block.info == "sh" and not _installs(block)):
             out.append(block)
@@ -191,9 +200,25 @@ def test_readme_block(block: Block, tmp_path: Path) -> None:
         run_sh(block, where, tmp_path)
 
 
+def _project_folder(tmp_path: Path) -> Path:
+    """A new folder whose absolute path is as long as ``PROJECT`` (in ``/tmp`` when the
+    test's own temporary folder is too long for that)."""
+    base = Path("/tmp") if len(str(tmp_path)) + 2 > len(PROJECT) else tmp_path
+    name_len = len(PROJECT) - len(str(base)) - 1
+    work = Path(tempfile.mkdtemp(prefix="r" * max(0, name_len - 8), dir=base))
+    assert len(str(work)) == len(PROJECT), (work, PROJECT)
+    return work
+
+
 def run_python(block: Block, where: str, tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
+    work = _project_folder(tmp_path)
+    try:
+        _run_python_in(block, where, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_python_in(block: Block, where: str, work: Path) -> None:
     shutil.copyfile(SESSION, work / "session.jsonl")
     (work / "program.py").write_text("\n".join(block.body) + "\n", encoding="utf-8")
     xdg = work / "xdg-data"

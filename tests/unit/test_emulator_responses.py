@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -197,6 +198,10 @@ def test_a_held_compaction_waits_for_release(emu: Emulator) -> None:
     result: list[int] = []
     worker = threading.Thread(target=lambda: result.append(_raw(emu, body)[0]))
     worker.start()
+    # The held request is recorded when it arrives, before it is held (a guard, not a measure).
+    deadline = time.monotonic() + 30
+    while not emu.responses_requests and time.monotonic() < deadline:
+        time.sleep(0.01)
     _raw(emu, {"model": MODEL, "input": "a turn goes on"})  # a turn is not held
     assert result == [] and len(emu.responses_requests) == 2
     emu.release("summary")

@@ -34,7 +34,7 @@ ALLOWED = (
 )
 # The functions that turn transcript bytes or lines into records.
 PARSERS = frozenset(
-    {"parse_lines", "parse_buffer", "newest_first", "record_from_line", "line_uuid"}
+    {"parse_lines", "parse_buffer", "read_buffer", "newest_first", "record_from_line", "line_uuid"}
 )
 # A bytes literal that starts with a JSON key or string ('"type"', '"assistant"'): looking for
 # a field in raw lines is reading their format too.
@@ -44,9 +44,6 @@ RAW_KEY = re.compile(rb'^"[A-Za-z_]')
 AGENT_MODULE = re.compile(r"^compactd\.agents\.\w+")
 EXCEPTIONS = {
     ("compactd/cli/compact.py", "compactd.agents.claude_code.format"),
-    # `status` and `compact` with a folder or nothing pick Claude Code's newest session there
-    # (the import-linter contract names the same exception).
-    ("compactd/cli/transcripts.py", "compactd.agents.claude_code.services.state"),
 }
 
 
@@ -146,6 +143,14 @@ def test_a_registered_agent_gives_the_port_everything(agent: port.Agent) -> None
     assert set(mine.file_args) <= set(union.file_args)
 
 
+def test_codex_is_registered_through_the_same_port() -> None:
+    assert port.INSTALLED == ("claude_code", "codex")
+    codex = port.agent_for("codex")
+    assert codex is not None and codex.format().name == "Codex"
+    assert {"exec_command", "shell", "local_shell"} <= vocabulary().runs
+    assert "apply_patch" in vocabulary().writes
+
+
 def test_exactly_one_format_reads_compactd_s_own_lines() -> None:
     assert [f.name for f in port.formats() if f.native] == ["Claude Code"]
 
@@ -190,8 +195,20 @@ class ChatFormat:
     def recognizes(self, records: Iterable[Record]) -> bool:
         return any((r.uuid or "").startswith("chat-") for r in records)
 
-    def transcript(self, data: bytes) -> bytes:
-        return b"".join(r.raw + b"\n" for r in self.records(data.split(b"\n")))
+    def transcript(self, data: bytes, report: ParseReport | None = None) -> bytes:
+        return b"".join(r.raw + b"\n" for r in self.records(data.split(b"\n"), report))
+
+    def stream(self) -> ChatFormat:
+        return self  # each line stands alone
+
+    def feed(self, data: bytes, report: ParseReport | None = None) -> list[Record]:
+        return self.records(data.split(b"\n"), report)
+
+    def complete(self, data: bytes) -> int:
+        return data.rfind(b"\n") + 1
+
+    def recorded_limits(self, data: bytes) -> None:
+        return None  # its model names are Claude's
 
 
 CHAT = b'{"said": "fix the bug", "by": "me"}\n{"said": "done", "by": "it", "m": "%s"}\n' % (
@@ -225,8 +242,14 @@ def test_claude_code_s_lines_are_still_read_as_they_are(with_chat: None) -> None
 
 @pytest.mark.parametrize(
     "name,named",
-    [("s.jsonl", True), ("v1.2-s.jsonl", True), ("s.jsonl.bak", False), (".jsonl", False)],
+    [
+        ("s.jsonl", True),
+        ("v1.2-s.jsonl", True),
+        ("s.jsonl.bak", False),
+        (".jsonl", False),
+        ("rollout-2026-01-01T00-00-00-x.jsonl.zst", True),
+    ],
 )
 def test_a_path_names_a_session_by_how_the_agents_name_theirs(name: str, named: bool) -> None:
     assert port.names_a_session(Path("/p") / name) is named
-    assert port.session_suffixes() == ".jsonl"
+    assert port.session_suffixes() == ".jsonl or .jsonl.zst"

@@ -21,7 +21,8 @@ from compactd.core.recall_render import (
     render_hits,
 )
 from compactd.core.recall_words import is_correction, parse_query
-from compactd.services.recall_index import RecallIndex, SearchOutcome, index_path, open_index
+from compactd.services.recall_index import RecallIndex, SearchOutcome, index_path, use_index
+from compactd.services.safe_io import Deadline
 from tests.recall_items import dropped, found_by_index, transcripts
 
 
@@ -202,8 +203,11 @@ def test_a_damaged_index_is_built_again(tmp_path: Path, transcript: Path) -> Non
     path = index_path(data, transcript)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"this is not a database" * 100)
-    with open_index(data, transcript) as index:
-        assert _uuids(index.search(parse_query("staging"), 5)) == ["u2"]
+    outcome, coverage = use_index(
+        data, transcript, lambda index: index.search(parse_query("staging"), 5),
+        deadline=Deadline(30),
+    )  # fmt: skip
+    assert _uuids(outcome) == ["u2"] and coverage.complete
 
 
 def test_a_uuid_written_twice_is_one_entry(tmp_path: Path) -> None:

@@ -123,7 +123,10 @@ def test_claude_code_manual_partial_fixture() -> None:
 def test_missing_post_tokens_are_estimated_from_the_compacted_view() -> None:
     def stat(*tail: Record) -> stats.CompactionStat:
         recs = records(
-            user("a" * 4_000), boundary(trigger="manual", preTokens=9_000), summary("s" * 400), *tail
+            user("a" * 4_000),
+            boundary(trigger="manual", preTokens=9_000),
+            summary("s" * 400),
+            *tail,
         )
         (c,) = stats.compaction_stats(recs, THRESHOLD)
         assert c.post_tokens_estimated

@@ -9,7 +9,7 @@ status line and the state they share, install and uninstall (``services``), the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -17,7 +17,7 @@ from compactd.agents.claude_code.vocabulary import VOCABULARY
 from compactd.core.vocabulary import Vocabulary
 
 if TYPE_CHECKING:
-    from compactd.port import Agent, AgentFormat, FoundSession
+    from compactd.port import Agent, AgentFormat, FoundSession, Session
 
 __all__ = ["AGENT"]
 
@@ -78,6 +78,26 @@ class ClaudeCode:
         from compactd.agents.claude_code.services.state import project_dir
 
         return f"no compactd hook has recorded one and {project_dir(cwd)} has no transcript"
+
+    def sessions_in(self, folder: Path) -> list[Session]:
+        from compactd.agents.claude_code.services.sessions import sessions_in
+
+        return sessions_in(folder)
+
+    def sessions_of_folder(self, spellings: Sequence[str]) -> list[Session]:
+        from compactd.agents.claude_code.services.sessions import sessions_of_folder
+
+        return sessions_of_folder(spellings)
+
+    def no_sessions_of_folder(self, folder: Path, command: str, *, named: str) -> list[str]:
+        from compactd.agents.claude_code.services.sessions import hint
+
+        return hint(folder, command, named=named)
+
+    def session_home(self, cwd: str) -> Path | None:
+        from compactd.agents.claude_code.services.state import project_dir
+
+        return project_dir(cwd)
 
 
 AGENT: Final[Agent] = ClaudeCode()

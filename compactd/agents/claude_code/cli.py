@@ -3,8 +3,11 @@
 ``hook`` and ``statusline`` are what Claude Code runs, often and in short processes: they import
 only what they need (``python -m compactd`` reaches this module without the rest of the CLI),
 read the event on stdin, and print the answer. They never fail the user's session: any error is
-one line on stderr and exit 0 (docs/claude-code.md#hooks). ``install`` and ``uninstall`` edit
-Claude Code's settings (``services.settings``) and print what they changed.
+one line on stderr and exit 0 (docs/claude-code.md#hooks). Each has a deadline of its own, well
+under the timeout Claude Code is given for it: standard input is read until it ends or holds a
+whole event, and past the deadline the process says so on stderr and exits 0 without an answer
+(``compactd.services.safe_io``, docs/safe-io.md). ``install`` and ``uninstall`` edit Claude
+Code's settings (``services.settings``) and print what they changed.
 """
 
 from __future__ import annotations
@@ -12,14 +15,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Final
 
-__all__ = ["main"]
+from compactd.services import hook_events
 
-# The most a hook reads from stdin: Claude Code's events are small, a PostCompact event holds a
-# summary; anything larger is not an event.
-MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
+__all__ = ["HOOK_DEADLINE_S", "STATUS_DEADLINE_S", "main"]
+
+# When this process started (near enough: this module is the first of compactd's it imports).
+_STARTED: Final = time.monotonic()
+
+# The most the status line reads from stdin (its input is a few KB; a hook's is
+# hook_events.MAX_EVENT_BYTES).
+MAX_STATUS_BYTES: Final = 1024 * 1024
+# A hook's and the status line's own deadlines, from the process's start (compactd's choice:
+# a third of the timeout install gives Claude Code for them, HOOK_TIMEOUT_S and
+# STATUS_TIMEOUT_S in services/settings.py; generous beside the tenth of a second they
+# usually take, so that a busy machine does not cut them: the hand-back of a 32 MB tail takes
+# some 9 s on a shared 2-core machine). Reading standard input gets half of it.
+HOOK_DEADLINE_S: Final = 20.0
+STATUS_DEADLINE_S: Final = 5.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,47 +82,38 @@ def _data_dir(arg: str | None) -> Path:
     return Path(arg) if arg else default_data_dir()
 
 
-def _stdin() -> bytes:
-    data = sys.stdin.buffer.read(MAX_EVENT_BYTES + 1)
-    if len(data) > MAX_EVENT_BYTES:
-        raise ValueError(f"more than {MAX_EVENT_BYTES:,} bytes on stdin: not a hook event")
-    return data
+def _stdin(deadline_s: float, limit: int = hook_events.MAX_EVENT_BYTES) -> bytes:
+    return hook_events.read_stdin(_STARTED, deadline_s, limit)
 
 
-def _out(line: str) -> None:
-    """One line on stdout: what Claude Code reads from a hook or a status line (this process
-    is Claude Code's, not the daemon's: no protocol frames here)."""
-    sys.stdout.write(line + "\n")
+_out, _err = hook_events.out, hook_events.err
 
 
-def _err(line: str) -> None:
-    """One line on stderr: a message for the person, never read by Claude Code as output."""
-    sys.stderr.write(line + "\n")
-
-
-def _hook(args: argparse.Namespace) -> int:
+def _hook(args: argparse.Namespace) -> tuple[str, int]:
     from compactd.agents.claude_code.services.hooks import answer
 
     reply = answer(
-        _stdin(), _data_dir(args.data_dir), os.environ, block_compaction=args.block_compaction
+        _stdin(HOOK_DEADLINE_S),
+        _data_dir(args.data_dir),
+        os.environ,
+        block_compaction=args.block_compaction,
     )
-    if reply.stdout:
-        _out(reply.stdout)
-    return reply.exit_code
+    return reply.stdout, reply.exit_code
 
 
-def _statusline(args: argparse.Namespace) -> int:
+def _statusline(args: argparse.Namespace) -> tuple[str, int]:
     from compactd.agents.claude_code.services.status import status_line_for
 
-    _out(status_line_for(_stdin(), _data_dir(args.data_dir), os.environ))
-    return 0
+    raw = _stdin(STATUS_DEADLINE_S, MAX_STATUS_BYTES)
+    return status_line_for(raw, _data_dir(args.data_dir), os.environ), 0
 
 
 def _settings(args: argparse.Namespace) -> int:
     from compactd.agents.claude_code.services import settings as cs
 
     project = Path(args.project).resolve()
-    data_dir = _data_dir(args.data_dir)
+    # Absolute: the commands install writes run in whatever folder Claude Code starts them.
+    data_dir = Path(os.path.abspath(_data_dir(args.data_dir).expanduser()))
     try:
         if args.action == "install":
             if args.replace_compaction:
@@ -118,6 +125,7 @@ def _settings(args: argparse.Namespace) -> int:
             plan = cs.install(
                 args.scope, project, sys.executable, data_dir,
                 dry_run=args.dry_run, warning=not args.no_threshold_warning,
+                pass_data_dir=args.data_dir is not None,
             )  # fmt: skip
         else:
             plan = cs.uninstall(args.scope, project, data_dir, dry_run=args.dry_run)
@@ -133,12 +141,19 @@ def _settings(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
+    from compactd.core.outbound import remember_secret, secrets_from_env
+
+    for secret in secrets_from_env(os.environ):
+        remember_secret(secret)
     args = _parser().parse_args(argv)
     if args.action in ("install", "uninstall"):
         return _settings(args)
-    # What Claude Code runs: any failure is one line on stderr, and the session goes on.
-    try:
-        return _hook(args) if args.action == "hook" else _statusline(args)
-    except Exception as exc:  # noqa: BLE001 - a hook must never fail the user's session
-        _err(f"compactd claude-code {args.action}: {' '.join(str(exc).split())}")
-        return 0
+    # What Claude Code runs: any failure is one line on stderr, and the session goes on; past
+    # its deadline the process ends wherever it is waiting.
+    deadline = HOOK_DEADLINE_S if args.action == "hook" else STATUS_DEADLINE_S
+    return hook_events.run_bounded(
+        f"compactd claude-code {args.action}",
+        _STARTED,
+        deadline,
+        lambda: _hook(args) if args.action == "hook" else _statusline(args),
+    )

@@ -24,6 +24,7 @@ from compactd.transcript.model import (
     COMPACT_BOUNDARY,
     ParseReport,
     Record,
+    parse_buffer,
     parse_lines,
     transcript_timestamp,
 )
@@ -244,8 +245,20 @@ class ClaudeCodeFormat:
     def records(self, lines: Iterable[bytes], report: ParseReport | None = None) -> list[Record]:
         return list(parse_lines(lines, report))
 
-    def transcript(self, data: bytes) -> bytes:
-        return data
+    def transcript(self, data: bytes, report: ParseReport | None = None) -> bytes:
+        return data  # read as they are; the store counts the lines it cannot read
+
+    def stream(self) -> ClaudeCodeFormat:
+        return self  # each line stands alone: nothing to keep between chunks
+
+    def feed(self, data: bytes, report: ParseReport | None = None) -> list[Record]:
+        return [r for _, r in parse_buffer(data, report)]
+
+    def complete(self, data: bytes) -> int:
+        return data.rfind(b"\n") + 1  # a last line without its newline is being written
+
+    def recorded_limits(self, data: bytes) -> tuple[str | None, int | None, int | None] | None:
+        return None  # Claude's model names say their window (docs/thresholds.md#model-limits)
 
     def recognizes(self, records: Iterable[Record]) -> bool:
         """Whether the lines are Claude Code's: messages and system lines with uuids."""

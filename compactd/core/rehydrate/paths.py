@@ -6,6 +6,7 @@ Pure.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ __all__ = [
 ]
 
 
+@functools.lru_cache(maxsize=4096)  # a session names the same files again and again
 def normalize_path(path: str, cwd: str) -> str:
     """An absolute, normalized form of ``path`` (relative paths are taken from ``cwd``).
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
 from compactd.core import constants as c
-from compactd.core.tokens.estimate import estimate_entry_raw, pad
+from compactd.core.tokens.estimate import estimate_entry_raw, estimate_record_raw, pad
 from compactd.protocol import (
     PrefixSource,
 )
 from compactd.transcript.model import (
     Entry,
+    Record,
 )
 
 
@@ -53,12 +55,18 @@ class TokenCount:
 
 def has_usable_usage(entry: Entry) -> bool:
     """Whether the entry is an assistant response whose API usage can anchor the count."""
-    if entry.type != "assistant" or entry.is_api_error_message:
-        return False
+    return entry.type == "assistant" and _usable_total(entry) > 0
+
+
+def _usable_total(entry: Entry) -> int:
+    """The usage total of a response (an assistant entry) that can anchor the count, else 0."""
     message = entry.message
-    if message is None or message.usage is None or message.model == c.SYNTHETIC_MODEL:
-        return False
-    return message.usage.total() > 0
+    if message is None or entry.is_api_error_message:
+        return 0
+    usage = message.usage
+    if usage is None or message.model == c.SYNTHETIC_MODEL:
+        return 0
+    return usage.total()
 
 
 def _usage_total(entry: Entry) -> int:
@@ -167,6 +175,29 @@ def count_tokens(entries: Sequence[Entry]) -> TokenCount:
     )
 
 
+# ``TokenCounter.add_records`` leaves estimates for later from runs of records this long (a
+# handful of appended entries are estimated as they come, as ``add`` does).
+_LAZY_MIN: Final = 256
+
+
+# What ``TokenCounter`` logs for a count again in full, each under its name: the run of records
+# (and savings) ``add_records`` took, then runs of entries as ``add_all`` took them, savings
+# (``apply_saving``) and ``settle`` calls.
+_Logged = tuple[str, Any]
+
+
+def _usable_record(item: Record | int) -> bool:
+    return isinstance(item, Record) and has_usable_usage(item.entry)
+
+
+def _last_usable(counted: Sequence[Record | int]) -> int:
+    """Where the last record whose entry reports usage that can anchor the count is, or -1."""
+    for at in range(len(counted) - 1, -1, -1):
+        if _usable_record(counted[at]):
+            return at
+    return -1
+
+
 class TokenCounter:
     """Keeps ``count_tokens`` of a growing entry list up to date in time proportional to appends.
 
@@ -181,9 +212,11 @@ class TokenCounter:
         "_attachment_raw",
         "_compacted_raw",
         "_cumulative_raw",
+        "_early",
         "_first_key",
         "_first_cumulative",
         "_later_own_raw",
+        "_log",
         "_max_usage",
         "_saved",
         "_seen",
@@ -210,6 +243,10 @@ class TokenCounter:
         self._max_usage: dict[_ResponseKey, int] = {}
         self._anchor: _ResponseKey | None = None
         self._saved = 0
+        # After ``add_records`` left estimates for later: the response ids seen before its
+        # anchor began, and all that was counted since, to count again in full (``_recount``).
+        self._early: set[str] = set()
+        self._log: list[_Logged] | None = None
         self.extend(entries)
 
     def _clear(self) -> None:
@@ -223,43 +260,185 @@ class TokenCounter:
         self._max_usage.clear()
         self._anchor = None
         self._saved = 0
+        self._early = set()
+        self._log = None
 
     def extend(self, entries: Iterable[Entry]) -> None:
         """Account for entries appended after the ones already seen."""
-        for entry in entries:
-            self.add(entry, estimate_entry_raw(entry))
+        self.add_all((entry, estimate_entry_raw(entry)) for entry in entries)
 
     def add(self, entry: Entry, raw: int) -> None:
         """Account for one appended entry whose unpadded estimate is ``raw``."""
+        self.add_all(((entry, raw),))
+
+    def add_all(self, counted: Iterable[tuple[Entry, int]]) -> None:
+        """Account for appended entries, each with its unpadded estimate, in order.
+
+        One loop over local copies of the counter's fields (a whole context is counted this way
+        when a session loads), written back at the end.
+        """
+        if self._log is not None:
+            counted = list(counted)
+            self._log.append(("entries", counted))
+        self._count(counted)
+
+    def _count(self, counted: Iterable[tuple[Entry, int]]) -> None:
         index = self._seen
-        self._seen += 1
-        self._cumulative_raw += raw
-        if entry.type == "attachment":
-            self._attachment_raw += raw
-        key = _response_key(entry, index)
-        if key is None:
+        cumulative = self._cumulative_raw
+        attachment_raw = self._attachment_raw
+        first_cumulative = self._first_cumulative
+        later_own_raw = self._later_own_raw
+        max_usage = self._max_usage
+        for entry, raw in counted:
+            cumulative += raw
+            kind = entry.type
+            if kind != "assistant":
+                if kind == "attachment":
+                    attachment_raw += raw
+                index += 1
+                continue
+            message = entry.message
+            key: _ResponseKey = (message.id if message is not None else None) or index
+            index += 1
+            usage = _usable_total(entry)
+            if key not in first_cumulative:
+                # An id-less entry without usage can never anchor nor recur: nothing to keep.
+                if isinstance(key, int) and not usage:
+                    continue
+                first_cumulative[key] = cumulative
+                later_own_raw[key] = 0
+            else:
+                later_own_raw[key] += raw
+            if usage:
+                if usage > max_usage.get(key, 0):
+                    max_usage[key] = usage
+                if key != self._anchor:
+                    if key in self._early:  # a response from before the anchor goes on
+                        self._recount()
+                        return
+                    # A new response's usage already reflects any clearing done before it.
+                    self._anchor = key
+                    self._saved = 0
+                if self._first_key is None:
+                    self._first_key = key
+        self._seen = index
+        self._cumulative_raw = cumulative
+        self._attachment_raw = attachment_raw
+
+    def add_records(self, counted: Sequence[Record | int]) -> None:
+        """Account for records in order, each entry with its estimate (``estimate_record_raw``),
+        and, where an int stands among them, for a microcompact's saving of that many tokens
+        (``apply_saving``): estimating only the entries the count can depend on.
+
+        Once a response reports usage, the count is its usage plus what came after the response
+        began, and the fixed prefix is learned from the first response of the context
+        (``learned_prefix``): the entries between the first response and the first entry of the
+        last one reach the count only through the attachments' total and the first response's
+        own later entries. So a whole context counted at once (a load) is counted in time
+        proportional to what follows its last response: the entries before are only looked at,
+        and their estimates are left to whoever asks for them (a record keeps its estimate once
+        made). Should a response from before the last one go on later (an entry with its id
+        reporting usage: Claude Code does not write that), everything is counted again in full
+        (``_recount``). Either way the count is the one ``add`` would have made
+        (docs/thresholds.md#counting-a-whole-context).
+        """
+        if len(counted) < _LAZY_MIN or self._seen or self._log is not None:
+            self._add_plainly(counted)
             return
-        usable = has_usable_usage(entry)
-        if key not in self._first_cumulative:
-            # An id-less entry without usage can never anchor nor recur: nothing to keep.
-            if isinstance(key, int) and not usable:
-                return
-            self._first_cumulative[key] = self._cumulative_raw
-            self._later_own_raw[key] = 0
+        last = _last_usable(counted)
+        if last < 0:
+            self._add_plainly(counted)
+            return
+        # Up to the first response that reports usage, all of it: the prefix is learned there.
+        head = next(i for i in range(last + 1) if _usable_record(counted[i])) + 1
+        self._add_plainly(counted[:head])
+        anchor_record = counted[last]
+        assert isinstance(anchor_record, Record)
+        # The anchor's id; an entry without one is a response of its own, begun at ``last``.
+        anchor = anchor_record.entry.message_id or None
+        if anchor is not None and anchor in self._first_cumulative:
+            self._add_plainly(counted[head:])  # the anchor began before: all of it counts
+            return
+        first = self._first_key
+        early = {k for k in self._first_cumulative if isinstance(k, str)}
+        index: int = self._seen
+        at = head
+        while at < last:  # to the anchor's first entry, at ``last`` at the latest
+            record = counted[at]
+            if isinstance(record, int):  # a saving: the anchor's usage resets it anyway
+                at += 1
+                continue
+            kind = record.kind
+            if kind == "assistant":
+                entry = record.entry
+                key = entry.message_id
+                if key:
+                    if key == anchor:
+                        break
+                    early.add(key)
+                    if key == first:  # the first response's own later entry
+                        raw = estimate_record_raw(record)
+                        self._cumulative_raw += raw
+                        self._later_own_raw[key] += raw
+                        usage = _usable_total(entry)
+                        if usage > self._max_usage.get(key, 0):
+                            self._max_usage[key] = usage
+            elif kind == "attachment":
+                raw = estimate_record_raw(record)
+                self._cumulative_raw += raw
+                self._attachment_raw += raw
+            index += 1
+            at += 1
+        self._seen = index
+        self._early = early
+        self._log = [("records", list(counted))]  # all of it: ``_recount`` starts there
+        self._add_plainly(counted[at:], logged=True)
+
+    def _add_plainly(self, counted: Sequence[Record | int], *, logged: bool = False) -> None:
+        """``add_records`` with every estimate made now. ``logged``: ``counted`` is in the log
+        already (the end of the run ``add_records`` was given), so it is not logged again, and
+        once everything was counted again in full nothing of it is left to count."""
+        run: list[tuple[Entry, int]] = []
+        for item in counted:
+            if isinstance(item, Record):
+                run.append((item.entry, estimate_record_raw(item)))
+                continue
+            if logged:
+                self._count(run)
+                if self._log is None:
+                    return
+                self._save(item)
+            else:
+                self.add_all(run)
+                self.apply_saving(item)
+            run = []
+        if logged:
+            self._count(run)
         else:
-            self._later_own_raw[key] += raw
-        if usable:
-            self._max_usage[key] = max(self._max_usage.get(key, 0), _usage_total(entry))
-            if key != self._anchor:
-                # A new response's usage already reflects any clearing done before it.
-                self._anchor = key
-                self._saved = 0
-            if self._first_key is None:
-                self._first_key = key
+            self.add_all(run)
+
+    def _recount(self) -> None:
+        """Count everything logged since ``add_records`` again, every estimate made."""
+        log = self._log
+        assert log is not None
+        self._clear()  # and stop logging
+        for kind, item in log:
+            if kind == "settled":
+                self.settle()
+            elif kind == "saving":
+                self.apply_saving(item)
+            elif kind == "entries":
+                self._count(item)
+            else:
+                self._add_plainly(item)
 
     def settle(self) -> None:
         """Mark everything counted so far as what a compaction wrote: until a response reports
         usage it counts unpadded (``compacted_tokens``); what is appended later is padded."""
+        if self._log is not None:
+            self._log.append(("settled", None))
+        # (After ``add_records`` left estimates for later this figure is short of them; it only
+        # counts while no response reports usage, and one does then.)
         self._compacted_raw = self._cumulative_raw
 
     def reset(self, entries: Iterable[Entry] = ()) -> None:
@@ -269,6 +448,12 @@ class TokenCounter:
 
     def apply_saving(self, tokens: int) -> None:
         """Subtract tokens cleared by microcompact until the next response reports usage."""
+        if tokens > 0:
+            if self._log is not None:
+                self._log.append(("saving", tokens))
+            self._save(tokens)
+
+    def _save(self, tokens: int) -> None:
         if tokens > 0:
             self._saved += tokens
 

@@ -44,9 +44,11 @@ def chars_to_tokens(chars: int) -> int:
 def _json_length(value: Any) -> int:
     """Length in characters of ``value`` as compact JSON (the shape the API receives)."""
     try:
-        return len(_json_encoder.encode(value).decode("utf-8"))
+        encoded = _json_encoder.encode(value)
     except (TypeError, msgspec.EncodeError):
         return len(repr(value))
+    # ASCII (nearly always): one character a byte, no need to decode.
+    return len(encoded) if encoded.isascii() else len(encoded.decode("utf-8"))
 
 
 def estimate_block_raw(block: Block) -> int:
@@ -88,11 +90,27 @@ def estimate_entry_raw(entry: Entry) -> int:
     Attachments are estimated from their JSON payload: the text Claude Code renders from them
     is not in the transcript, and the payload is a close upper bound of it.
     """
-    if not counts_toward_context(entry):
-        return 0
-    if entry.type == "attachment":
+    kind = entry.type
+    if kind == "user" or kind == "assistant":
+        message = entry.message
+        if message is None:
+            return 0
+        content = message.content
+        if isinstance(content, str):  # one text block (none when empty: 0 either way)
+            return chars_to_tokens(len(content))
+        total = 0
+        for block in content:
+            # The commonest blocks first: this runs for every entry of a context estimated.
+            if isinstance(block, TextBlock):
+                total += chars_to_tokens(len(block.text))
+            elif isinstance(block, ToolResultBlock) and isinstance(block.content, str):
+                total += chars_to_tokens(len(block.content))
+            else:
+                total += estimate_block_raw(block)
+        return total
+    if kind == "attachment":
         return chars_to_tokens(_json_length(entry.attachment)) if entry.attachment else 0
-    return sum(estimate_block_raw(block) for block in entry.blocks)
+    return 0
 
 
 def pad(raw: int) -> int:

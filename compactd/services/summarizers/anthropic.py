@@ -44,6 +44,7 @@ from compactd.services.summarizers.base import (
     Reply,
     SummaryOutcome,
     SummaryRequest,
+    UpstreamError,
     estimate_message,
     plain_messages,
     resolve_settings,
@@ -73,17 +74,17 @@ ENV_AUTH_TOKEN: Final = c.ENV_AUTH_TOKEN
 ENV_BASE_URL: Final = c.ENV_BASE_URL
 
 
-class _StreamBroken(Exception):
+class _StreamBroken(UpstreamError):
     """The stream started but did not finish cleanly (retried once)."""
 
 
-class _PromptTooLong(Exception):
+class _PromptTooLong(UpstreamError):
     def __init__(self, message: str) -> None:
+        self.gap = split.prompt_too_long_gap(message)  # from the whole text, before it is cut
         super().__init__(message)
-        self.gap = split.prompt_too_long_gap(message)
 
 
-class _ModeFailed(Exception):
+class _ModeFailed(UpstreamError):
     """This mode cannot produce a summary; the next mode may."""
 
     def __init__(self, message: str, *, api_failure: bool) -> None:

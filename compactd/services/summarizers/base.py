@@ -20,6 +20,7 @@ import anyio
 
 from compactd import protocol as p
 from compactd.core import constants as c
+from compactd.core.outbound import remember_secret, upstream
 from compactd.core.tokens import chars_to_tokens, pad
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "SummarizerError",
     "SummaryOutcome",
     "SummaryRequest",
+    "UpstreamError",
     "estimate_message",
     "plain_messages",
     "with_instruction",
@@ -110,7 +112,16 @@ class Reply:
         return "".join(self.parts)
 
 
-class ProviderFailed(Exception):
+class UpstreamError(Exception):
+    """A failure whose message may quote the upstream (its error body): the message is
+    redacted and bounded here, once, before anything passes it on (core/outbound.py). Every
+    provider's failures derive from it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(upstream(message))
+
+
+class ProviderFailed(UpstreamError):
     """The provider could not write the summary (an error, the API unreachable, no text)."""
 
     def __init__(self, message: str, *, api_failure: bool = True) -> None:
@@ -118,7 +129,7 @@ class ProviderFailed(Exception):
         self.api_failure = api_failure
 
 
-class ContextTooLong(Exception):
+class ContextTooLong(UpstreamError):
     """The provider says the request does not fit its window; ``window``: the window the error
     names, when it names one."""
 
@@ -289,6 +300,9 @@ def resolve_settings(
     named = env.get(options.api_key_env) if options.api_key_env else None
     api_key = options.api_key or named or env.get(key_variable) or None
     token = env.get(token_variable) if token_variable and not api_key else None
+    # Whatever an upstream echoes, these never leave compactd (core/outbound.py).
+    remember_secret(api_key)
+    remember_secret(token)
     retries = options.max_retries
     return ProviderSettings(
         provider=provider,

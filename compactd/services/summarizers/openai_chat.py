@@ -29,6 +29,7 @@ from compactd.services.summarizers.base import (
     Reply,
     SummaryOutcome,
     SummaryRequest,
+    UpstreamError,
     blocks,
     plain_messages,
     resolve_settings,
@@ -53,7 +54,7 @@ LOCAL_SERVER_KEY: Final = "not-needed"
 _NEWER_LIMIT_PARAM: Final = "max_completion_tokens"
 
 
-class _StreamBroken(Exception):
+class _StreamBroken(UpstreamError):
     """The stream ended without a finish reason (retried once)."""
 
 

@@ -24,6 +24,7 @@ from compactd.agents.claude_code.services.events import (
     parse_event,
     transcript_of,
 )
+from compactd.services.safe_io import is_regular_file
 
 __all__ = ["ENV_NO_WARNING", "PRECOMPACT_INSTRUCTIONS", "answer"]
 
@@ -106,12 +107,13 @@ def answer(
 ) -> HookAnswer:
     """The answer to the hook event ``raw`` (raises ``HookInputError`` or ``TailError``)."""
     event = parse_event(raw)
-    if event.session_id and event.transcript_path and event.cwd:
+    # Only a regular file is recorded as the session's transcript: a FIFO or a device named
+    # there would be handed to the MCP server and the status line as the current session.
+    path = event.transcript_path
+    if event.session_id and event.cwd and path and is_regular_file(path):
         state.record_current(
             data_dir,
-            state.CurrentSession(
-                session_id=event.session_id, transcript_path=event.transcript_path, cwd=event.cwd
-            ),
+            state.CurrentSession(session_id=event.session_id, transcript_path=path, cwd=event.cwd),
         )
     name = event.hook_event_name
     if name in ("SessionStart", "PostCompact"):

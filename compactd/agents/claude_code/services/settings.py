@@ -3,9 +3,12 @@
 ``install`` adds compactd's entries to the files of one scope (docs/claude-code.md#install):
 the hooks (``compactd claude-code hook`` for SessionStart, PreCompact, PostCompact and
 UserPromptSubmit), the status line when none is set, and the MCP server (``compactd mcp``, with
-``alwaysLoad``). It parses every file first and changes nothing when one is not valid JSON; it
+``alwaysLoad``). It parses every file first and changes nothing when one is not valid JSON or
+holds a value of a shape it does not understand where it would read or write (``hooks`` not an
+object, ``hooks.SessionStart`` not an array, ...): one line names the file and the key. It
 merges only its own entries, recognised again by their commands, and writes each file whole in
-one rename. For each file it changes it keeps, under compactd's data dir, the file's bytes from
+one rename; a settings file that is a symbolic link (dotfiles managers make them) is written
+through the link, which stays a link. With ``--data-dir`` the commands it writes pass it on. For each file it changes it keeps, under compactd's data dir, the file's bytes from
 before (or that it did not exist) and a digest of what it wrote: ``uninstall`` puts the old
 bytes back when the file is still as compactd left it (a file it created is removed, and so is
 a folder it created for it, such as a project's ``.claude``, when nothing else is left in it),
@@ -14,18 +17,16 @@ and otherwise takes out only its own entries. Running ``install`` twice changes 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import secrets
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import msgspec
-
 from compactd.agents.claude_code.services.state import claude_config_dir
+from compactd.services import installed
+from compactd.services.safe_io import read_regular
 
 __all__ = ["InstallError", "Plan", "Scope", "install", "uninstall"]
 
@@ -39,11 +40,18 @@ HOOK_EVENTS: Final[tuple[tuple[str, str], ...]] = (
     ("PostCompact", ""),
     ("UserPromptSubmit", ""),
 )
-# Seconds Claude Code waits for one hook run (its default is ten minutes).
-HOOK_TIMEOUT_S: Final = 30
-# What a compactd command ends with: how its entries are found again.
-_HOOK_TAIL: Final = " claude-code hook"
-_STATUS_TAIL: Final = " claude-code statusline"
+# Seconds Claude Code waits for one hook run (its default is ten minutes), and for one run of
+# the status line: each is three times the process's own deadline (agents/claude_code/cli.py).
+HOOK_TIMEOUT_S: Final = 60
+STATUS_TIMEOUT_S: Final = 15
+# The subcommand of a compactd command: how its entries are found again.
+_HOOK_TAIL: Final = "claude-code hook"
+_STATUS_TAIL: Final = "claude-code statusline"
+
+
+# The largest settings file read (Claude Code's ~/.claude.json keeps every project's history
+# and grows to megabytes; a FIFO or a device there is refused, never waited on).
+_MAX_SETTINGS_BYTES: Final = 256 * 1024 * 1024
 
 
 class InstallError(Exception):
@@ -53,6 +61,11 @@ class InstallError(Exception):
 def compactd_command(python: str) -> list[str]:
     """The command that runs the compactd the user installed: this interpreter's module."""
     return [python, "-m", "compactd"]
+
+
+def _data_args(data_dir: Path | None) -> list[str]:
+    """``--data-dir`` for the commands install writes, when one was given."""
+    return ["--data-dir", str(data_dir)] if data_dir is not None else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +90,97 @@ def scope_files(scope: Scope, project: Path) -> Files:
     return Files(project / ".claude" / "settings.local.json", home_json, ("projects", str(project)))
 
 
+_JSON_TYPES: Final = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    type(None): "null",
+}
+
+
+def _kind(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _key(parts: tuple[str | int, ...]) -> str:
+    """A key path as a person reads it: ``hooks.SessionStart[0].hooks``."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + (
+                part if part.replace("_", "").isalnum() else json.dumps(part)
+            )
+    return out
+
+
+def _expect(path: Path, at: tuple[str | int, ...], value: Any, kind: type) -> None:
+    if not isinstance(value, kind):
+        raise InstallError(
+            f"{path}: {_key(at)} is {_kind(value)}, not {_JSON_TYPES[kind]} as Claude Code "
+            "expects; nothing was changed (fix or remove that key, then run it again)"
+        )
+
+
+def _check_settings(path: Path, data: dict[str, Any]) -> None:
+    """Refuse (``InstallError``) a settings file whose keys install or uninstall reads or writes
+    hold a shape it does not understand."""
+    if "hooks" in data:
+        hooks = data["hooks"]
+        _expect(path, ("hooks",), hooks, dict)
+        for event, groups in hooks.items():
+            _expect(path, ("hooks", event), groups, list)
+            for i, group in enumerate(groups):
+                _expect(path, ("hooks", event, i), group, dict)
+                if "matcher" in group:
+                    _expect(path, ("hooks", event, i, "matcher"), group["matcher"], str)
+                if "hooks" in group:
+                    entries = group["hooks"]
+                    _expect(path, ("hooks", event, i, "hooks"), entries, list)
+                    for j, entry in enumerate(entries):
+                        _expect(path, ("hooks", event, i, "hooks", j), entry, dict)
+                        if "command" in entry:
+                            at = ("hooks", event, i, "hooks", j, "command")
+                            _expect(path, at, entry["command"], str)
+    if "statusLine" in data:
+        status = data["statusLine"]
+        _expect(path, ("statusLine",), status, dict)
+        if "command" in status:
+            _expect(path, ("statusLine", "command"), status["command"], str)
+    if "enabledMcpjsonServers" in data:
+        enabled = data["enabledMcpjsonServers"]
+        _expect(path, ("enabledMcpjsonServers",), enabled, list)
+        for i, name in enumerate(enabled):
+            _expect(path, ("enabledMcpjsonServers", i), name, str)
+
+
+def _check_mcp(path: Path, data: dict[str, Any], at: tuple[str, ...]) -> None:
+    """``_check_settings`` for the file that holds ``mcpServers`` (under the keys ``at``)."""
+    holder: Any = data
+    walked: tuple[str, ...] = ()
+    for key in at:
+        walked += (key,)
+        if key not in holder:
+            return
+        holder = holder[key]
+        _expect(path, walked, holder, dict)
+    if "mcpServers" in holder:
+        servers = holder["mcpServers"]
+        _expect(path, (*at, "mcpServers"), servers, dict)
+        if SERVER_NAME in servers:
+            server = servers[SERVER_NAME]
+            _expect(path, (*at, "mcpServers", SERVER_NAME), server, dict)
+            if "args" in server:
+                _expect(path, (*at, "mcpServers", SERVER_NAME, "args"), server["args"], list)
+
+
 def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, _MAX_SETTINGS_BYTES)
     except FileNotFoundError:
         return None, {}
     except OSError as exc:
@@ -91,8 +192,19 @@ def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise InstallError(f"{path} is not valid JSON ({exc}); nothing was changed") from None
     if not isinstance(data, dict):
-        raise InstallError(f"{path} does not hold a JSON object; nothing was changed")
+        raise InstallError(
+            f"{path}: the file holds {_kind(data)}, not a JSON object as Claude Code expects; "
+            "nothing was changed"
+        )
     return raw, data
+
+
+def _load_checked(files: Files) -> dict[Path, tuple[bytes | None, dict[str, Any]]]:
+    """Each file of ``files`` read, parsed and checked (``InstallError`` before any change)."""
+    loaded = {p: _load(p) for p in dict.fromkeys((files.settings, files.mcp))}
+    _check_settings(files.settings, loaded[files.settings][1])
+    _check_mcp(files.mcp, loaded[files.mcp][1], files.mcp_at)
+    return loaded
 
 
 def _dump(data: dict[str, Any]) -> bytes:
@@ -100,7 +212,16 @@ def _dump(data: dict[str, Any]) -> bytes:
 
 
 def _ours(command: Any, tail: str) -> bool:
-    return isinstance(command, str) and command.endswith(tail) and " -m compactd" in command
+    """Whether ``command`` is one install writes: ``<python> -m compactd claude-code <tail>``,
+    with its options after it (``--data-dir``)."""
+    if not isinstance(command, str) or " -m compactd" not in command:
+        return False
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    want = ["-m", "compactd", *tail.split()]
+    return any(words[i : i + len(want)] == want for i in range(len(words)))
 
 
 def _add_hooks(settings: dict[str, Any], hook: str, events: list[tuple[str, str]]) -> list[str]:
@@ -109,7 +230,7 @@ def _add_hooks(settings: dict[str, Any], hook: str, events: list[tuple[str, str]
     for event, matcher in events:
         groups = hooks.setdefault(event, [])
         if any(_ours(h.get("command"), _HOOK_TAIL) for g in groups for h in g.get("hooks", [])):
-            continue
+            continue  # (shapes checked by _check_settings)
         entry = {"type": "command", "command": hook, "timeout": HOOK_TIMEOUT_S}
         groups.append({"matcher": matcher, "hooks": [entry]})
         changed.append(f"hook {event}" + (f" ({matcher})" if matcher else ""))
@@ -150,57 +271,35 @@ class Plan:
     changes: list[str]
 
 
-class _Record(msgspec.Struct, kw_only=True):
-    path: str
-    original: bytes | None
-    written: str  # sha256 of the bytes compactd wrote
-    # Whether the file's folder did not exist before compactd's first install.
-    made_folder: bool = False
-
-
-def _record_file(data_dir: Path, path: Path) -> Path:
-    key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:24]
-    return data_dir / "claude-code" / "installed" / f"{key}.json"
-
-
-def _read_record(path: Path) -> _Record | None:
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=_Record)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-
-
-def _write(path: Path, data: bytes | None) -> None:
-    if data is None:
-        path.unlink(missing_ok=True)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.write_bytes(data)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+# What install wrote, kept for uninstall (services/installed).
+AGENT_DIR: Final = "claude-code"
 
 
 def plan_install(
-    scope: Scope, project: Path, python: str, *, warning: bool = True
+    scope: Scope,
+    project: Path,
+    python: str,
+    *,
+    warning: bool = True,
+    data_dir: Path | None = None,
 ) -> tuple[Plan, dict[Path, bytes | None]]:
-    """What ``install`` writes, and each file's bytes before (None: it did not exist)."""
+    """What ``install`` writes, and each file's bytes before (None: it did not exist).
+    ``data_dir``: passed to every command written (None: they use the default)."""
     files = scope_files(scope, project)
-    base = shlex.join(compactd_command(python))
-    before: dict[Path, bytes | None] = {}
-    data: dict[Path, dict[str, Any]] = {}
-    for path in dict.fromkeys((files.settings, files.mcp)):
-        before[path], data[path] = _load(path)
+    base = compactd_command(python)
+    extra = _data_args(data_dir)
+    hook = shlex.join([*base, *_HOOK_TAIL.split(), *extra])
+    status_line = shlex.join([*base, *_STATUS_TAIL.split(), *extra])
+    loaded = _load_checked(files)
+    before = {path: raw for path, (raw, _) in loaded.items()}
+    data = {path: parsed for path, (_, parsed) in loaded.items()}
     settings = data[files.settings]
     events = [e for e in HOOK_EVENTS if warning or e[0] != "UserPromptSubmit"]
-    changes = [f"{files.settings}: {c}" for c in _add_hooks(settings, base + _HOOK_TAIL, events)]
+    changes = [f"{files.settings}: {c}" for c in _add_hooks(settings, hook, events)]
     if "statusLine" not in settings:
-        settings["statusLine"] = {"type": "command", "command": base + _STATUS_TAIL, "padding": 0}
+        settings["statusLine"] = {
+            "type": "command", "command": status_line, "padding": 0, "timeout": STATUS_TIMEOUT_S,
+        }  # fmt: skip
         changes.append(f"{files.settings}: status line")
     if scope == "project":
         enabled = settings.setdefault("enabledMcpjsonServers", [])
@@ -209,7 +308,7 @@ def plan_install(
             changes.append(f"{files.settings}: MCP server {SERVER_NAME} approved")
     servers = _at(data[files.mcp], files.mcp_at)
     if SERVER_NAME not in servers:
-        args = [*compactd_command(python)[1:], "mcp"]
+        args = [*compactd_command(python)[1:], "mcp", *extra]
         servers[SERVER_NAME] = {
             "type": "stdio", "command": python, "args": args, "env": {}, "alwaysLoad": True,
         }  # fmt: skip
@@ -221,24 +320,17 @@ def plan_install(
 
 def install(
     scope: Scope, project: Path, python: str, data_dir: Path, *, dry_run: bool = False,
-    warning: bool = True,
+    warning: bool = True, pass_data_dir: bool = False,
 ) -> Plan:  # fmt: skip
-    """Add compactd to the scope's files (see the module docstring)."""
-    plan, before = plan_install(scope, project, python, warning=warning)
+    """Add compactd to the scope's files (see the module docstring). ``data_dir`` keeps the
+    record of what changed; with ``pass_data_dir`` the commands written pass it on too."""
+    given = data_dir if pass_data_dir else None
+    plan, before = plan_install(scope, project, python, warning=warning, data_dir=given)
     if dry_run:
         return plan
     for path, new in plan.writes.items():
         assert new is not None
-        record = _record_file(data_dir, path)
-        saved = _read_record(record)
-        if saved is None:  # the bytes from before compactd's first install are kept
-            saved = _Record(
-                path=str(path), original=before[path], written="",
-                made_folder=not path.parent.exists(),
-            )  # fmt: skip
-        saved.written = hashlib.sha256(new).hexdigest()
-        _write(record, msgspec.json.encode(saved))
-        _write(path, new)
+        installed.remember(data_dir, AGENT_DIR, path, before[path], new)
     return plan
 
 
@@ -259,7 +351,8 @@ def _strip(data: dict[str, Any], files: Files, path: Path) -> None:
             holder = holder.get(key) if isinstance(holder, dict) else None
         servers = holder.get("mcpServers") if isinstance(holder, dict) else None
         server = servers.get(SERVER_NAME) if isinstance(servers, dict) else None
-        if isinstance(server, dict) and server.get("args", [])[-1:] == ["mcp"]:
+        args = server.get("args") if isinstance(server, dict) else None
+        if isinstance(args, list) and args[:3] == ["-m", "compactd", "mcp"]:
             assert isinstance(servers, dict)
             del servers[SERVER_NAME]
 
@@ -267,44 +360,14 @@ def _strip(data: dict[str, Any], files: Files, path: Path) -> None:
 def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = False) -> Plan:
     """Take out what ``install`` put in (see the module docstring)."""
     files = scope_files(scope, project)
-    loaded = {p: _load(p) for p in dict.fromkeys((files.settings, files.mcp))}
-    writes: dict[Path, bytes | None] = {}
-    changes: list[str] = []
-    folders: list[Path] = []
-    for path, (raw, data) in loaded.items():
-        record = _read_record(_record_file(data_dir, path))
-        digest = hashlib.sha256(raw).hexdigest() if raw is not None else None
-        if record is not None and digest == record.written:
-            writes[path] = record.original
-            changes.append(f"{path}: " + ("removed" if record.original is None else "restored"))
-            if record.original is None and record.made_folder:
-                folders.append(path.parent)
-        elif raw is not None:
-            _strip(data, files, path)
-            new = _dump(data)
-            if new != _dump(json.loads(raw) if raw.strip() else {}):
-                writes[path] = new
-                changes.append(f"{path}: compactd's entries taken out")
-    removed = {p for p, content in writes.items() if content is None}
-    # A folder install created goes only when the files it removes are all that is in it.
-    folders = [f for f in dict.fromkeys(folders) if _only(f, removed)]
-    changes += [f"{f}: removed (empty)" for f in folders]
-    if not dry_run:
-        for path, content in writes.items():
-            _write(path, content)
-        for path in loaded:
-            _record_file(data_dir, path).unlink(missing_ok=True)
-        for folder in folders:
-            try:
-                folder.rmdir()
-            except OSError:  # something appeared in it meanwhile: it stays
-                pass
+    loaded = _load_checked(files)
+
+    def strip(path: Path, raw: bytes) -> bytes | None:
+        data = loaded[path][1]
+        _strip(data, files, path)
+        new = _dump(data)
+        return new if new != _dump(json.loads(raw) if raw.strip() else {}) else None
+
+    raws = {p: raw for p, (raw, _) in loaded.items()}
+    writes, changes = installed.undo(data_dir, AGENT_DIR, raws, strip, dry_run=dry_run)
     return Plan(writes, changes)
-
-
-def _only(folder: Path, files: set[Path]) -> bool:
-    """Whether ``folder`` holds nothing but ``files``."""
-    try:
-        return all(entry in files for entry in folder.iterdir())
-    except OSError:
-        return False

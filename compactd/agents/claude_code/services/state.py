@@ -13,31 +13,42 @@ often and must start fast.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import secrets
-import time
 from pathlib import Path
-from typing import Any
 
-import msgspec
-import platformdirs
+from compactd.services import hook_state
+from compactd.services.hook_state import (
+    HANDED_BACK_KEPT,
+    Compacted,
+    CurrentSession,
+    Restored,
+    SessionState,
+    default_data_dir,
+)
+
+__all__ = [
+    "HANDED_BACK_KEPT",
+    "Compacted",
+    "CurrentSession",
+    "Restored",
+    "SessionState",
+    "claude_config_dir",
+    "default_data_dir",
+    "find_current",
+    "load_session",
+    "project_dir",
+    "project_sessions",
+    "record_current",
+    "save_session",
+]
+
+# The folder of compactd's data dir that holds Claude Code's shared state (services/hook_state).
+AGENT_DIR = "claude-code"
 
 #: Claude Code names a project's folder under ``~/.claude/projects/`` after its working
 #: directory with every character outside ``[A-Za-z0-9]`` replaced by ``-``.
 _PROJECT_DIR_CHARS = re.compile(r"[^A-Za-z0-9]")
-
-
-class CurrentSession(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
-    """The Claude Code session a hook last ran for in one project folder."""
-
-    session_id: str
-    transcript_path: str
-    cwd: str
-    updated_at: float = 0.0
-    #: how it was found: ``hook`` (recorded by a hook) or ``newest`` (the newest transcript)
-    found_by: str = "hook"
 
 
 def claude_config_dir() -> Path:
@@ -51,27 +62,9 @@ def project_dir(cwd: str) -> Path:
     return claude_config_dir() / "projects" / _PROJECT_DIR_CHARS.sub("-", cwd)
 
 
-def _state_file(data_dir: Path, cwd: str) -> Path:
-    key = hashlib.sha256(os.path.realpath(cwd).encode("utf-8", "surrogatepass")).hexdigest()
-    return data_dir / "claude-code" / "current" / f"{key[:24]}.json"
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` in one rename: a reader sees the old file or the new."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def record_current(data_dir: Path, session: CurrentSession) -> None:
     """Remember ``session`` as the one running in its folder (replaced whole, never torn)."""
-    stamped = msgspec.structs.replace(session, updated_at=time.time(), found_by="hook")
-    _write_whole(_state_file(data_dir, session.cwd), msgspec.json.encode(stamped))
+    hook_state.record_current(data_dir, AGENT_DIR, session)
 
 
 def find_current(data_dir: Path, cwd: str) -> CurrentSession | None:
@@ -80,11 +73,8 @@ def find_current(data_dir: Path, cwd: str) -> CurrentSession | None:
     A recorded session whose transcript is gone is passed over. ``found_by`` says which way it
     was found, so that an answer can say so.
     """
-    try:
-        recorded = msgspec.json.decode(_state_file(data_dir, cwd).read_bytes(), type=CurrentSession)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        recorded = None
-    if recorded is not None and Path(recorded.transcript_path).is_file():
+    recorded = hook_state.read_current(data_dir, AGENT_DIR, cwd)
+    if recorded is not None:
         return recorded
     sessions = project_sessions([project_dir(cwd)])
     if not sessions:
@@ -125,76 +115,11 @@ def project_sessions(folders: list[Path]) -> list[tuple[float, Path]]:
     return sorted(found.values(), key=lambda found: found[0], reverse=True)
 
 
-def default_data_dir() -> Path:
-    """compactd's data dir when none is given: the platform's user data dir (the daemon's
-    default too), found without importing the daemon."""
-    return Path(platformdirs.user_data_dir("compactd", appauthor=False))
-
-
-# -- per session: what the hooks handed back -------------------------------------------------
-
-#: How many compactions a session remembers as handed back (older ones are long out of the
-#: context); compactd's own bound, so the file stays small.
-HANDED_BACK_KEPT = 64
-
-
-class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
-    """What the SessionStart hook gave the model after one compaction."""
-
-    boundary_id: str = ""
-    after: str = ""
-    at: float = 0.0
-    #: what the summary kept, in words ("1 of 2 user messages, ...")
-    kept: str = ""
-    #: how many user messages, commands and files it handed back
-    messages: int = 0
-    commands: int = 0
-    files: int = 0
-    chars: int = 0
-    #: Claude Code's count right after the compaction (its boundary's ``postTokens``)
-    post_tokens: int | None = None
-
-
-class Compacted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
-    """A compaction whose items were handed back: its boundary's id when it was filed then,
-    else the id of the compaction it followed (``after``; empty: the session's first)."""
-
-    boundary_id: str = ""
-    after: str = ""
-
-
-class SessionState(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
-    """One Claude Code session's state kept by the hooks, read by the status line."""
-
-    session_id: str
-    #: compactions whose dropped items were handed back, oldest first
-    handed_back: list[Compacted] = msgspec.field(default_factory=list)
-    #: the latest hand-back
-    last: Restored | None = None
-    #: the ledger folded at the latest hand-back, checked again at the next compaction, and
-    #: the compaction it belongs to (a boundary id, or ``after:<id>`` before it was filed)
-    carry: dict[str, Any] | None = None
-    carry_after: str = ""
-    #: the threshold level last warned about, with the compaction it was in ("<id>:<level>")
-    warned: str = ""
-
-
-def _session_file(data_dir: Path, session_id: str) -> Path:
-    key = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
-    return data_dir / "claude-code" / "sessions" / f"{key[:24]}.json"
-
-
 def load_session(data_dir: Path, session_id: str) -> SessionState:
     """The state kept for ``session_id`` (empty when none, or when the file is unreadable)."""
-    try:
-        raw = _session_file(data_dir, session_id).read_bytes()
-        state = msgspec.json.decode(raw, type=SessionState)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return SessionState(session_id=session_id)
-    return state if state.session_id == session_id else SessionState(session_id=session_id)
+    return hook_state.load_session(data_dir, AGENT_DIR, session_id)
 
 
 def save_session(data_dir: Path, state: SessionState) -> None:
     """Write ``state`` whole (one rename)."""
-    del state.handed_back[:-HANDED_BACK_KEPT]
-    _write_whole(_session_file(data_dir, state.session_id), msgspec.json.encode(state))
+    hook_state.save_session(data_dir, AGENT_DIR, state)

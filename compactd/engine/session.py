@@ -297,8 +297,8 @@ class Session:
         Both run in one worker thread: the write, then, when ``new`` rewrites the context (a
         compaction or an undo), the rebuild (``derive``) right after it, applied on the event
         loop in one step. One hand-off to a worker thread instead of two: on a busy machine
-        each is a wait of its own, and at a prepared compaction they were most of what the
-        agent waited for (docs/background.md#where-the-wait-goes). Not cancelled half-way:
+        each is a wait of its own, and the agent waits for both at a prepared compaction
+        (docs/background.md#where-the-wait-goes). Not cancelled half-way:
         the records and the derived state never part. ``mark`` is told when the write and the
         rebuild are done (a compaction's ``Stages``).
         """

@@ -69,6 +69,8 @@ async def carry_out(
     except BaseException:
         feature.unused(job)
         raise
+    finally:
+        feature.forget_soon(session)
     if not result.prepared:
         feature.unused(job)
     return result

@@ -207,17 +207,18 @@ class BackgroundPreparation(Feature["Session"]):
         other = self.job if job is self.fallback else None
         self.job = self.fallback = None
         self._publish(session)
-        self._forget_soon(session)
         if other is not None:
             log.info("session %s: the refresh was not ready in time", session.session_id)
             other.scope.cancel()
 
-    def _forget_soon(self, session: Session) -> None:
-        """Remove the kept summary in the background: the agent waiting for the compaction that
-        applies it need not wait for the file system too (on a busy machine an unlink took
-        milliseconds). Kept meanwhile, it is harmless: a daemon that loads it finds its entry
-        compacted away and removes it (docs/background.md#durable). The file's writes and its
-        removal take turns (``file_turn``), so this never removes a newer summary."""
+    def forget_soon(self, session: Session) -> None:
+        """Remove the kept summary of a preparation taken (``take``), in the background, once
+        the compaction that took it is written or failed: the agent waiting for that compaction
+        need not wait for the file system too (on a busy machine an unlink took milliseconds),
+        nor its fsync share a journal commit with the unlink. Kept meanwhile, it is harmless: a
+        daemon that loads it finds its entry compacted away and removes it
+        (docs/background.md#durable). The file's writes and its removal take turns
+        (``file_turn``), so this never removes a newer summary."""
         runtime = self.service.runtime
         if runtime.task_group is None:
             store.forget(runtime, session)

@@ -427,6 +427,26 @@ def long_mix(root: str, seed: int = 6) -> FidelitySession:
     return s
 
 
+def command_rounds(
+    root: str, rounds: int = 8, per_round: int = 50, seed: int = 7
+) -> tuple[FidelitySession, list[int]]:
+    """A long session compacted again and again: each round a request, ``per_round`` distinct
+    shell commands and a read of a new file every second command; with the index of the entry
+    each round ends at (a compaction follows each)."""
+    s = FidelitySession(root, seed)
+    commands = _commands(s.rng, rounds * per_round, root)
+    ends: list[int] = []
+    for r in range(rounds):
+        s.say(f"Round {r}: run the next {per_round} checks of the matrix and fix what fails.")
+        for i, command in enumerate(commands[r * per_round : (r + 1) * per_round]):
+            s.bash(command, fail=i % 9 == 4, lines=4)
+            if i % 2 == 0:
+                s.read(s.path(_DIRS[r % len(_DIRS)], f"round_{r}_{i}.py"), lines=20)
+        s.reply(f"Round {r} is done; the failures are fixed.")
+        ends.append(len(s.entries))
+    return s, ends
+
+
 SESSIONS = {
     "long pastes": long_pastes,
     "harness messages": harness_messages,

@@ -111,11 +111,13 @@ def _failure_part(failures: Sequence[Failure]) -> Part:
         return Rendered(failure_lines(failures, shown, chars), shown)
 
     shapes = [(len(failures), 200), (20, 160), (10, 120), (6, 80), (3, 60), (1, 0), (0, 0)]
-    return Part([partial(level, n, chars) for n, chars in shapes if n <= len(failures)])
+    shown = [partial(level, n, chars) for n, chars in shapes if n <= len(failures)]
+    return Part(shown, excerpt=True)
 
 
 def _text_part(text: str | None, widths: Sequence[int], weight: float = 1.0) -> Part:
-    """A text shown whole up to a width, else clipped between words, at decreasing widths."""
+    """A text shown whole up to a width, else clipped between words, at decreasing widths (an
+    excerpt: it gives way to the ledger's items)."""
 
     def level(width: int) -> Rendered:
         if not text or not width:
@@ -123,7 +125,7 @@ def _text_part(text: str | None, widths: Sequence[int], weight: float = 1.0) -> 
         shown = text.strip() if len(text.strip()) <= width else clip(text, width)
         return Rendered(shown.splitlines(), 1, width)
 
-    return Part([partial(level, w) for w in (*widths, 0)], weight)
+    return Part([partial(level, w) for w in (*widths, 0)], weight, excerpt=True)
 
 
 def _requests_part(first: Message | None, latest: Message | None) -> Part:

@@ -25,7 +25,7 @@ from compactd.core import auto_policy
 from compactd.engine.background import carry_out, preparation_of
 from compactd.engine.microcompact import Planned, microcompact, plan_micro
 from compactd.engine.plan import CompactionPlan, CompactionSpec, plan_compaction, prompt_kind
-from compactd.engine.progress import BeginProgress
+from compactd.engine.progress import BeginProgress, mark, timing
 from compactd.engine.session_memory import SessionMemory
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ async def decide_auto(
     planned when the session notes fit.
     """
     snap = await runtime.snapshot(session)
+    mark("snapshot")
     situation = auto_policy.Situation(
         status=auto_policy.with_pending(snap.status, pending),
         entries=len(snap.context),
@@ -74,11 +75,13 @@ async def decide_auto(
     length = len(session.records)
     micro = await plan_micro(runtime, session) if runtime.flags.microcompact_enabled else None
     planned = Planned(micro, length) if micro is not None else None
+    mark("microPlan")
     if auto_policy.micro_alone(situation, micro) is not None:
         return AutoPlan(auto_policy.decide(situation, auto_policy.Outlooks(micro)), micro=planned)
     kind = prompt_kind(snap.meta)
     remembered = await notes.plan(session, snap, kind, micro)
     notes_outlook = remembered.outlook if remembered is not None else None
+    mark("notesPlan")
     full: CompactionPlan | None = None
     full_outlook: auto_policy.SummaryOutlook | None = None
     if not auto_policy.notes_fit(situation, notes_outlook):
@@ -93,6 +96,7 @@ async def decide_auto(
         situation,
         auto_policy.Outlooks(micro=micro, full=full_outlook, session_memory=notes_outlook),
     )
+    mark("outlook")
     chosen = {"sessionMemory": remembered, "full": full}.get(decision.mechanism)
     left = preparing_left(runtime, session, decision, force)
     return AutoPlan(decision, chosen, left, planned)
@@ -141,6 +145,19 @@ async def run_auto(
     answer says ``wasCompacted: false`` and why, and an automatic failure counts toward the
     circuit breaker (docs/compaction.md#circuit-breaker)."""
     asked_at = time.monotonic()  # the agent's wait starts now
+    with timing(asked_at):
+        return await _run_auto(runtime, notes, session, force, begin_progress, pending, asked_at)
+
+
+async def _run_auto(
+    runtime: Runtime,
+    notes: SessionMemory,
+    session: Session,
+    force: bool,
+    begin_progress: BeginProgress,
+    pending: int,
+    asked_at: float,
+) -> p.AutoResult:
     planned = await decide_auto(runtime, notes, session, force, pending)
     decision = planned.decision
 

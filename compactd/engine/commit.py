@@ -170,7 +170,9 @@ def _metadata(
 async def commit(run: CompactionRun, staged: Staged) -> p.CompactResult:
     """Write the compaction ``staged`` describes (under the session's lock) and report it."""
     runtime, session, spec = run.runtime, run.session, run.spec
+    stages = run.stages
     async with session.lock:
+        stages.mark("lock")
         appended = session.records[staged.snapshot_len :]
         if any(r.entry.is_compact_boundary for r in appended):
             raise p.CompactdError(
@@ -196,7 +198,9 @@ async def commit(run: CompactionRun, staged: Staged) -> p.CompactResult:
             render=system_reminder,
         )
         tail_records = [record_from_dict(e) for e in (summary, *extra)]
+        stages.mark("entries")
         after_raw = _thrash_guard(staged, appended, tail_records)
+        stages.mark("guard")
         # What the next request carries besides the messages stays; the status counts it.
         prefix = session.counter.fixed_prefix
         # The figure the status gives once this is written (docs/thresholds.md#after-a-compaction).
@@ -222,11 +226,14 @@ async def commit(run: CompactionRun, staged: Staged) -> p.CompactResult:
             group_size=1 + len(tail_records),
             uuid=boundary_uuid,
         )
-        await runtime.commit(session, [record_from_dict(boundary), *tail_records])
+        records = [record_from_dict(boundary), *tail_records]
+        stages.mark("boundary")
+        await runtime.commit(session, records, mark=stages.mark)
         session.health.consecutive_failures = 0
         session.health.last_error = None
         status = runtime.status(session)
     runtime.check_thresholds(session, status)
+    stages.mark("status")
 
     post_results = await hooks.run_hooks(
         runtime.options.hooks_settings_path,
@@ -241,8 +248,9 @@ async def commit(run: CompactionRun, staged: Staged) -> p.CompactResult:
         cwd=session.meta.cwd,
         env=runtime.env,
     )
+    stages.mark("postCompactHooks")
     run.status("completed", f"{staged.pre_tokens:,} -> {status.tokens:,} tokens")
-    return p.CompactResult(
+    result = p.CompactResult(
         compaction_id=run.compaction_id,
         # The group size is the store's business, not the client's.
         boundary={k: v for k, v in boundary.items() if k != GROUP_SIZE_FIELD},
@@ -262,3 +270,5 @@ async def commit(run: CompactionRun, staged: Staged) -> p.CompactResult:
         prepared=staged.prepared_asked_at is not None,
         summarized_by=staged.report,
     )
+    stages.mark("result")
+    return result

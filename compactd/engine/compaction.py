@@ -108,6 +108,7 @@ async def run_compaction(
     refuse(runtime, session)
     with session.compaction():
         run = CompactionRun(runtime, session, spec, progress)
+        run.stages.mark("begin")
         try:
             run.status("started")
             staged: Staged | None = None
@@ -126,6 +127,13 @@ async def run_compaction(
             with anyio.CancelScope(shield=True):
                 result = await commit(run, ready)
             assert result is not None
+            log.info(
+                "session %s: compaction %s%s, %s",
+                session.session_id,
+                run.compaction_id,
+                " (prepared)" if result.prepared else "",
+                run.stages.describe(),
+            )
             return result
         except anyio.get_cancelled_exc_class():
             run.status("cancelled", "cancelled by the client; the session is unchanged")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -139,16 +140,26 @@ class Runtime:
             if meta.cwd != old_cwd:
                 await session.refresh()
 
-    async def commit(self, session: Session, records: list[Record]) -> None:
+    async def commit(
+        self,
+        session: Session,
+        records: list[Record],
+        *,
+        mark: Callable[[str], None] | None = None,
+    ) -> None:
         """Write records durably, then add them to the session. Caller holds the lock.
 
         The one writer of transcript lines: appends, compactions, microcompacts, undos and
-        file-state lines all come through here.
+        file-state lines all come through here. ``mark``: told when the write, the rebuild
+        and the features are done (a compaction's ``Stages``).
         """
         if not records:
             return
         session.check_writable()
         await point_of_no_return()
-        await anyio.to_thread.run_sync(self.store.append, session.session_id, records)
-        await session.add(records)
+        await session.add(
+            records, partial(self.store.append, session.session_id, records), mark=mark
+        )
         self.features.appended(session, records)
+        if mark is not None:
+            mark("features")

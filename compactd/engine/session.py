@@ -285,13 +285,45 @@ class Session:
         else:
             self._add_to_view(new)
 
-    async def add(self, new: Sequence[Record]) -> None:
-        """``extend``, with a rebuild (a compaction or an undo came in) done by ``refresh``."""
-        self.records.extend(new)
-        if self._rebuilds(new):
-            await self.refresh()
-        else:
+    async def add(
+        self,
+        new: Sequence[Record],
+        write: Callable[[], None] | None = None,
+        *,
+        mark: Callable[[str], None] | None = None,
+    ) -> None:
+        """``extend`` once ``write`` (the durable write of ``new``, blocking) has returned.
+
+        Both run in one worker thread: the write, then, when ``new`` rewrites the context (a
+        compaction or an undo), the rebuild (``derive``) right after it, applied on the event
+        loop in one step. One hand-off to a worker thread instead of two: on a busy machine
+        each is a wait of its own, and the agent waits for both at a prepared compaction
+        (docs/background.md#where-the-wait-goes). Not cancelled half-way:
+        the records and the derived state never part. ``mark`` is told when the write and the
+        rebuild are done (a compaction's ``Stages``).
+        """
+        rebuilds = self._rebuilds(new)
+        states = list(self.features.values())  # taken here: the event loop owns the dict
+
+        def work() -> Derived | None:
+            if write is not None:
+                write()
+                if mark is not None:
+                    mark("write")
+            if not rebuilds:
+                return None
+            self.records.extend(new)
+            return self.derive(states)
+
+        with anyio.CancelScope(shield=True):
+            derived = await anyio.to_thread.run_sync(work) if write or rebuilds else None
+        if derived is None:
+            self.records.extend(new)
             self._add_to_view(new)
+        else:
+            self._apply(derived)
+        if mark is not None:
+            mark("rebuild")
 
     def _add_to_view(self, new: Sequence[Record]) -> None:
         # Appended records that are neither boundaries nor undo entries join the view's end.

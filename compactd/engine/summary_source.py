@@ -153,6 +153,12 @@ class _Facts:
         self._done = anyio.Event()
         self._value: tuple[SurvivalLedger, int] | None = None
         self._started = False
+        if plan.ledger is not None and plan.pre_raw is not None:
+            # Worked out already (a plan prepared in the background): no worker thread to
+            # wait for, which on a busy machine is a wait of its own.
+            self._value = (plan.ledger, plan.pre_raw)
+            self._started = True
+            self._done.set()
 
     async def compute(self) -> None:
         if self._started:
@@ -205,6 +211,7 @@ async def stage(
     """Everything the commit needs, worked out off the lock from ``given`` (or a new plan)."""
     runtime, session, spec = run.runtime, run.session, run.spec
     plan, pre_tokens, prepared = await _current_plan(run, given, prepared)
+    run.stages.mark("rebase")
     # What the main loop sends, for the model: not needed to apply a prepared summary.
     messages = await _messages(plan) if prepared is None else None
     snap = plan.snapshot
@@ -230,11 +237,13 @@ async def stage(
     instructions = [x for x in (spec.custom_instructions, from_hooks) if x and x.strip()]
     if instructions:
         prepared = None  # written without them
+    run.stages.mark("preCompactHooks")
 
     run.status("summarizing")
     plan, summary, pre_raw = await _summary(
         run, plan, messages, instructions, bool(from_hooks), prepared
     )
+    run.stages.mark("summary")
     snap = plan.snapshot
     if not summary.written.summary:
         raise p.CompactdError(p.ErrorCode.SUMMARY_FAILED, "the summary is empty")
@@ -245,6 +254,7 @@ async def stage(
     if plan.rehydration is None:
         plan = replace(plan, rehydration=await gather(runtime, snap, [*kept_before, *kept]))
     attachments = plan.attachments(text)
+    run.stages.mark("attachments")
 
     run.status("sessionStartHooks")
     start_results = await hooks.run_hooks(
@@ -256,6 +266,7 @@ async def stage(
         env=runtime.env,
     )
     hook_results.extend(start_results)
+    run.stages.mark("sessionStartHooks")
     return Staged(
         snapshot_len=snap.length,
         logical_parent=snap.last_uuid,

@@ -23,7 +23,11 @@ the budget binds: what survives there, and that the view still stays within it.
 
 Then one session is compacted 150 times in a row in each mode (15 short user messages and 15
 replies between two compactions; the emulator's model quotes the request's
-user texts), with the number of refusals and the view after some of the compactions.
+user texts), with the number of refusals and the view after some of the compactions. And one
+long session is compacted after each of 8 rounds of 50 distinct shell commands (and 25 new
+files) in the 200K window, the model answering each time with a summary written the way
+Claude Code's are: what survives of every command run since the session began, after each
+compaction (what earlier compactions carry forward, docs/compaction.md#survival-ledger).
 
 ``--modes openai`` adds the same measures with the summaries written through the Chat
 Completions API by a model with an 8,192-token window (in pieces), the emulated model answering
@@ -56,6 +60,7 @@ from tests.fidelity import (  # noqa: E402
     SESSIONS,
     Recall,
     cc_like_summary,
+    command_rounds,
     items_of,
     recalls,
     view_text,
@@ -237,6 +242,41 @@ async def repeated(client: Client, emu: Emulator | None, mode: str, cwd: str) ->
     )
 
 
+async def rounds_with_commands(client: Client, emu: Emulator | None, mode: str, cwd: str) -> str:
+    """``command_rounds``: the session compacted after each round (200K window, the model's
+    summary written the way Claude Code's are, ``cc_like_summary`` of the round); what the model
+    sees after each compaction of every command run since the session began (and of the user
+    messages and files, named when short of all)."""
+    opened = await client.request(p.SESSION_OPEN, {"cwd": cwd, "model": MODEL})
+    sid = str(opened["sessionId"])
+    session, ends = command_rounds(cwd)
+    write_files(session.files_on_disk)
+    start = 0
+    cells: list[str] = []
+    for end in ends:
+        await client.append(sid, session.entries[start:end])
+        if emu is not None:
+            emu.script(Reply(text=cc_like_summary(session.entries[start:end])))
+        await client.compact_full(sid)
+        start = end
+        view = view_text((await client.messages(sid)).messages)
+        messages, files, commands = recalls(items_of(session.entries[:end]), view)
+        cell = f"{commands.found}/{commands.total}"
+        if messages.share < 1 or files.share < 1:
+            cell += f" (users {_fraction(messages)}, files {_fraction(files)})"
+        cells.append(cell)
+    status = await client.tokens_status(sid)
+    return (
+        f"{mode:<8} "
+        + "  ".join(f"{c:>9}" for c in cells)
+        + f"  (view after the last: {status.tokens:,} tokens)"
+    )
+
+
+def _fraction(r: Recall) -> str:
+    return f"{r.found}/{r.total}"
+
+
 def _options(mode: str, emu: Emulator) -> dict[str, Any]:
     if mode == "offline":
         return {"summarizer": {"offline": True}}
@@ -281,6 +321,7 @@ async def main() -> None:
     rows: list[Row] = []
     small: list[Row] = []
     lines: list[str] = []
+    rounds: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, Emulator(chat_server="llama") as emu:
         emu.set_context_window(OPENAI_MODEL, OPENAI_WINDOW)
         cwd = str(Path(tmp) / "project")
@@ -294,6 +335,7 @@ async def main() -> None:
                 rows += await measure(client, answering, mode, cwd)
                 small += await measure(client, answering, mode, cwd, SMALL_WINDOW)
                 lines.append(await repeated(client, answering, mode, cwd))
+                rounds.append(await rounds_with_commands(client, answering, mode, cwd))
     print(
         "What the model sees after one compact/full (the survival measure of tests/fidelity.py), 200K window:"
     )
@@ -309,6 +351,13 @@ async def main() -> None:
     )
     print(f"{'mode':<8} {'refused':>7} {'view after 1, 10, 50, 100, 150 compactions':>42}  largest")
     for line in lines:
+        print(line)
+    print()
+    print(
+        "A session compacted after each of 8 rounds (50 distinct commands and 25 new files a "
+        "round, 200K window): the commands of the whole session in the view after each compaction"
+    )
+    for line in rounds:
         print(line)
     chat = _chat_line(emu)
     if chat is not None:

@@ -57,10 +57,11 @@ SIDE = 2_000
 class Convo:
     """A linked conversation: each entry's parent is the previous one (a rewind picks another)."""
 
-    def __init__(self, tag: str, answer: int = SIDE) -> None:
+    def __init__(self, tag: str, answer: int = SIDE, side: int = SIDE) -> None:
         self.tag = tag
-        # Characters of each answer (a turn's user side is always about SIDE).
+        # Characters of each answer and of each user message.
         self.answer = answer
+        self.side = side
         self.n = 0
         self.last: str | None = None
         self.uuids: list[str] = []
@@ -77,7 +78,7 @@ class Convo:
             u, a = self._uuid(), self._uuid()
             up = self.last if parent == "last" else parent
             parent = "last"
-            words = f"{label} {u}: " + "lorem ipsum dolor sit amet " * (SIDE // 27)
+            words = f"{label} {u}: " + "lorem ipsum dolor sit amet " * (self.side // 27)
             answer = f"answer to {u}: " + "consectetur adipiscing " * (self.answer // 23)
             out.append(user(words, uuid=u, parentUuid=up, sessionId="s"))
             out.append(
@@ -249,13 +250,15 @@ async def test_a_prepared_summary_leaving_a_user_message_to_a_pointer_is_set_asi
     spawn_emulated: Any, emulator: Emulator, tmp_path: Path
 ) -> None:
     """docs/background.md#applying: the prepared summary, completed against the ledger, could
-    carry the person's messages (about 2,000 characters each) only clipped around recall
-    pointers, the room being a tenth of the window; it is set aside, the model is asked at the
-    threshold and its summary (the emulator's, quoting every message) keeps them all. The
-    unused preparation's tokens are counted."""
+    carry the person's messages (a hundred of about 600 characters each) only cut short of
+    the 200 characters they are checked by, around recall pointers, the room being a tenth of
+    the window; it is set aside, the model is asked at the threshold and its summary (the
+    emulator's, quoting every message) keeps them all. The unused preparation's tokens are
+    counted."""
+    emulator.summary_max_quotes = 1_000  # the second summary quotes every message
     emulator.script(Reply(text=TERSE_SUMMARY))  # the preparation's reply; then the default
     async with spawn_emulated(backgroundCompaction=ON) as client:
-        convo = Convo("v", answer=100)
+        convo = Convo("v", answer=100, side=600)
         sid = await open_convo(client, convo, 10)
         status = await client.tokens_status(sid)
         async with client.subscribe(p.NOTIFY_COMPACT_STATUS) as queue:

@@ -11,8 +11,11 @@ from compactd.core import recall
 from compactd.core.ledger import (
     CARRY_FIELD,
     CARRY_MAX_COMMANDS,
+    CARRY_MAX_FILES,
     CARRY_MAX_MESSAGES,
     CARRY_OLDER_CHARS,
+    CARRY_OLDER_COMMAND_CHARS,
+    CARRY_RECENT_COMMANDS,
     CARRY_RECENT_MESSAGES,
     LEDGER_SECTION_TITLE,
     Carry,
@@ -22,11 +25,13 @@ from compactd.core.ledger import (
     carry_of,
     check_summary,
     clip,
+    command_part,
     complete_summary,
     file_lines,
     fit_parts,
     view_budget,
 )
+from compactd.core.ledger.commands import COMMAND_KEY_CHARS, clip_command
 from compactd.core.ledger.text import clip_head
 from compactd.core.offline_summary import offline_summary
 from compactd.transcript.model import Record, record_from_dict
@@ -323,3 +328,96 @@ def test_two_files_of_one_name_are_found_by_their_folders_groups() -> None:
     assert [
         f.path for f in check_summary(ledger, "- ./.claude/: commands\n- src/: app.py").files
     ] == ["~/.claude/commands"]
+
+
+def test_an_excerpt_gives_way_before_an_item_goes_unnamed() -> None:
+    """docs/compaction.md#survival-ledger: error lines and the like give up their room before
+    a command or a path is only counted; then detail that names every item goes."""
+
+    def part(levels: list[tuple[int, int]], *, excerpt: bool = False) -> Part:
+        return Part(
+            [lambda n=n, s=s: Rendered(["x" * (n - 1)], s) for n, s in levels], excerpt=excerpt
+        )
+
+    parts = {
+        # All twenty named at 1,000 and 600 characters; ten at 300.
+        "commands": part([(1_000, 20), (600, 20), (300, 10)]),
+        "failures": part([(500, 3), (100, 1), (1, 0)], excerpt=True),
+        "files": part([(400, 10), (200, 10), (50, 2)]),
+    }
+    got = fit_parts(parts, 1_300)
+    assert {k: (r.size, r.shown) for k, r in got.items()} == {
+        "commands": (600, 20),
+        "failures": (100, 1),
+        "files": (400, 10),
+    }
+    # Tighter: the excerpt is gone, then the paths give up detail, and still every command is
+    # named.
+    got = fit_parts(parts, 850)
+    assert {k: (r.size, r.shown) for k, r in got.items()} == {
+        "commands": (600, 20),
+        "failures": (1, 0),
+        "files": (200, 10),
+    }
+
+
+def test_a_command_is_cut_to_no_less_than_what_it_is_known_by() -> None:
+    command = "python -m tools.check --strict   src/services/payments/refunds/module_12.py --fast"
+    cut = clip_command(command, 20)
+    flat = " ".join(command.split())
+    assert cut.endswith("…") and cut[:-1] == flat[: len(cut) - 1]
+    assert len(cut) - 1 >= COMMAND_KEY_CHARS
+    assert clip_command("ls -la", 20) == "ls -la"
+
+
+def test_commands_sharing_their_start_are_written_once_with_what_tells_them_apart() -> None:
+    base = "cd /home/dev/projects/website-backend && RUST_LOG=debug cargo test -p "
+    entries: list[dict[str, Any]] = []
+    for i in range(6):
+        entries.append(tool_call(f"t{i}", "Bash", {"command": f"{base}crate_{i}"}))
+        entries.append(tool_result(f"t{i}", "ok", is_error=i == 2))
+    entries.append(tool_call("g", "Bash", {"command": "git status"}))
+    entries.append(tool_result("g", "clean"))
+    ledger = build_ledger(to_records(entries))
+    # Each at the least room that still names every command.
+    part = command_part(ledger.commands)
+    named = [level() for level in part.levels if level().shown == len(ledger.commands)][-1]
+    text = "\n".join(named.lines)
+    assert text.count(base.strip()) == 1 and "×6" in text
+    assert all(f"…crate_{i}`" in text for i in range(6))
+    assert "…crate_2` ✗" in text
+    # Each command is there by the characters it is known by.
+    assert not check_summary(ledger, text).commands
+
+
+def test_commands_and_paths_of_many_rounds_are_carried_forward() -> None:
+    """A session compacted after each of eight rounds of fifty commands and twenty-five paths:
+    the last summary still names every one of them (the carry once kept 100 commands)."""
+    carry: dict[str, Any] | None = None
+    summary = "Summary: start"
+    for n in range(8):
+        records = [_summary_record(f"s{n}", summary, carry)] if carry is not None else []
+        entries: list[dict[str, Any]] = [user(f"Round {n}: run the checks.", uuid=f"u{n}")]
+        for i in range(50):
+            command = f"make -C services/module_{n}_{i} test SHARD={i} VERBOSE=1 TIMEOUT=60"
+            entries.append(tool_call(f"t{n}-{i}", "Bash", {"command": command}))
+            entries.append(tool_result(f"t{n}-{i}", "ok"))
+            if i % 2 == 0:
+                path = f"/repo/src/round_{n}/file_{i}.py"
+                entries.append(tool_call(f"r{n}-{i}", "Read", {"file_path": path}))
+                entries.append(tool_result(f"r{n}-{i}", "print(1)"))
+        ledger = build_ledger([*records, *to_records(entries)], cwd="/repo")
+        summary = offline_summary(ledger, limit=80_000)
+        carry = carry_of(ledger)
+    assert carry is not None
+    decoded = msgspec.convert(carry, Carry)
+    assert len(decoded.commands) == 400 <= CARRY_MAX_COMMANDS
+    assert len(decoded.files) == 200 <= CARRY_MAX_FILES
+    older = decoded.commands[:-CARRY_RECENT_COMMANDS]
+    assert all(len(c.command) <= CARRY_OLDER_COMMAND_CHARS for c in older)
+    flat = " ".join(summary.split())
+    for n in range(8):
+        for i in range(50):
+            assert f"make -C services/module_{n}_{i} test SHARD={i}" in flat, (n, i)
+            if i % 2 == 0:
+                assert f"file_{i}.py" in flat

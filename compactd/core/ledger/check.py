@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Final
 
+from compactd.core.ledger.commands import COMMAND_KEY_CHARS
 from compactd.core.ledger.model import CommandRun, FileTouch, Message, SurvivalLedger
 from compactd.core.ledger.render import (
     Lines,
@@ -37,9 +38,8 @@ LEDGER_SECTION_TITLE: Final = "Preserved from the conversation (added by compact
 # A user message counts as present when its first this-many characters (normalized) appear in
 # the summary: models quote the start of long requests. compactd's own choice.
 LEDGER_VERBATIM_PREFIX_CHARS: Final = 200
-# A command counts as present when its first this-many characters appear; a carried message
-# when the start of its head does.
-_COMMAND_PREFIX_CHARS: Final = 48
+# A command counts as present when its first ``COMMAND_KEY_CHARS`` characters appear; a carried
+# message when the start of its head does.
 _CARRIED_PREFIX_CHARS: Final = 40
 
 # How much of a restored item names it in the list of what was restored (a label only).
@@ -119,9 +119,7 @@ def check_summary(ledger: SurvivalLedger, summary: str) -> Missing:
         if not _present(x, haystack, LEDGER_VERBATIM_PREFIX_CHARS)
         and _normalize(x) not in in_missing
     ]
-    commands = [
-        r for r in ledger.commands if not _present(r.command, haystack, _COMMAND_PREFIX_CHARS)
-    ]
+    commands = [r for r in ledger.commands if not _present(r.command, haystack, COMMAND_KEY_CHARS)]
     names = Counter(os.path.basename(f.path.rstrip("/")).casefold() for f in ledger.files)
     unique = {name for name, n in names.items() if n == 1}
     files = [f for f in ledger.files if not _file_present(f, haystack, unique)]

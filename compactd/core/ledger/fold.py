@@ -2,13 +2,14 @@
 
 ``carry_of`` keeps the most recent messages, commands and files of the previous carry and this
 round's ledger within the ``CARRY_MAX_*`` bounds, each as a short head with its pointer (the
-older messages with a shorter one), and counts the rest (their originals stay in the transcript, where ``recall/search`` finds them).
+older messages and commands with a shorter one), and counts the rest (their originals stay in the transcript, where ``recall/search`` finds them).
 Two carries met in one compaction are merged oldest first. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -20,6 +21,8 @@ from compactd.core.ledger.model import (
     CARRY_MAX_FILES,
     CARRY_MAX_MESSAGES,
     CARRY_OLDER_CHARS,
+    CARRY_OLDER_COMMAND_CHARS,
+    CARRY_RECENT_COMMANDS,
     CARRY_RECENT_MESSAGES,
     CarriedCommand,
     CarriedFile,
@@ -29,6 +32,8 @@ from compactd.core.ledger.model import (
     SurvivalLedger,
 )
 from compactd.core.ledger.text import clip_head, flatten
+
+T = TypeVar("T")
 
 
 def carried_messages(carry: Carry) -> list[Message]:
@@ -41,18 +46,41 @@ def _keep_last(items: list[Any], limit: int) -> tuple[list[Any], int]:
     return items[-limit:], len(items) - limit
 
 
+def _keep_shortened(
+    items: list[T], limit: int, recent: int, shorten: Callable[[T], T]
+) -> tuple[list[T], int]:
+    """The latest ``limit`` of ``items``, all but the latest ``recent`` of them shortened, and
+    how many were dropped."""
+    kept, dropped = _keep_last(items, limit)
+    older = len(kept) - recent
+    if older > 0:
+        kept[:older] = [shorten(x) for x in kept[:older]]
+    return kept, dropped
+
+
 def _keep_messages(messages: list[CarriedMessage]) -> tuple[list[CarriedMessage], int]:
     """The messages a carry keeps, and how many it drops: the latest ``CARRY_MAX_MESSAGES``,
     all but the latest ``CARRY_RECENT_MESSAGES`` of them with a shorter head (``chars`` still
     says how long each was, so the summary names its pointer)."""
-    kept, dropped = _keep_last(messages, CARRY_MAX_MESSAGES)
-    older = len(kept) - CARRY_RECENT_MESSAGES
-    if older > 0:
-        kept[:older] = [
-            msgspec.structs.replace(m, head=clip_head(m.head, CARRY_OLDER_CHARS))
-            for m in kept[:older]
-        ]
-    return kept, dropped
+    return _keep_shortened(
+        messages,
+        CARRY_MAX_MESSAGES,
+        CARRY_RECENT_MESSAGES,
+        lambda m: msgspec.structs.replace(m, head=clip_head(m.head, CARRY_OLDER_CHARS)),
+    )
+
+
+def _keep_commands(commands: list[CarriedCommand]) -> tuple[list[CarriedCommand], int]:
+    """The commands a carry keeps, and how many it drops: the latest ``CARRY_MAX_COMMANDS``,
+    all but the latest ``CARRY_RECENT_COMMANDS`` of them shortened further."""
+    return _keep_shortened(
+        commands,
+        CARRY_MAX_COMMANDS,
+        CARRY_RECENT_COMMANDS,
+        lambda c: msgspec.structs.replace(
+            c, command=clip_head(c.command, CARRY_OLDER_COMMAND_CHARS)
+        ),
+    )
 
 
 def merge_carries(older: Carry, newer: Carry) -> Carry:
@@ -60,7 +88,7 @@ def merge_carries(older: Carry, newer: Carry) -> Carry:
     if not (older.rounds or older.messages or older.commands or older.files):
         return newer
     messages, dm = _keep_messages([*older.messages, *newer.messages])
-    commands, dc = _keep_last([*older.commands, *newer.commands], CARRY_MAX_COMMANDS)
+    commands, dc = _keep_commands([*older.commands, *newer.commands])
     files, df = _keep_last([*older.files, *newer.files], CARRY_MAX_FILES)
     return Carry(
         rounds=older.rounds + newer.rounds,
@@ -87,7 +115,7 @@ def carry_of(ledger: SurvivalLedger) -> dict[str, Any]:
     current = ledger.current
     messages, dm = _keep_messages([*old.messages, *(folded(m) for m in current)])
     now = {flatten(r.command) for r in ledger.commands if not r.carried}
-    commands, dc = _keep_last(
+    commands, dc = _keep_commands(
         [
             *(x for x in old.commands if flatten(x.command) not in now),
             *(
@@ -95,8 +123,7 @@ def carry_of(ledger: SurvivalLedger) -> dict[str, Any]:
                 for r in reversed(ledger.commands)
                 if not r.carried
             ),
-        ],
-        CARRY_MAX_COMMANDS,
+        ]
     )
     paths = {f.path for f in ledger.files if not f.carried}
     files, df = _keep_last(

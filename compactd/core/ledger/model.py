@@ -142,15 +142,22 @@ CARRY_FIELD: Final = LEDGER_FIELD
 # its room allows of them (``render.carried_part`` shortens them first), so the carry keeps
 # many, the latest ``CARRY_RECENT_MESSAGES`` with a head of ``CARRY_HEAD_CHARS`` and the
 # older ones with a head of ``CARRY_OLDER_CHARS`` (at most some 50,000 characters in all).
-# compactd's own choice.
+# The shell commands and the paths likewise: a session runs hundreds over its compactions, and
+# bounds of 100 commands and 150 paths once left the earliest ones unnamed after the third
+# compaction of a session in a window with room for all of them
+# (docs/compaction.md#survival-ledger); the latest ``CARRY_RECENT_COMMANDS`` commands keep
+# ``CARRY_COMMAND_CHARS``, older ones ``CARRY_OLDER_COMMAND_CHARS`` (past the characters a command
+# is known by, ``commands.COMMAND_KEY_CHARS``). compactd's own choice.
 CARRY_MAX_MESSAGES: Final = 400
 CARRY_RECENT_MESSAGES: Final = 60
 CARRY_OLDER_CHARS: Final = 100
-CARRY_MAX_COMMANDS: Final = 100
-CARRY_MAX_FILES: Final = 150
+CARRY_MAX_COMMANDS: Final = 400
+CARRY_RECENT_COMMANDS: Final = 100
+CARRY_MAX_FILES: Final = 400
 CARRY_HEAD_CHARS: Final = 240
 CARRY_FIRST_CHARS: Final = 2_000
 CARRY_COMMAND_CHARS: Final = 200
+CARRY_OLDER_COMMAND_CHARS: Final = 100
 
 
 @dataclass(slots=True)

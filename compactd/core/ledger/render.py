@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
+from compactd.core.ledger.commands import COMMAND_KEY_CHARS, clip_command
 from compactd.core.ledger.model import CommandRun, FileTouch, Message, failure_text
 from compactd.core.ledger.text import clip, clip_head_tail, flatten
 from compactd.core.recall import pointer
@@ -42,35 +43,56 @@ class Part:
     """Something a rendering shows, at levels from the most detailed to the least.
 
     ``weight``: how readily it gives up detail when the whole does not fit (the user's words
-    give it up last).
+    give it up last). ``excerpt``: what it shows is an excerpt of the conversation (error
+    lines, the last message), not items the ledger must carry: it gives it up before any part
+    leaves an item unnamed.
     """
 
     levels: Sequence[Callable[[], Rendered]]
     weight: float = 1.0
+    excerpt: bool = False
 
 
 def fit_parts(parts: Mapping[str, Part], room: int) -> dict[str, Rendered]:
     """Each part at a level such that together they fit in ``room`` characters if they can.
 
     All start at their most detailed level; while the whole is too large, the part that is the
-    largest for its weight moves one level down.
+    largest for its weight moves one level down, unless that level names fewer of its items
+    (a message, a command, a path only counted): then an excerpt part that can still give up
+    something does so first, then a part as ready to give up detail that can do so without
+    leaving an item unnamed (docs/compaction.md#survival-ledger).
     """
     at = dict.fromkeys(parts, 0)
     cache: dict[tuple[str, int], Rendered] = {}
 
-    def current(key: str) -> Rendered:
-        level = (key, at[key])
-        got = cache.get(level)
+    def rendered(key: str, level: int) -> Rendered:
+        got = cache.get((key, level))
         if got is None:
-            got = cache[level] = parts[key].levels[at[key]]()
+            got = cache[(key, level)] = parts[key].levels[level]()
         return got
+
+    def current(key: str) -> Rendered:
+        return rendered(key, at[key])
+
+    def drops_items(key: str) -> bool:
+        return not parts[key].excerpt and rendered(key, at[key] + 1).shown < current(key).shown
+
+    def largest(keys: list[str]) -> str:
+        return max(keys, key=lambda k: current(k).size * parts[k].weight)
 
     total = sum(current(key).size for key in parts)
     while total > room:
         movable = [key for key in parts if at[key] + 1 < len(parts[key].levels)]
         if not movable:
             break
-        key = max(movable, key=lambda k: current(k).size * parts[k].weight)
+        key = largest(movable)
+        if drops_items(key):
+            weight = parts[key].weight
+            excerpts = [k for k in movable if parts[k].excerpt]
+            # Detail given up by a part that gives it up as readily: a path's changes, a
+            # command's outcome (never the user's words, which give it up last).
+            detail = [k for k in movable if parts[k].weight >= weight and not drops_items(k)]
+            key = largest(excerpts or detail or [key])
         total -= current(key).size
         at[key] += 1
         total += current(key).size
@@ -99,12 +121,24 @@ def fit_text(
 
 # The levels of detail. Messages: as written up to this many characters (a longer one keeps its
 # head and tail around its pointer), then only the most recent ones. Commands: the latest few
-# one per line with their outcome, older ones grouped by program, then only the most recent
-# ones named. compactd's own choices.
+# one per line with their outcome, older ones grouped by program, then all of them grouped by
+# program and cut to the characters they are known by (``COMMAND_KEY_CHARS``), then only the
+# most recent ones named. compactd's own choices.
 MESSAGE_CHARS: Final = (2_000, 1_600, 1_200, 800, 480, 320, 240, 160, 120, 96, 80)
 ONE_LINE_CHARS: Final = (120, 90, 72)
 CARRIED_CHARS: Final = (240, 160, 120, 100, 80, 64)
-_COUNTS: Final = (300, 200, 150, 100, 70, 50, 35, 25, 15, 10, 5, 2)
+_SMALL_COUNTS: Final = (25, 15, 10, 5, 2)
+
+
+def _counts(total: int) -> list[int]:
+    """How many of a part's ``total`` items its shortest levels name, most first: nine tenths,
+    eight tenths, ... of them (the room left unused between two levels is at most a tenth of
+    the part), then a few."""
+    tenths = {total * k // 10 for k in range(9, 0, -1)}
+    few = {n for n in _SMALL_COUNTS if n < total // 10}
+    return sorted((n for n in tenths | few if 0 < n < total), reverse=True)
+
+
 # (listed one per line, their characters, characters of a grouped one, characters of an error)
 _COMMAND_WIDTHS: Final = (
     (60, 240, 120, 200),
@@ -113,6 +147,7 @@ _COMMAND_WIDTHS: Final = (
     (12, 100, 72, 80),
     (6, 80, 64, 60),
     (3, 64, 56, 0),
+    (0, 0, COMMAND_KEY_CHARS, 0),
 )
 
 
@@ -155,7 +190,7 @@ def message_part(
 
     levels: list[Callable[[], Rendered]] = [partial(full, chars) for chars in MESSAGE_CHARS]
     levels += [partial(full, MESSAGE_CHARS[-1], width) for width in ONE_LINE_CHARS]
-    levels += [partial(recent, n) for n in _COUNTS if n < len(messages)]
+    levels += [partial(recent, n) for n in _counts(len(messages))]
     return Part(levels, weight=0.2)
 
 
@@ -180,7 +215,7 @@ def carried_part(messages: Sequence[Message], dropped: int = 0) -> Part:
         return Rendered(out, n, chars)
 
     levels = [partial(level, chars, len(messages)) for chars in CARRIED_CHARS]
-    levels += [partial(level, CARRIED_CHARS[-1], n) for n in _COUNTS if n < len(messages)]
+    levels += [partial(level, CARRIED_CHARS[-1], n) for n in _counts(len(messages))]
     levels.append(partial(level, 0, 0))
     return Part(levels)
 
@@ -198,6 +233,43 @@ def _status(run: CommandRun, chars: int) -> str:
     return f"FAILED{times}: {what}" if what else f"FAILED{times}"
 
 
+def _failed(run: CommandRun) -> str:
+    return " ✗" if run.ok is False else ""
+
+
+def _shared_start(texts: Sequence[str]) -> str | None:
+    """The start ``texts`` share, ended between words when that still holds the characters a
+    command is known by, and shorter than each of them; None when it is shorter than those."""
+    start = os.path.commonprefix(list(texts))
+    word = start[: start.rfind(" ") + 1]
+    for candidate in (word, start):
+        if len(candidate) >= COMMAND_KEY_CHARS and all(len(t) > len(candidate) for t in texts):
+            return candidate
+    return None
+
+
+def _group_text(group: Sequence[CommandRun], width: int) -> str:
+    """A program's commands, each cut to ``width``; commands that share the characters they are
+    known by (``cd <project> && ...``, cut to the same text) are written once with that start
+    and then what tells each apart."""
+    by_key: dict[str, list[CommandRun]] = {}
+    for run in group:
+        by_key.setdefault(flatten(run.command)[:COMMAND_KEY_CHARS], []).append(run)
+    shown: list[str] = []
+    for runs in by_key.values():
+        texts = [flatten(r.command) for r in runs]
+        start = _shared_start(texts) if len(runs) > 1 else None
+        if start is None:
+            shown.extend(f"`{clip_command(r.command, width)}`{_failed(r)}" for r in runs)
+            continue
+        ends = " · ".join(
+            f"`…{clip(t[len(start) :], width)}`{_failed(r)}"
+            for r, t in zip(runs, texts, strict=True)
+        )
+        shown.append(f"`{start.rstrip()}…` ×{len(runs)} ({ends})")
+    return " · ".join(shown)
+
+
 def _commands(
     runs: Sequence[CommandRun], widths: tuple[int, int, int, int], named: int
 ) -> Rendered:
@@ -208,7 +280,7 @@ def _commands(
     lines: Lines = []
     for run in listed:
         status = _status(run, outcome_chars)
-        shown = f"   - `{clip(run.command, listed_chars)}`"
+        shown = f"   - `{clip_command(run.command, listed_chars)}`"
         lines.append(shown + (f" {status}" if status else ""))
     groups: dict[str, list[CommandRun]] = {}
     for run in grouped:
@@ -219,11 +291,7 @@ def _commands(
             "(✗ = failed):"
         )
         for program, group in groups.items():
-            shown = " · ".join(
-                f"`{clip(r.command, grouped_chars)}`" + (" ✗" if r.ok is False else "")
-                for r in group
-            )
-            lines.append(f"   - {program} ({len(group)}): {shown}")
+            lines.append(f"   - {program} ({len(group)}): {_group_text(group, grouped_chars)}")
     if counted:
         by_program = Counter(r.program for r in counted)
         counts = ", ".join(f"{program} ×{n}" for program, n in by_program.items())
@@ -239,7 +307,7 @@ def command_part(runs: Sequence[CommandRun]) -> Part:
     program, then only the most recent ones named and the rest counted."""
     levels = [partial(_commands, runs, widths, len(runs)) for widths in _COMMAND_WIDTHS]
     tight = _COMMAND_WIDTHS[-1]
-    levels += [partial(_commands, runs, tight, n) for n in _COUNTS if n < len(runs)]
+    levels += [partial(_commands, runs, tight, n) for n in _counts(len(runs))]
     levels.append(partial(_commands, runs, (0, 0, 0, 0), 0))
     return Part(levels)
 
@@ -303,7 +371,7 @@ def file_part(files: Sequence[FileTouch]) -> Part:
     """Paths, most recent first: the changed ones with what changed and the others by
     directory, then all by directory, then only the most recent ones named."""
     levels = [partial(_files, files, True, len(files)), partial(_files, files, False, len(files))]
-    levels += [partial(_files, files, False, n) for n in _COUNTS if n < len(files)]
+    levels += [partial(_files, files, False, n) for n in _counts(len(files))]
     levels.append(partial(_files, files, False, 0))
     return Part(levels)
 

@@ -19,6 +19,7 @@ from compactd import protocol as p
 from compactd.engine.background.feature import BackgroundPreparation, Job, preparation_of
 from compactd.engine.compaction import run_with_progress
 from compactd.engine.plan import CompactionPlan, CompactionSpec, prompt_kind
+from compactd.engine.progress import mark
 
 if TYPE_CHECKING:
     from compactd.engine.progress import BeginProgress, WorkDone
@@ -54,6 +55,7 @@ async def carry_out(
     ):
         return await run_with_progress(runtime, session, spec, begin_progress, title, plan=plan)
     feature.take(session, job)
+    mark("take")
     try:
         result = await run_with_progress(
             runtime,
@@ -67,6 +69,8 @@ async def carry_out(
     except BaseException:
         feature.unused(job)
         raise
+    finally:
+        feature.forget_soon(session)
     if not result.prepared:
         feature.unused(job)
     return result

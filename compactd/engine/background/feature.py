@@ -132,6 +132,8 @@ class BackgroundPreparation(Feature["Session"]):
     closed: bool = False
     # What ``tokens/status.preparation`` says (``publish``).
     state: p.PreparationState | None = None
+    # Taken by each write and removal of the kept summary, in the order they were asked for.
+    file_turn: anyio.Lock = field(default_factory=anyio.Lock)
 
     # -- hooks -----------------------------------------------------------------------------------
 
@@ -209,10 +211,28 @@ class BackgroundPreparation(Feature["Session"]):
         other = self.job if job is self.fallback else None
         self.job = self.fallback = None
         self._publish(session)
-        store.forget(self.service.runtime, session)
         if other is not None:
             log.info("session %s: the refresh was not ready in time", session.session_id)
             other.scope.cancel()
+
+    def forget_soon(self, session: Session) -> None:
+        """Remove the kept summary of a preparation taken (``take``), in the background, once
+        the compaction that took it is written or failed: the agent waiting for that compaction
+        need not wait for the file system too (on a busy machine an unlink took milliseconds),
+        nor its fsync share a journal commit with the unlink. Kept meanwhile, it is harmless: a
+        daemon that loads it finds its entry compacted away and removes it
+        (docs/background.md#durable). The file's writes and its removal take turns
+        (``file_turn``), so this never removes a newer summary."""
+        runtime = self.service.runtime
+        if runtime.task_group is None:
+            store.forget(runtime, session)
+            return
+
+        async def forget() -> None:
+            async with self.file_turn:
+                await anyio.to_thread.run_sync(store.forget, runtime, session)
+
+        runtime.task_group.start_soon(forget)
 
     def unused(self, job: Job) -> None:
         """``job``'s summary was taken but not used (the compaction planned again)."""
@@ -508,7 +528,9 @@ class BackgroundPreparation(Feature["Session"]):
             usage=outcome.usage,
             duration_ms=job.duration_ms,
         )
-        await store.write(runtime, session, kept)
+        async with self.file_turn:
+            if self.job is job:  # not taken meanwhile (a taken one's file is being removed)
+                await store.write(runtime, session, kept)
 
     async def _reuse(self, session: Session, job: Job, kept: store.Kept) -> bool:
         """Take the summary kept by an earlier daemon when its snapshot is still in the

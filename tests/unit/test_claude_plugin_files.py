@@ -12,6 +12,7 @@ import pytest
 from compactd import __version__
 from compactd.agents.claude_code.services.choice import summarizer_choice
 from compactd.agents.claude_code.services.plugin import plugin_folder
+from compactd.agents.claude_code.services.settings import HOOK_TIMEOUT_S
 from tests.conftest import ROOT
 
 PLUGIN = plugin_folder()
@@ -51,6 +52,8 @@ def test_hooks_module_and_server_run_compactd_through_the_plugins_script() -> No
             for hook in group["hooks"]:
                 assert hook["command"] == "sh"
                 assert hook["args"] == ["${CLAUDE_PLUGIN_ROOT}/bin/compactd", "claude-code", "hook"]
+                # As long as the settings install gives a hook: past the hook's own deadline.
+                assert hook["timeout"] == HOOK_TIMEOUT_S
     server = _json(PLUGIN / ".mcp.json")["mcpServers"]["compactd"]  # type: ignore[index]
     assert server["args"] == ["${CLAUDE_PLUGIN_ROOT}/bin/compactd", "mcp"]
     assert server["alwaysLoad"] is True

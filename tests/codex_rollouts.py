@@ -170,13 +170,36 @@ def compressed(data: bytes) -> bytes:
 
 
 _PROGRAMS = (
-    "pytest -q tests/test_{w}.py", "rg -n {w}_handler src/", "git diff --stat src/{w}.py",
-    "make check-{w}", "sed -n 10,80p src/{w}.py", "ls -la src/{w}/", "npm run build:{w}",
-    "cargo test {w}_roundtrip", "python scripts/{w}_report.py --since 3d", "go vet ./{w}/...",
+    "pytest -q tests/test_{w}.py",
+    "rg -n {w}_handler src/",
+    "git diff --stat src/{w}.py",
+    "make check-{w}",
+    "sed -n 10,80p src/{w}.py",
+    "ls -la src/{w}/",
+    "npm run build:{w}",
+    "cargo test {w}_roundtrip",
+    "python scripts/{w}_report.py --since 3d",
+    "go vet ./{w}/...",
 )
 _WORDS = (
-    "ledger", "invoice", "pelican", "kiwi", "harbor", "quartz", "meadow", "lantern", "cobalt",
-    "saffron", "tundra", "walnut", "zephyr", "orchid", "basalt", "falcon", "juniper", "marble",
+    "ledger",
+    "invoice",
+    "pelican",
+    "kiwi",
+    "harbor",
+    "quartz",
+    "meadow",
+    "lantern",
+    "cobalt",
+    "saffron",
+    "tundra",
+    "walnut",
+    "zephyr",
+    "orchid",
+    "basalt",
+    "falcon",
+    "juniper",
+    "marble",
 )
 
 

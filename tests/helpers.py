@@ -152,9 +152,7 @@ def linked_record(
     return record_from_dict({**obj, **fields})
 
 
-def counting_calls(
-    counted: Counter[str], name: str, fn: Callable[..., Any]
-) -> Callable[..., Any]:
+def counting_calls(counted: Counter[str], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn``, counting each call in ``counted[name]``: monkeypatched in where a test counts
     how often a real function runs."""
 
@@ -291,7 +289,7 @@ AS_A_SHELL_JOB = (
     "import signal, sys\n"
     "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
-    "from compactd.cli.main import main\n"
+    "from compactd.cli.entry import main\n"
     "sys.exit(main())\n"
 )
 

@@ -1,1 +1,2 @@
-"""The ``compactd`` command line; its entry point is ``compactd.cli.main:main``."""
+"""The ``compactd`` command line. It starts in ``compactd.cli.entry:main``, which hands an
+agent's command line to the agent's package and everything else to ``compactd.cli.main``."""

@@ -215,10 +215,9 @@ def _add_level_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The general command line; an agent's (``compactd claude-code ...``) never reaches it
+    (``compactd.cli.entry``)."""
     argv = sys.argv[1:] if argv is None else argv
-    agent = port.agent_for(argv[0]) if argv else None
-    if agent is not None:  # its own parser, in its package (compactd/agents/)
-        return agent.main(argv[1:])
     # The keys of the environment are redacted from everything this process says.
     from compactd.core.outbound import remember_secret, secrets_from_env
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ def default_data_dir() -> Path:
 def write_whole(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` in one rename: a reader sees the old file or the new."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)

@@ -135,7 +135,11 @@ def measure(name: str, agent: str, path: Path, data_dir: Path) -> Figures:
     records = port.records(port.complete(data), report)
     out.lines, out.skipped = report.lines, report.skipped
     status = outlook(records, {}).gauge.status
-    out.exact, out.estimated, out.recorded = status.exact_tokens, status.estimated_tokens, _recorded(data)
+    out.exact, out.estimated, out.recorded = (
+        status.exact_tokens,
+        status.estimated_tokens,
+        _recorded(data),
+    )
 
     items: list[tuple[str, str, str]] = []  # (kind, what, query)
     for i, record in enumerate(records):
@@ -168,9 +172,7 @@ def measure(name: str, agent: str, path: Path, data_dir: Path) -> Figures:
 
 
 def _files(tmp: Path) -> list[tuple[str, str, Path]]:
-    files: list[tuple[str, str, Path]] = [
-        (p.name.split("__")[1], "Codex", p) for p in CAPTURED
-    ]
+    files: list[tuple[str, str, Path]] = [(p.name.split("__")[1], "Codex", p) for p in CAPTURED]
     packed = tmp / "rollout-captured.jsonl.zst"
     packed.write_bytes(compressed(CAPTURED[0].read_bytes()))
     files.append(("captured, .jsonl.zst", "Codex", packed))
@@ -182,7 +184,9 @@ def _files(tmp: Path) -> list[tuple[str, str, Path]]:
         long = tmp / f"rollout-long-{seed}.jsonl"
         long.write_bytes(long_rollout(seed, turns=40).data())
         files.append((f"long synthetic session (seed {seed}), 3 compactions", "Codex", long))
-    files += [(p.name.split("__")[1].removesuffix(".jsonl"), "Gemini CLI", p) for p in GEMINI_CAPTURED]
+    files += [
+        (p.name.split("__")[1].removesuffix(".jsonl"), "Gemini CLI", p) for p in GEMINI_CAPTURED
+    ]
     files.append(("older .json (built from the capture)", "Gemini CLI", LEGACY))
     chat = edge_chat()
     edge = tmp / "session-edge.jsonl"
@@ -223,11 +227,13 @@ def main() -> int:
         tried = sum(r.tried for r in mine)
         found = sum(r.found for r in mine)
         share = found / tried if tried else 1.0
-        print(f"{agent}: count equals the file's last record in {agree}/{known} files; "
-              f"{sum(r.compactions for r in mine)} compactions; dropped "
-              f"{'/'.join(str(sum(r.dropped[k] for r in mine)) for k in range(3))} "
-              "(messages/commands/files); recalled "
-              f"{found}/{tried} = {share:.1%} (target {RECALL_TARGET:.0%})")
+        print(
+            f"{agent}: count equals the file's last record in {agree}/{known} files; "
+            f"{sum(r.compactions for r in mine)} compactions; dropped "
+            f"{'/'.join(str(sum(r.dropped[k] for r in mine)) for k in range(3))} "
+            "(messages/commands/files); recalled "
+            f"{found}/{tried} = {share:.1%} (target {RECALL_TARGET:.0%})"
+        )
         for r in mine:
             for miss in r.misses[:5]:
                 print(f"  missed in {r.name}: {miss}")

@@ -118,9 +118,7 @@ def _session(exe: str, root: Path, *, replace: bool) -> dict[str, Any]:
             "chat_has_mark": MARK in chat,
             "hook": hook,
             "compressions": sum(len(run.bodies("compression")) for run in runs),
-            "snapshot_input": [
-                json.dumps(b) for run in runs for b in run.bodies("compression")
-            ],
+            "snapshot_input": [json.dumps(b) for run in runs for b in run.bodies("compression")],
         }
 
 
@@ -134,6 +132,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     print("requests after the compression (runs 2 and 3 of the compressing session):")
     print(f"{'':<28} {'with the snapshot':>18} {'with compactd':>14}")
+
     def first_text(body: dict[str, Any]) -> str:
         return "".join(p.get("text", "") for p in body["contents"][0]["parts"])
 
@@ -146,7 +145,9 @@ def main() -> int:
         print(f"{'requests quoting ' + label:<28} "
               f"{sum(word in json.dumps(b) for b in plain['after']):>18} "
               f"{sum(word in json.dumps(b) for b in replaced['after']):>14}")  # fmt: skip
-    for n, (a, b) in enumerate(zip(plain["prompt_tokens"], replaced["prompt_tokens"], strict=False)):
+    for n, (a, b) in enumerate(
+        zip(plain["prompt_tokens"], replaced["prompt_tokens"], strict=False)
+    ):
         print(f"{f'request {n + 1}: promptTokenCount':<28} {a:>18,} {b:>14,}")
     times = [h["ms"] for h in replaced["hook"]]
     hit = [h["ms"] for h in replaced["hook"] if h["replaced"]]
@@ -154,13 +155,19 @@ def main() -> int:
           f"{statistics.median(hit or [0]):.0f} ms when replacing, "
           f"{statistics.median([h['ms'] for h in replaced['hook'] if not h['replaced']] or [0]):.0f}"
           " ms otherwise (inside the hook's process; its start comes on top)")  # fmt: skip
-    print(f"wall time of the three runs: {plain['wall']:.1f} s plain, {replaced['wall']:.1f} s "
-          "with the hook")
-    print(f"the chat file keeps the CLI's snapshot: {replaced['chat_has_snapshot']}; holds "
-          f"compactd's text: {replaced['chat_has_mark']}")
-    print(f"compressions: {plain['compressions']} plain, {replaced['compressions']} with the hook; "
-          "compactd's text in the CLI's own compression requests: "
-          f"{any(MARK in s for s in replaced['snapshot_input'])}")
+    print(
+        f"wall time of the three runs: {plain['wall']:.1f} s plain, {replaced['wall']:.1f} s "
+        "with the hook"
+    )
+    print(
+        f"the chat file keeps the CLI's snapshot: {replaced['chat_has_snapshot']}; holds "
+        f"compactd's text: {replaced['chat_has_mark']}"
+    )
+    print(
+        f"compressions: {plain['compressions']} plain, {replaced['compressions']} with the hook; "
+        "compactd's text in the CLI's own compression requests: "
+        f"{any(MARK in s for s in replaced['snapshot_input'])}"
+    )
     return 0
 
 

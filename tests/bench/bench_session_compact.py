@@ -38,6 +38,7 @@ from compactd.agents.claude_code.services.compact import answer  # noqa: E402
 from compactd.agents.claude_code.services.prepared import Prepared, write_prepared  # noqa: E402
 from compactd.agents.claude_code.services.rows import rows_tokens  # noqa: E402
 from compactd.cli.synthetic import make_session, to_jsonl  # noqa: E402
+from compactd.core.agent_gauge import gauge  # noqa: E402
 from compactd.core.ledger import build_ledger, check_summary  # noqa: E402
 from compactd.core.view import main_thread  # noqa: E402
 from compactd.transcript.model import Record, parse_lines  # noqa: E402
@@ -74,14 +75,21 @@ def _cases(tmp: Path) -> list[Case]:
         source = tmp / f"synthetic-{tokens}.jsonl"
         source.write_bytes(to_jsonl(make_session(entries=entries, target_tokens=tokens, seed=seed)))
         with source.open("rb") as fh:
-            cases.append(Case(f"synthetic {tokens // 1000}K, {entries} entries", list(parse_lines(fh))))
+            cases.append(
+                Case(f"synthetic {tokens // 1000}K, {entries} entries", list(parse_lines(fh)))
+            )
     return cases
 
 
 def _kept(records: list[Record], rows: list[dict[str, object]]) -> tuple[float, float, float]:
     """The shares of the span's user messages, commands and files the answer's rows keep."""
     ledger = build_ledger(main_thread(records))
-    missing = check_summary(ledger, "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n" + "\n".join(str(r.get("text", "")) for r in rows))
+    missing = check_summary(
+        ledger,
+        "\n".join(json.dumps(r, ensure_ascii=False) for r in rows)
+        + "\n"
+        + "\n".join(str(r.get("text", "")) for r in rows),
+    )
 
     def share(total: int, left: int) -> float:
         return 1.0 if total == 0 else (total - left) / total
@@ -97,16 +105,48 @@ def _prepare(data: Path, records: list[Record], rows: list[dict[str, object]]) -
     """A summary prepared up to four fifths of the span, by the emulator's model."""
     at = rows[int(len(rows) * 0.8)]["handle"]
     upto = next(i for i, r in enumerate(records) if r.uuid == at)
-    body = {"messages": [{"role": r["role"], "content": str(r.get("text") or "")} for r in rows_of(records[: upto + 1]) if r.get("text")]}
+    body = {
+        "messages": [
+            {"role": r["role"], "content": str(r.get("text") or "")}
+            for r in rows_of(records[: upto + 1])
+            if r.get("text")
+        ]
+    }
     text = default_summary(body)
-    write_prepared(data, Prepared(session_id="bench", after="", snapshot_uuid=str(at), summary=text, prepared_at=time.time()))
+    # The window compactd mcp's engine records beside it: the model's effective window.
+    model = next(
+        (
+            r.entry.message.model
+            for r in reversed(records)
+            if r.entry.type == "assistant" and r.entry.message and r.entry.message.model
+        ),
+        None,
+    )
+    window = gauge(0, model, {}).status.effective_window
+    write_prepared(
+        data,
+        Prepared(
+            session_id="bench",
+            after="",
+            snapshot_uuid=str(at),
+            summary=text,
+            prepared_at=time.time(),
+            window=window,
+        ),
+    )
 
 
 def _whole_ms(body: bytes, env: dict[str, str]) -> float:
     times = []
     for i in range(RUNS + 1):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "compactd", "claude-code", "session-compact"], input=body, env=env, capture_output=True, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "compactd", "claude-code", "session-compact"],
+            input=body,
+            env=env,
+            capture_output=True,
+            check=True,
+        )
         if i:
             times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
@@ -124,22 +164,39 @@ def main() -> None:
             "claude+compactd": base,
         }
         bare = statistics.median(
-            [_time(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)) for _ in range(RUNS)]
+            [
+                _time(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
+                for _ in range(RUNS)
+            ]
         )
         print(f"python -c pass: {bare:.0f} ms (median of {RUNS}); targets: kept 100/100/>=95%, "
               "summary <= 15,000 tokens, tail <= 25%, prepared answer <= 100 ms\n")  # fmt: skip
         header = f"{'case':<44} {'mode':<16} {'msgs':>5} {'cmds':>5} {'files':>5} {'summary':>8} {'tail':>5} {'in-proc':>8} {'command':>8}"
         print(header)
-        totals: dict[str, list[tuple[float, float, float, int, float, float, float]]] = {m: [] for m in modes}
+        totals: dict[str, list[tuple[float, float, float, int, float, float, float]]] = {
+            m: [] for m in modes
+        }
         for case in _cases(root):
             rows = rows_of(case.records)
             for mode, env in modes.items():
                 claude_code = None
                 if mode == "claude+compactd":
-                    claude_code = {"messages": [{"role": "user", "text": CC_SUMMARY, "toolUses": [], "handle": "cc-summary"}, *rows[-2:]]}
+                    claude_code = {
+                        "messages": [
+                            {
+                                "role": "user",
+                                "text": CC_SUMMARY,
+                                "toolUses": [],
+                                "handle": "cc-summary",
+                            },
+                            *rows[-2:],
+                        ]
+                    }
                 if mode == "prepared":
                     _prepare(data, case.records, rows)
-                body = request(case.records, session_id="bench", trigger="auto", claude_code=claude_code)
+                body = request(
+                    case.records, session_id="bench", trigger="auto", claude_code=claude_code
+                )
                 saved = dict(os.environ)
                 os.environ.clear()
                 os.environ.update(env)
@@ -160,7 +217,9 @@ def main() -> None:
                 tail = result.tokens_kept / before if before else 0.0
                 whole = _whole_ms(body, env)
                 totals[mode].append((m, k, f, summary_tokens, tail, in_proc, whole))
-                print(f"{case.name:<44} {mode:<16} {m:>5.0%} {k:>5.0%} {f:>5.0%} {summary_tokens:>8,} {tail:>5.0%} {in_proc:>6.0f}ms {whole:>6.0f}ms")
+                print(
+                    f"{case.name:<44} {mode:<16} {m:>5.0%} {k:>5.0%} {f:>5.0%} {summary_tokens:>8,} {tail:>5.0%} {in_proc:>6.0f}ms {whole:>6.0f}ms"
+                )
         print()
         for mode, got in totals.items():
             if not got:

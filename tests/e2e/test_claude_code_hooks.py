@@ -30,7 +30,11 @@ def _env(tmp: Path) -> dict[str, str]:
     # `compactd` from PATH).
     env["PATH"] = os.pathsep.join(
         [str(Path(sys.executable).absolute().parent)]
-        + [d for d in env.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "claude").exists()]
+        + [
+            d
+            for d in env.get("PATH", "").split(os.pathsep)
+            if d and not (Path(d) / "claude").exists()
+        ]
     )
     env.update(
         HOME=str(tmp / "home"),
@@ -285,7 +289,10 @@ def test_install_uninstall_round_trip(tmp_path: Path, scope: str) -> None:
 def test_uninstall_after_the_user_edited_takes_out_only_compactds_entries(tmp_path: Path) -> None:
     project = tmp_path / "project"
     (project / ".claude").mkdir(parents=True)
-    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode == 0
+    assert (
+        _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode
+        == 0
+    )
     settings_file = project / ".claude" / "settings.json"
     settings = json.loads(settings_file.read_text())
     settings["model"] = "sonnet"
@@ -298,7 +305,10 @@ def test_uninstall_after_the_user_edited_takes_out_only_compactds_entries(tmp_pa
 def test_uninstall_removes_the_folder_install_created_once_it_is_empty(tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode == 0
+    assert (
+        _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode
+        == 0
+    )
     assert (project / ".claude" / "settings.json").exists()
     dry = _run(tmp_path, "uninstall", "--scope", "project", "--dry-run", cwd=project)
     assert f"{project / '.claude'}: removed (empty)".encode() in dry.stdout
@@ -307,7 +317,10 @@ def test_uninstall_removes_the_folder_install_created_once_it_is_empty(tmp_path:
     assert list(project.iterdir()) == []
 
     # Something else now lives in the folder install created: it stays, with that file.
-    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "local", cwd=project).returncode == 0
+    assert (
+        _run(tmp_path, "install", "--settings-hooks", "--scope", "local", cwd=project).returncode
+        == 0
+    )
     (project / ".claude" / "agents.md").write_text("mine")
     out = _run(tmp_path, "uninstall", "--scope", "local", cwd=project)
     assert out.returncode == 0 and f"{project / '.claude'}: removed".encode() not in out.stdout
@@ -377,9 +390,10 @@ def test_short_processes_import_no_sdk_daemon_or_event_loop(
     assert not heavy & imported, heavy & imported
 
 
-# The `compactd` console script enters through compactd.cli.main, which imports each
-# subcommand's modules only in the branch that runs it.
-_CONSOLE_SCRIPT = "import sys; from compactd.cli.main import main; sys.exit(main(sys.argv[1:]))"
+# The `compactd` console script enters through compactd.cli.entry: an agent's command line goes
+# to the agent's package, the rest to compactd.cli.main, which imports each subcommand's modules
+# only in the branch that runs it.
+_CONSOLE_SCRIPT = "import sys; from compactd.cli.entry import main; sys.exit(main(sys.argv[1:]))"
 
 
 @pytest.mark.parametrize(
@@ -391,7 +405,8 @@ def test_the_console_script_imports_only_what_the_subcommand_uses(
     stdin = _event("UserPromptSubmit", _copy(tmp_path), prompt="x") if "hook" in args else b"{}"
     run = _imports(tmp_path, ["-c", _CONSOLE_SCRIPT, *args], stdin)
     imported = run.imported
-    assert "compactd.cli.main" in imported
+    # The general command line (argparse's help, logging, the summarizer flags) only for its own.
+    assert ("compactd.cli.main" in imported) == (args == ["--version"])
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "compactd_client"}
     assert not heavy & imported, heavy & imported
     if args == ["--version"]:
@@ -554,24 +569,52 @@ SHAPES: list[tuple[str, Any, str]] = [
     ("settings", {"hooks": {"Stop": None}}, "hooks.Stop is null"),
     ("settings", {"hooks": {"SessionStart": [5]}}, "hooks.SessionStart[0] is a number"),
     ("settings", {"hooks": {"SessionStart": [[]]}}, "hooks.SessionStart[0] is an array"),
-    ("settings", {"hooks": {"PostCompact": [{"hooks": "x"}]}}, "hooks.PostCompact[0].hooks is a string"),
-    ("settings", {"hooks": {"PostCompact": [{"hooks": {}}]}}, "hooks.PostCompact[0].hooks is an object"),
-    ("settings", {"hooks": {"SessionStart": [{"hooks": [5]}]}}, "hooks.SessionStart[0].hooks[0] is a number"),
-    ("settings", {"hooks": {"SessionStart": [{"hooks": [{"command": 7}]}]}}, "hooks.SessionStart[0].hooks[0].command is a number"),
-    ("settings", {"hooks": {"UserPromptSubmit": [{"matcher": 1, "hooks": []}]}}, "hooks.UserPromptSubmit[0].matcher is a number"),
+    (
+        "settings",
+        {"hooks": {"PostCompact": [{"hooks": "x"}]}},
+        "hooks.PostCompact[0].hooks is a string",
+    ),
+    (
+        "settings",
+        {"hooks": {"PostCompact": [{"hooks": {}}]}},
+        "hooks.PostCompact[0].hooks is an object",
+    ),
+    (
+        "settings",
+        {"hooks": {"SessionStart": [{"hooks": [5]}]}},
+        "hooks.SessionStart[0].hooks[0] is a number",
+    ),
+    (
+        "settings",
+        {"hooks": {"SessionStart": [{"hooks": [{"command": 7}]}]}},
+        "hooks.SessionStart[0].hooks[0].command is a number",
+    ),
+    (
+        "settings",
+        {"hooks": {"UserPromptSubmit": [{"matcher": 1, "hooks": []}]}},
+        "hooks.UserPromptSubmit[0].matcher is a number",
+    ),
     ("settings", {"hooks": {"my event": [1]}}, 'hooks."my event"[0] is a number'),
     ("settings", {"statusLine": "x"}, "statusLine is a string"),
     ("settings", {"statusLine": []}, "statusLine is an array"),
     ("settings", {"statusLine": {"command": ["a"]}}, "statusLine.command is an array"),
     ("settings", {"enabledMcpjsonServers": "x"}, "enabledMcpjsonServers is a string"),
-    ("settings", {"enabledMcpjsonServers": {"compactd": True}}, "enabledMcpjsonServers is an object"),
+    (
+        "settings",
+        {"enabledMcpjsonServers": {"compactd": True}},
+        "enabledMcpjsonServers is an object",
+    ),
     ("settings", {"enabledMcpjsonServers": [1]}, "enabledMcpjsonServers[0] is a number"),
     ("mcp", {"mcpServers": []}, "mcpServers is an array"),
     ("mcp", {"mcpServers": {"compactd": "x"}}, "mcpServers.compactd is a string"),
     ("mcp", {"mcpServers": {"compactd": {"args": "mcp"}}}, "mcpServers.compactd.args is a string"),
     ("home", {"projects": []}, "projects is an array"),
     ("home", {"projects": {"<project>": 5}}, 'projects."<project>" is a number'),
-    ("local-settings", {"hooks": {"SessionStart": [{"hooks": None}]}}, "hooks.SessionStart[0].hooks is null"),
+    (
+        "local-settings",
+        {"hooks": {"SessionStart": [{"hooks": None}]}},
+        "hooks.SessionStart[0].hooks is null",
+    ),
 ]
 
 
@@ -592,9 +635,7 @@ def _everything(tmp: Path) -> dict[str, tuple[bytes | None, bool]]:
 
 
 @pytest.mark.parametrize("action", ["install", "uninstall"])
-def test_settings_of_unexpected_shapes_are_refused_in_one_line(
-    tmp_path: Path, action: str
-) -> None:
+def test_settings_of_unexpected_shapes_are_refused_in_one_line(tmp_path: Path, action: str) -> None:
     assert len(SHAPES) >= 30
     refusals = tracebacks = changed = 0
     for i, (where, content, says) in enumerate(SHAPES):
@@ -613,7 +654,14 @@ def test_settings_of_unexpected_shapes_are_refused_in_one_line(
         }[where]
         path.write_text(text)
         before = _everything(tmp)
-        run = _run(tmp, action, *(["--settings-hooks"] if action == "install" else []), "--scope", scope, cwd=project)
+        run = _run(
+            tmp,
+            action,
+            *(["--settings-hooks"] if action == "install" else []),
+            "--scope",
+            scope,
+            cwd=project,
+        )
         err = run.stderr.decode()
         tracebacks += "Traceback" in err
         changed += _everything(tmp) != before
@@ -637,7 +685,10 @@ def test_a_symlinked_settings_file_stays_a_link(tmp_path: Path) -> None:
     link.symlink_to(target)
     # A second link, relative and dangling: install creates its target, uninstall removes it.
     (tmp_path / "home" / ".claude").mkdir(parents=True)
-    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode == 0
+    assert (
+        _run(tmp_path, "install", "--settings-hooks", "--scope", "project", cwd=project).returncode
+        == 0
+    )
     assert link.is_symlink() and os.readlink(link) == str(target)
     installed = json.loads(target.read_text())
     assert installed["model"] == "opus" and "SessionStart" in installed["hooks"]
@@ -649,7 +700,10 @@ def test_a_symlinked_settings_file_stays_a_link(tmp_path: Path) -> None:
 
     dangling = project / ".claude" / "settings.local.json"
     dangling.symlink_to("../../dotfiles/local.json")
-    assert _run(tmp_path, "install", "--settings-hooks", "--scope", "local", cwd=project).returncode == 0
+    assert (
+        _run(tmp_path, "install", "--settings-hooks", "--scope", "local", cwd=project).returncode
+        == 0
+    )
     assert dangling.is_symlink() and (dotfiles / "local.json").is_file()
     assert _run(tmp_path, "uninstall", "--scope", "local", cwd=project).returncode == 0
     assert dangling.is_symlink() and not (dotfiles / "local.json").exists()
@@ -660,7 +714,16 @@ def test_install_with_a_data_dir_writes_commands_that_use_it(tmp_path: Path) -> 
     project = tmp_path / "project"
     (project / ".claude").mkdir(parents=True)
     mine = tmp_path / "my data"
-    run = _run(tmp_path, "install", "--settings-hooks", "--scope", "project", "--data-dir", "../my data", cwd=project)
+    run = _run(
+        tmp_path,
+        "install",
+        "--settings-hooks",
+        "--scope",
+        "project",
+        "--data-dir",
+        "../my data",
+        cwd=project,
+    )
     assert run.returncode == 0, run.stderr
     settings = json.loads((project / ".claude" / "settings.json").read_text())
     server = json.loads((project / ".mcp.json").read_text())["mcpServers"]["compactd"]

@@ -215,6 +215,7 @@ def _prepare(tmp: Path, records: list[Record], at: int, **fields: Any) -> str:
             snapshot_uuid=snapshot,
             summary="Summary:\nPREPARED IN THE BACKGROUND: the user works on the parser.",
             prepared_at=time.time(),
+            window=fields.get("window", 0),
         ),
     )
     return snapshot
@@ -270,6 +271,30 @@ def test_a_prepared_summary_answers_at_once(tmp_path: Path) -> None:
     assert len(tail) <= 7 and rows_tokens(tail) <= rows_tokens(rows) / 4
     post = _hook(tmp_path, "PostCompact", path, trigger="auto", compact_summary="")
     assert b"compacted with its summary prepared in the background" in post.stdout
+
+
+def test_a_prepared_summary_brings_its_window_and_the_answer_skips_the_token_levels(
+    tmp_path: Path,
+) -> None:
+    """The window the preparation recorded sizes the summary's room
+    (docs/claude-code.md#the-seam): the answer does not import the token levels to work it
+    out again, and a small window gives a smaller room than the model's own."""
+    path, records = _session(tmp_path, entries=600)
+    rows = rows_of(records)
+    at = next(i for i in range(len(records) - 1, 0, -1) if records[i].uuid == rows[-8]["handle"])
+    body = request(records, transcript=str(path), trigger="auto")
+    sizes = {}
+    for window in (0, 8_000):
+        _prepare(tmp_path, records, at, window=window)
+        run = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "compactd", "claude-code", "session-compact"],
+            input=body, env=_env(tmp_path, **MODEL), cwd=tmp_path, capture_output=True,
+            timeout=120, check=False,
+        )  # fmt: skip
+        imported = {line.split("|")[-1].strip() for line in run.stderr.decode().splitlines()}
+        assert ("compactd.core.tokens" in imported) == (window == 0), window
+        sizes[window] = len(_answer(run)["messages"][0]["text"])
+    assert sizes[8_000] < sizes[0], sizes
 
 
 @pytest.mark.parametrize(
@@ -505,7 +530,14 @@ def _status(tmp: Path, transcript: Path, tokens: int) -> str:
 def test_the_status_line_shows_compactds_count_right_after_its_compaction(tmp_path: Path) -> None:
     path, records = _session(tmp_path)
     # Claude Code's count before: the session's latest usage is in its transcript.
-    _answer(_run(tmp_path, "session-compact", stdin=request(records, transcript=str(path)), COMPACTD_SUMMARIZER="offline"))
+    _answer(
+        _run(
+            tmp_path,
+            "session-compact",
+            stdin=request(records, transcript=str(path)),
+            COMPACTD_SUMMARIZER="offline",
+        )
+    )
     # Claude Code sends 0 until the next response: the count right after compaction stands in.
     line = _status(tmp_path, path, 0)
     count = int(line.split(" tok")[0].split("·")[-1].strip().replace(",", ""))

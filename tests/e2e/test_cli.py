@@ -206,7 +206,11 @@ async def test_synthetic_replay_never_ends_an_automatic_compaction_above_the_hea
 async def test_wrong_input_is_said_plainly(tmp_path: Path) -> None:
     # A folder with no transcript in it (tests/e2e/test_cli_transcripts.py has the others).
     code, out, err = await run_cli("status", str(tmp_path))
-    assert code == 1 and "holds no transcript (*.jsonl, *.jsonl.zst, *.json)" in err and "Traceback" not in err
+    assert (
+        code == 1
+        and "holds no transcript (*.jsonl, *.jsonl.zst, *.json)" in err
+        and "Traceback" not in err
+    )
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     code, _, err = await run_cli("status", str(empty))

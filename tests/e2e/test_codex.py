@@ -123,8 +123,10 @@ async def test_a_live_rollout_is_followed_as_codex_writes_it(
         imported = await _open(client, whole, "whole")
         note = await until(imported.entry_count)
         assert note.entry_count == imported.entry_count
-        assert note.status.exact_tokens == imported.status.exact_tokens == _last_tokens(
-            source.read_bytes()
+        assert (
+            note.status.exact_tokens
+            == imported.status.exact_tokens
+            == _last_tokens(source.read_bytes())
         )
         live = (await client.messages("live")).messages
         assert live == (await client.messages("whole")).messages

@@ -141,10 +141,16 @@ BAD: list[tuple[str, Any, str]] = [
     ("not JSON", b"hello", "not JSON"),
     ("a JSON array", b"[1, 2]", "not one Codex sends"),
     ("unknown event", {"hook_event_name": "Teleport"}, "does not handle the Codex hook event"),
-    ("no transcript_path", {"hook_event_name": "SessionStart", "source": "resume"},
-     "no transcript_path"),  # fmt: skip
-    ("null transcript_path", {"hook_event_name": "SessionStart", "source": "resume",
-                              "transcript_path": None}, "no transcript_path"),  # fmt: skip
+    (
+        "no transcript_path",
+        {"hook_event_name": "SessionStart", "source": "resume"},
+        "no transcript_path",
+    ),  # fmt: skip
+    (
+        "null transcript_path",
+        {"hook_event_name": "SessionStart", "source": "resume", "transcript_path": None},
+        "no transcript_path",
+    ),  # fmt: skip
     ("missing rollout", "missing", "does not exist"),
     ("a directory", "directory", "is a directory"),
     ("binary rollout", "binary", "is binary"),

@@ -34,7 +34,9 @@ def _last_total(data: bytes) -> int:
     else:
         messages = [json.loads(line) for line in data.splitlines() if line.strip()]
         messages = [m for m in messages if "id" in m]
-    return int([m for m in messages if m.get("type") == "gemini" and "tokens" in m][-1]["tokens"]["total"])
+    return int(
+        [m for m in messages if m.get("type") == "gemini" and "tokens" in m][-1]["tokens"]["total"]
+    )
 
 
 async def _open(client: Client, path: Path, sid: str, **kw: Any) -> p.OpenResult:
@@ -159,7 +161,9 @@ async def test_compactd_status_and_replay_on_a_chat(tmp_path: Path) -> None:
     project.mkdir()
     chats = home / ".gemini" / "tmp" / "pelican" / "chats"
     chats.mkdir(parents=True)
-    (home / ".gemini" / "projects.json").write_text(json.dumps({"projects": {str(project): "pelican"}}))
+    (home / ".gemini" / "projects.json").write_text(
+        json.dumps({"projects": {str(project): "pelican"}})
+    )
     chat = chats / "session-2026-11-28T08-47-c051a701.jsonl"
     chat.write_bytes(COMPRESSED.read_bytes())
     stub = chats / "session-2026-11-28T08-49-c051a701.jsonl"

@@ -57,7 +57,9 @@ def _snapshots(chat: bytes) -> list[str]:
     return found
 
 
-def _request(snapshot: str | None, prompt: str = "SECOND: now run the beta check") -> list[dict[str, str]]:
+def _request(
+    snapshot: str | None, prompt: str = "SECOND: now run the beta check"
+) -> list[dict[str, str]]:
     """The messages BeforeModel gets: the session context and the snapshot (joined), the
     acknowledgement, the prompt (docs/gemini.md#beforemodel)."""
     first = "<session_context>\nThis is the Gemini CLI.\n</session_context>"
@@ -156,7 +158,9 @@ def test_the_second_compression_gives_back_the_first_one_s_items_too(tmp_path: P
 def test_a_snapshot_the_chat_does_not_hold_gets_nothing(tmp_path: Path) -> None:
     chat = tmp_path / "session.jsonl"
     shutil.copyfile(COMPRESSED, chat)
-    given = _request("<state_snapshot>\n  <overall_goal>elsewhere</overall_goal>\n</state_snapshot>")
+    given = _request(
+        "<state_snapshot>\n  <overall_goal>elsewhere</overall_goal>\n</state_snapshot>"
+    )
     run = _run(tmp_path, "hook", stdin=_model(chat, given))
     assert run.returncode == 0 and run.stdout == b"" and run.stderr == b""
 
@@ -166,7 +170,9 @@ def test_threshold_warning_once_per_level_and_opt_out(tmp_path: Path) -> None:
     shutil.copyfile(COMPRESSED, chat)  # the last answer's total: 10,891 tokens
     settings = tmp_path / "home" / ".gemini" / "settings.json"
     settings.parent.mkdir(parents=True)
-    settings.write_text('{\n  // the user\'s comment\n  "model": {"compressionThreshold": 0.0115}\n}\n')
+    settings.write_text(
+        '{\n  // the user\'s comment\n  "model": {"compressionThreshold": 0.0115}\n}\n'
+    )
     event = _event("BeforeAgent", chat, prompt="THIRD: wrap up")
     first = _run(tmp_path, "hook", stdin=event)
     answer = json.loads(first.stdout)
@@ -178,7 +184,10 @@ def test_threshold_warning_once_per_level_and_opt_out(tmp_path: Path) -> None:
     )
     assert _run(tmp_path, "hook", stdin=event).stdout == b""  # once per level
     other = {"XDG_DATA_HOME": str(tmp_path / "other")}
-    assert _run(tmp_path, "hook", stdin=event, COMPACTD_NO_THRESHOLD_WARNING="1", **other).stdout == b""
+    assert (
+        _run(tmp_path, "hook", stdin=event, COMPACTD_NO_THRESHOLD_WARNING="1", **other).stdout
+        == b""
+    )
     assert _run(tmp_path, "hook", "--no-threshold-warning", stdin=event, **other).stdout == b""
     # The project's settings win; past the size itself the CLI compresses before the prompt
     # reaches the model: nothing to warn about.
@@ -197,12 +206,19 @@ BAD: list[tuple[str, Any, str]] = [
     ("not JSON", b"hello", "not JSON"),
     ("a JSON array", b"[1, 2]", "not one Gemini CLI sends"),
     ("unknown event", {"hook_event_name": "Teleport"}, "does not handle the Gemini CLI hook event"),
-    ("messages not a list", {"hook_event_name": "BeforeModel",
-                             "llm_request": {"messages": "<state_snapshot>"}},
-     "llm_request is not one Gemini CLI sends"),  # fmt: skip
-    ("no transcript_path", {"hook_event_name": "BeforeModel",
-                            "llm_request": {"messages": _request("<state_snapshot>x")}},
-     "no transcript_path"),  # fmt: skip
+    (
+        "messages not a list",
+        {"hook_event_name": "BeforeModel", "llm_request": {"messages": "<state_snapshot>"}},
+        "llm_request is not one Gemini CLI sends",
+    ),  # fmt: skip
+    (
+        "no transcript_path",
+        {
+            "hook_event_name": "BeforeModel",
+            "llm_request": {"messages": _request("<state_snapshot>x")},
+        },
+        "no transcript_path",
+    ),  # fmt: skip
     ("missing chat", "missing", "does not exist"),
     ("a directory", "directory", "is a directory"),
     ("a FIFO", "fifo", "is a FIFO"),
@@ -326,7 +342,9 @@ def test_the_hook_imports_no_sdk_daemon_or_event_loop(tmp_path: Path) -> None:
         input=_model(chat, _request(snapshot)), env=_env(tmp_path), cwd=tmp_path,
         capture_output=True, timeout=120, check=True,
     )  # fmt: skip
-    imported = {line.split("|")[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line}
+    imported = {
+        line.split("|")[-1].strip() for line in run.stderr.decode().splitlines() if "|" in line
+    }
     assert "compactd.agents.gemini.cli" in imported and TITLE.encode() in run.stdout
     heavy = {"anthropic", "openai", "mcp", "pygls", "anyio", "asyncio", "rich", "tomlkit",
              "compactd.cli.main", "compactd.engine", "compactd.agents.claude_code.cli"}  # fmt: skip
@@ -385,7 +403,9 @@ def test_install_uninstall_round_trip(tmp_path: Path, scope: str) -> None:
         # The project's file names no path of this machine.
         text = (folder / "settings.json").read_text()
         assert str(tmp_path) not in text and sys.executable not in text, text
-        assert model["hooks"][0]["command"] == agent["hooks"][0]["command"] == "compactd gemini hook"
+        assert (
+            model["hooks"][0]["command"] == agent["hooks"][0]["command"] == "compactd gemini hook"
+        )
         assert server == {"command": "compactd", "args": ["mcp"], "trust": True}
         assert b"trusted folder" in run.stdout
     else:
@@ -430,9 +450,10 @@ def test_uninstall_after_the_user_edited_takes_out_only_compactds_entries(tmp_pa
     assert _run(tmp_path, "uninstall").returncode == 0
     left = json.loads((home / "settings.json").read_text())
     assert "compactd" not in json.dumps(left)
-    assert left["ui"] == {"theme": "GitHub"} and left["hooks"]["BeforeModel"][0]["hooks"][0][
-        "command"
-    ] == "mine"
+    assert (
+        left["ui"] == {"theme": "GitHub"}
+        and left["hooks"]["BeforeModel"][0]["hooks"][0]["command"] == "mine"
+    )
     assert left["mcpServers"] == {"docs": {"command": "docs-server"}}
     assert "BeforeAgent" not in left["hooks"]
 

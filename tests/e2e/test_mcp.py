@@ -151,7 +151,9 @@ async def test_bad_input_is_a_tool_error_not_a_crash(tmp_path: Path) -> None:
     # A folder with no Claude Code session at all.
     async with mcp_session(data, config, "/nowhere/at/all") as mcp:
         result = await mcp.call_tool("context", {})
-        assert result.is_error and "no Claude Code or Codex or Gemini CLI session found" in _text(result)
+        assert result.is_error and "no Claude Code or Codex or Gemini CLI session found" in _text(
+            result
+        )
 
 
 async def test_a_compactd_session_by_id(tmp_path: Path, spawn_daemon: SpawnDaemon) -> None:

@@ -149,10 +149,14 @@ def test_claude_code_with_compactd_installed(tmp_path: Path, emu: Emulator) -> N
     env = {**os.environ, **claude.env}
     # The settings-file install (where plugins are not available: docs/claude-code.md#install);
     # the plugin is tests/editors/test_claude_code_plugin.py's.
-    run = _compactd("claude-code", "install", "--settings-hooks", "--scope", "project", env=env, cwd=project)
+    run = _compactd(
+        "claude-code", "install", "--settings-hooks", "--scope", "project", env=env, cwd=project
+    )
     assert run.returncode == 0, run.stderr
     assert "hook SessionStart" in run.stdout and ".mcp.json" in run.stdout
-    again = _compactd("claude-code", "install", "--settings-hooks", "--scope", "project", env=env, cwd=project)
+    again = _compactd(
+        "claude-code", "install", "--settings-hooks", "--scope", "project", env=env, cwd=project
+    )
     assert "nothing to change" in again.stdout
     settings = json.loads((project / ".claude" / "settings.json").read_text())
     assert settings["permissions"] == {"allow": ["Bash(echo:*)"]}

@@ -55,7 +55,9 @@ PROMPTS = [
     "Second: read it again and run the pelican step",
     "Third: read it twice and run the kiwi steps, never touching the tests folder",
 ]
-NOTES = "".join(f"note line {i}: the quick brown fox jumps over the lazy dog again\n" for i in range(420))
+NOTES = "".join(
+    f"note line {i}: the quick brown fox jumps over the lazy dog again\n" for i in range(420)
+)
 
 
 def _claude_exe() -> str:
@@ -114,17 +116,24 @@ class Model:
         return Reply(text=FINAL)
 
     def _plan(self, prompt: str) -> list[Reply]:
-        read = Reply(text="Reading the notes.", tool_uses=[ToolUse("Read", {"file_path": str(self.notes)})])
+        read = Reply(
+            text="Reading the notes.", tool_uses=[ToolUse("Read", {"file_path": str(self.notes)})]
+        )
         word = prompt.split()[-2] if prompt != PROMPTS[2] else "kiwi"
         steps = [read]
         if prompt == PROMPTS[2]:
             steps += [
                 Reply(text="Step one.", tool_uses=[ToolUse("Bash", {"command": "echo kiwi-one"})]),
-                Reply(text="Reading again.", tool_uses=[ToolUse("Read", {"file_path": str(self.notes), "offset": 2})]),
+                Reply(
+                    text="Reading again.",
+                    tool_uses=[ToolUse("Read", {"file_path": str(self.notes), "offset": 2})],
+                ),
                 Reply(text="Step two.", tool_uses=[ToolUse("Bash", {"command": "echo kiwi-two"})]),
             ]
         else:
-            steps.append(Reply(text="A step.", tool_uses=[ToolUse("Bash", {"command": f"echo {word}-step"})]))
+            steps.append(
+                Reply(text="A step.", tool_uses=[ToolUse("Bash", {"command": f"echo {word}-step"})])
+            )
         return steps
 
 
@@ -185,7 +194,9 @@ class Session:
         )  # fmt: skip
         records = list(self.emu.message_requests[seen:])
         with self.log.open("a") as fh:
-            fh.write(f"$ claude {' '.join(args)}\nexit {run.returncode}\n{run.stdout}\n{run.stderr}\n")
+            fh.write(
+                f"$ claude {' '.join(args)}\nexit {run.returncode}\n{run.stdout}\n{run.stderr}\n"
+            )
             fh.write(json.dumps([r.body for r in records])[:30000] + "\n\n")
         assert run.returncode == 0, f"claude {args} failed: {run.stderr or run.stdout}"
         return run.stdout, records
@@ -213,7 +224,11 @@ def _is_summary_request(rec: Any) -> bool:
 
 
 def _main(records: list[Any]) -> list[Any]:
-    return [r for r in records if not _is_summary_request(r) and "Read" in json.dumps(r.body.get("tools") or [])]
+    return [
+        r
+        for r in records
+        if not _is_summary_request(r) and "Read" in json.dumps(r.body.get("tools") or [])
+    ]
 
 
 def _compaction_wait(records: list[Any]) -> tuple[float, Any, Any]:
@@ -243,7 +258,9 @@ def _session_with_three_prompts(s: Session) -> list[Any]:
 
 
 @pytest.mark.timeout(900)
-def test_a_prepared_summary_answers_the_automatic_compaction_at_once(tmp_path: Path, emu: Emulator) -> None:
+def test_a_prepared_summary_answers_the_automatic_compaction_at_once(
+    tmp_path: Path, emu: Emulator
+) -> None:
     # compactd installed, with the Anthropic summarizer (the key Claude Code runs with).
     s = Session(tmp_path, emu, "prepared")
     install = s.compactd("install", "--scope", "project", "--summarizer", "anthropic")
@@ -257,8 +274,12 @@ def test_a_prepared_summary_answers_the_automatic_compaction_at_once(tmp_path: P
     assert model.waited > 0 and any(s.prepared().glob("*.json"))
     waited, crossing, after = _compaction_wait(records)
     during = [r for r in records if crossing.timestamp <= r.timestamp <= after.timestamp]
-    assert not [r for r in during if _is_summary_request(r)], "a summary was asked while Claude Code waited"
-    boundaries = [json.loads(x) for x in s.transcript.read_bytes().splitlines() if b"compact_boundary" in x]
+    assert not [r for r in during if _is_summary_request(r)], (
+        "a summary was asked while Claude Code waited"
+    )
+    boundaries = [
+        json.loads(x) for x in s.transcript.read_bytes().splitlines() if b"compact_boundary" in x
+    ]
     assert [b["compactMetadata"]["trigger"] for b in boundaries] == ["auto"]
     # Every user message of what it replaced, word for word, its file and its commands.
     carried = json.dumps(after.body["messages"])
@@ -282,16 +303,24 @@ def test_a_prepared_summary_answers_the_automatic_compaction_at_once(tmp_path: P
     out, got = s.run("--continue", "-p", "Carry on please")
     first = _main(got)[0].body["messages"]
     assert _text(first[0]).startswith(OPENING)
-    assert not any(m["role"] == "assistant" and "Reading the notes." in json.dumps(m) for m in first[:1])
+    assert not any(
+        m["role"] == "assistant" and "Reading the notes." in json.dumps(m) for m in first[:1]
+    )
     pre = [m for m in first if "quokka-step" in json.dumps(m) and m is not first[0]]
     assert not pre, "a message from before the compaction was sent again"
     # compactd's uninstall leaves the project's files as they were.
     assert s.compactd("uninstall", "--scope", "project").returncode == 0
-    assert sorted(p.name for p in (s.project / ".claude").iterdir()) == [] if (s.project / ".claude").exists() else True
+    assert (
+        sorted(p.name for p in (s.project / ".claude").iterdir()) == []
+        if (s.project / ".claude").exists()
+        else True
+    )
 
 
 @pytest.mark.timeout(900)
-def test_without_a_summarizer_claude_codes_compaction_gets_compactds_rows(tmp_path: Path, emu: Emulator) -> None:
+def test_without_a_summarizer_claude_codes_compaction_gets_compactds_rows(
+    tmp_path: Path, emu: Emulator
+) -> None:
     s = Session(tmp_path, emu, "no-summarizer")
     assert s.compactd("install", "--scope", "project").returncode == 0
     emu.set_default(Model(s.notes))
@@ -300,7 +329,11 @@ def test_without_a_summarizer_claude_codes_compaction_gets_compactds_rows(tmp_pa
     # /compact: Claude Code's summary and compactd's row; the user sees one line of compactd's.
     out, compact = s.run("--continue", "-p", "/compact")
     assert any(CC_SUMMARY_INSTRUCTION in json.dumps(r.body) for r in compact)
-    stdout_lines = [x for x in s.transcript.read_text().splitlines() if "local-command-stdout" in x and "Compacted" in x]
+    stdout_lines = [
+        x
+        for x in s.transcript.read_text().splitlines()
+        if "local-command-stdout" in x and "Compacted" in x
+    ]
     shown = json.loads(stdout_lines[-1])["message"]["content"]
     # No PreCompact instructions echoed: at most one line of compactd's (Observed (2.1.332):
     # when the module adds rows to Claude Code's compaction, Claude Code shows its own line only).
@@ -346,7 +379,9 @@ def test_when_compactd_cannot_answer_claude_code_compacts_by_itself(
         fake.chmod(0o755)
         env["COMPACTD_COMMAND"] = str(fake)
     out, got = s.run("--continue", "-p", "/compact", env=env)
-    assert any(CC_SUMMARY_INSTRUCTION in json.dumps(r.body) for r in got), "Claude Code did not compact"
+    assert any(CC_SUMMARY_INSTRUCTION in json.dumps(r.body) for r in got), (
+        "Claude Code did not compact"
+    )
     boundaries = [x for x in s.transcript.read_bytes().splitlines() if b"compact_boundary" in x]
     assert len(boundaries) == 1  # compacted, not vetoed
     out, got = s.run("--continue", "-p", PROMPTS[1], env=env)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from compactd import __version__
+from compactd.agents.claude_code.cli import PLUGIN_CALL, _parser
 from compactd.agents.claude_code.services.choice import summarizer_choice
 from compactd.agents.claude_code.services.plugin import plugin_folder
 from compactd.agents.claude_code.services.settings import HOOK_TIMEOUT_S
@@ -78,9 +79,19 @@ def test_no_file_of_the_plugin_names_a_path_of_one_machine() -> None:
         ({"COMPACTD_SUMMARIZER": "offline"}, "offline", False, None),
         ({"COMPACTD_SUMMARIZER": "anthropic"}, "none", False, "ANTHROPIC_API_KEY"),
         ({"COMPACTD_SUMMARIZER": "Anthropic", "ANTHROPIC_API_KEY": "k"}, "anthropic", True, None),
-        ({"COMPACTD_SUMMARIZER": "anthropic", "ANTHROPIC_AUTH_TOKEN": "t"}, "anthropic", True, None),
+        (
+            {"COMPACTD_SUMMARIZER": "anthropic", "ANTHROPIC_AUTH_TOKEN": "t"},
+            "anthropic",
+            True,
+            None,
+        ),
         ({"COMPACTD_SUMMARIZER": "openai"}, "none", False, "OPENAI_BASE_URL"),
-        ({"COMPACTD_SUMMARIZER": "openai", "OPENAI_BASE_URL": "http://localhost:11434/v1"}, "openai", True, None),
+        (
+            {"COMPACTD_SUMMARIZER": "openai", "OPENAI_BASE_URL": "http://localhost:11434/v1"},
+            "openai",
+            True,
+            None,
+        ),
         ({"COMPACTD_SUMMARIZER": "gpt"}, "none", False, "not one of"),
     ],
 )
@@ -107,3 +118,8 @@ def test_the_summarizer_takes_claude_codes_address_and_the_model_named() -> None
         "baseUrl": "http://127.0.0.1:9",
         "model": "claude-haiku-4-5",
     }
+
+
+def test_the_plugins_call_is_read_as_the_parser_reads_it() -> None:
+    """``compactd claude-code session-compact`` with no flag skips building the parsers."""
+    assert vars(_parser().parse_args(["session-compact"])) == vars(PLUGIN_CALL)

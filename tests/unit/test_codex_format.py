@@ -29,10 +29,7 @@ def _project(path: Path) -> str:
 
 def _uses(records: list[Record], name: str) -> list[ToolUseBlock]:
     return [
-        b
-        for r in records
-        for b in r.entry.blocks
-        if isinstance(b, ToolUseBlock) and b.name == name
+        b for r in records for b in r.entry.blocks if isinstance(b, ToolUseBlock) and b.name == name
     ]
 
 
@@ -120,10 +117,7 @@ def test_an_older_variant_reads_every_item() -> None:
         "pytest -q tests/test_importer.py"
     ]
     failed = [
-        b
-        for r in records
-        for b in r.entry.blocks
-        if isinstance(b, ToolResultBlock) and b.is_error
+        b for r in records for b in r.entry.blocks if isinstance(b, ToolResultBlock) and b.is_error
     ]
     assert len(failed) == 1  # the pytest run with exit code 1
     summaries = [r for r in records if r.entry.is_compact_summary]
@@ -157,7 +151,9 @@ def test_a_compressed_rollout_reads_as_the_plain_one() -> None:
 
 def test_claims_only_codex_lines() -> None:
     assert CODEX.claims(CAPTURED[0].read_bytes()[:65536])
-    assert not CODEX.claims(b'{"type":"user","uuid":"u1","message":{"role":"user","content":"x"}}\n')
+    assert not CODEX.claims(
+        b'{"type":"user","uuid":"u1","message":{"role":"user","content":"x"}}\n'
+    )
     assert not CODEX.claims(b'{"said": "hi"}\n')
     assert not CODEX.claims(b"")
 

@@ -279,12 +279,20 @@ def _settings(args: argparse.Namespace) -> int:
     return 0
 
 
+# What the plugin's module runs at every compaction, exactly, as the parser reads it: Claude Code
+# waits for the answer, and building every subcommand's parser (help formatter, gettext, shutil)
+# is a tenth of the command's time (docs/claude-code.md#the-seam). A test keeps it equal.
+PLUGIN_CALL: Final = argparse.Namespace(
+    action="session-compact", transcript=None, data_dir=None, offline=False
+)
+
+
 def main(argv: list[str]) -> int:
     from compactd.core.outbound import remember_secret, secrets_from_env
 
     for secret in secrets_from_env(os.environ):
         remember_secret(secret)
-    args = _parser().parse_args(argv)
+    args = PLUGIN_CALL if argv == ["session-compact"] else _parser().parse_args(argv)
     if args.action in ("install", "uninstall"):
         return _settings(args)
     if args.action == "session-compact":

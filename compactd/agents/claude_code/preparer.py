@@ -119,6 +119,7 @@ class _Exporter:
             duration_ms=job.duration_ms,
             usage=outcome.usage,
             prepared_at=time.time(),
+            window=snap.status.effective_window,
         )
         await anyio.to_thread.run_sync(write_prepared, self.data_dir, prepared)
         log.info(

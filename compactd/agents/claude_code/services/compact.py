@@ -49,7 +49,6 @@ from compactd.agents.claude_code.services.rows import (
     turn_start,
 )
 from compactd.core import constants as c
-from compactd.core.agent_gauge import gauge
 from compactd.core.handback import (
     Compaction,
     compaction_in_progress,
@@ -155,10 +154,15 @@ def _span(rows: Sequence[Row], tail: Tail | None, cwd: str | None) -> list[Recor
     return out
 
 
-def _summary_chars(env: Mapping[str, str], model: str | None) -> int:
-    """The room for compactd's summary in an answer: the view budget of the session's window
-    (docs/compaction.md#survival-ledger), at most ``SUMMARY_TOKENS``."""
-    window = gauge(0, model, env).status.effective_window
+def _summary_chars(env: Mapping[str, str], model: str | None, window: int = 0) -> int:
+    """The room for compactd's summary in an answer: the view budget of the session's effective
+    window (docs/compaction.md#survival-ledger), at most ``SUMMARY_TOKENS``. ``window``: the one
+    a prepared summary recorded; else it is worked out from ``model`` and ``env``, which imports
+    the token levels (a tenth of the command's time: docs/claude-code.md#the-seam)."""
+    if window <= 0:
+        from compactd.core.agent_gauge import gauge
+
+        window = gauge(0, model, env).status.effective_window
     return min(view_budget(window).summary_chars, SUMMARY_TOKENS * c.CHARS_PER_TOKEN)
 
 
@@ -333,7 +337,7 @@ def _compactd(ctx: _Context, prepared: Prepared | None, now: float, started: flo
         start = turn_start(rows)
     at = _tail_start(rows, start)
     ledger = span_ledger(main_thread(ctx.span[:at]), cwd=ctx.cwd, carry=ctx.carry)
-    room = _summary_chars(ctx.env, _model(ctx.tail))
+    room = _summary_chars(ctx.env, _model(ctx.tail), prepared.window if prepared else 0)
     if prepared is not None:
         summary, _ = complete_summary(
             prepared.summary, ledger, max(0, room - len(prepared.summary))

@@ -44,6 +44,9 @@ class Prepared(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True)
     usage: dict[str, Any] | None = None
     #: when it was ready (POSIX time)
     prepared_at: float = 0.0
+    #: the session's effective window the engine prepared it against (0: not recorded); the
+    #: answer's room for the summary comes from it without working out the model's levels again
+    window: int = 0
 
 
 def prepared_path(data_dir: Path, session_id: str) -> Path:

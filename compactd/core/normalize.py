@@ -30,6 +30,7 @@ __all__ = [
     "DOCUMENT_MARKER",
     "IMAGE_MARKER",
     "SILENT_ATTACHMENTS",
+    "rendered_blocks",
     "LEADING_USER_PLACEHOLDER",
     "ApiView",
     "api_view",
@@ -147,7 +148,7 @@ def attachment_blocks(raw: dict[str, Any]) -> list[dict[str, Any]]:
     """
     rendered = raw.get("rendered")
     if rendered is not None:
-        return _rendered_blocks(rendered)
+        return rendered_blocks(rendered)
     payload = raw.get("attachment")
     if not isinstance(payload, dict):
         return []
@@ -266,7 +267,9 @@ def _clean_block(block: dict[str, Any], opts: _Options) -> dict[str, Any] | None
     return block
 
 
-def _rendered_blocks(rendered: Any) -> list[dict[str, Any]]:
+def rendered_blocks(rendered: Any) -> list[dict[str, Any]]:
+    """The content blocks of an attachment's ``rendered`` copy (a string, or parts each holding
+    a string or a list of blocks)."""
     if isinstance(rendered, str):
         return [_text(rendered)] if rendered else []
     if not isinstance(rendered, list):

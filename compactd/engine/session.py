@@ -262,20 +262,49 @@ class Session:
         return self._described[1]
 
     def _carried_prefix(self, head: Record | None) -> int:
-        """The fixed prefix to count until a response in the new context reports usage.
+        """The fixed prefix a context following a compaction keeps (docs/thresholds.md#accounting).
 
-        The best figure known: learned from the usage before this rebuild, else the one the
-        heading boundary recorded (a restart), else the estimate of the client's
-        cacheSafeParams (docs/thresholds.md#accounting).
+        0 for the session's first context: it learns the figure from its own first response.
+        After a compaction: the figure known before this rebuild (carried, else learned from
+        usage), else the one the heading boundary recorded (a restart), else the one the
+        session's first response implies, as a daemon that had followed the session from its
+        start would carry it (an agent's own boundary records none). Without any, the estimate
+        of the client's cacheSafeParams stands in as the floor (``known_prefix``).
         """
-        if self.counter.learned_prefix is not None:
-            return self.counter.learned_prefix
-        if self.counter.carried_prefix:
-            return self.counter.carried_prefix
-        meta = head.entry.compact_metadata if head is not None else None
+        if head is None or not head.entry.is_compact_boundary:
+            return 0  # the session's first context: its first response is the session's
+        before = self.counter.carried_prefix or self.counter.learned_prefix
+        if before:
+            return before
+        meta = head.entry.compact_metadata
         if meta is not None and meta.fixed_prefix_tokens:
             return meta.fixed_prefix_tokens
-        return self.described_prefix
+        return self._first_prefix()
+
+    def _first_prefix(self) -> int:
+        """The prefix the session's first response implies: the main thread from the file's
+        start up to that response, read before any boundary (0 without one)."""
+        covered: list[Record] = []
+        response: str | None = None  # the first response's message id, once it is reached
+        for record in self.records:
+            entry = record.entry
+            if entry.is_compact_boundary:
+                break
+            if entry.is_sidechain or not tokens.counts_toward_context(entry):
+                continue
+            if response is not None and (entry.type != "assistant" or entry.message_id != response):
+                break  # past the first response's lines (one per content block)
+            covered.append(record)
+            message = entry.message if entry.type == "assistant" else None
+            if response is None and message is not None and message.usage is not None:
+                response = entry.message_id or ""
+                if not response:
+                    break
+        if response is None:
+            return 0
+        counter = tokens.TokenCounter(known_prefix=self.described_prefix)
+        counter.add_records(covered)
+        return counter.learned_prefix or 0
 
     def extend(self, new: Sequence[Record]) -> None:
         """Add appended records to the derived state in time proportional to ``new``."""

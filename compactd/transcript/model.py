@@ -12,8 +12,6 @@ The content blocks live in ``transcript.blocks`` and the boundary metadata in
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,6 +35,7 @@ from compactd.transcript.blocks import (
     block_to_builtins,
     wrap_unknown_blocks,
 )
+from compactd.transcript.lines import forget_file, read_line
 from compactd.transcript.metadata import (
     BOUNDARY_SUBTYPES,
     COMPACT_BOUNDARY,
@@ -129,6 +128,9 @@ class Entry(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True, gc
     # results of file reads (``core.file_state``, which decodes the part it needs). Kept as its
     # JSON text, a slice of the line that costs neither decoding nor memory (empty: none).
     tool_use_result: msgspec.Raw = msgspec.Raw()
+    # What Claude Code sent for an attachment (2.1.2xx and later write it beside the payload):
+    # read only to estimate the attachment (``core.tokens.estimate``), so kept as its JSON text.
+    rendered: msgspec.Raw = msgspec.Raw()
     summary: str | None = None
 
     # -- small typed accessors used across the core ------------------------------------------
@@ -327,41 +329,6 @@ class Record:
     def __repr__(self) -> str:
         state = "released" if self._entry is None else "live"
         return f"Record(uuid={self.uuid!r}, type={self.entry.type!r}, {state})"
-
-
-# Open read-only descriptors of transcripts, so scans over released history (recall, stats,
-# undo) do not open the file once per line. ``os.pread`` keeps no file position, so one
-# descriptor is safe to share between the event loop and worker threads.
-_READ_FDS: dict[str, int] = {}
-# At most this many descriptors stay open (compactd's own bound: one per transcript a daemon
-# reads from at once, far below the usual limit of 1,024 open files).
-_READ_FDS_MAX: Final = 64
-# Worker threads read history too: opening, evicting and reading a descriptor happen under it.
-_READ_FDS_LOCK: Final = threading.Lock()
-
-
-def forget_file(path: str) -> None:
-    """Close the cached descriptor of a transcript that is about to be replaced."""
-    with _READ_FDS_LOCK:
-        fd = _READ_FDS.pop(path, None)
-        if fd is not None:
-            os.close(fd)
-
-
-def read_line(path: str, offset: int, length: int) -> bytes:
-    """The ``length`` bytes of a transcript line at ``offset`` (through a cached descriptor)."""
-    with _READ_FDS_LOCK:
-        fd = _READ_FDS.get(path)
-        if fd is None:
-            if len(_READ_FDS) >= _READ_FDS_MAX:
-                # Dicts keep insertion order: the first key is the descriptor opened longest ago.
-                os.close(_READ_FDS.pop(next(iter(_READ_FDS))))
-            fd = os.open(path, os.O_RDONLY)
-            _READ_FDS[path] = fd
-        data = os.pread(fd, length, offset)
-    if len(data) != length:
-        raise OSError(f"transcript {path} is shorter than expected at offset {offset}")
-    return data
 
 
 @dataclass(slots=True)

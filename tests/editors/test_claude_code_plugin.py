@@ -366,7 +366,8 @@ def test_when_compactd_cannot_answer_claude_code_compacts_by_itself(
     fake = s.root / "fake-compactd"
     body = {
         "killed": "kill -9 $$",
-        "slow": "sleep 25",
+        # Past the module's 10 s for its first answer (FIRST_TIMEOUT_MS in register.js).
+        "slow": "sleep 12",
         "garbage": "echo 'this is not json'",
     }.get(broken)
     env: dict[str, str] = {}

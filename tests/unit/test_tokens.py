@@ -731,10 +731,15 @@ def test_the_fixed_prefix_is_learned_from_usage_and_carried_across_a_rewrite() -
     assert after.prefix_source == "carried"
     assert after.tokens == counter.fixed_prefix + pad(200)
     assert after.fixed_prefix + after.messages == after.tokens
-    # The next response's usage is learned again.
+    # The next response's usage anchors the total; the prefix stays the carried one, learned
+    # from a response that covered fewer messages than this one (the summary and its own).
     rewritten.extend([assistant("y" * 4, msg_id="m2", use=usage(inp=1_000))])
-    assert rewritten.current.prefix_source == "usage"
-    assert rewritten.current.fixed_prefix == 1_000 - pad(200 + 1)
+    assert rewritten.current.tokens == 1_000  # the usage
+    assert rewritten.current.prefix_source == "carried"
+    assert rewritten.current.fixed_prefix == counter.fixed_prefix
+    assert rewritten.learned_prefix == 1_000 - pad(200 + 1)  # what it would have implied
+    # A context with nothing carried (a session's first) learns it from its first response.
+    assert TokenCounter(first).current.prefix_source == "usage"
 
 
 def test_the_prefix_is_never_less_than_what_the_client_described() -> None:

@@ -227,8 +227,8 @@ class TokenCounter:
     def __init__(
         self, entries: Iterable[Entry] = (), carried_prefix: int = 0, known_prefix: int = 0
     ) -> None:
-        # The fixed prefix known from before this context (a compaction, the client's
-        # cacheSafeParams): counted until a response in the context reports usage.
+        # The fixed prefix learned before this context (before a compaction, or recorded in
+        # its boundary): it stays the context's figure, usage or not (``fixed_prefix``).
         self.carried_prefix = carried_prefix
         # What the client says every request carries (the estimate of its cacheSafeParams):
         # the prefix is never taken to be smaller.
@@ -481,9 +481,15 @@ class TokenCounter:
 
     @property
     def fixed_prefix(self) -> int:
-        """The best figure of the fixed prefix now: learned from usage, else carried."""
+        """The best figure of the fixed prefix now: the one carried from before a compaction
+        when there is one, else learned from usage. The carried figure came from the first
+        response of an earlier context, which covered fewer messages than this context's first
+        (a compaction's summary and what follows), so it holds less of the estimate's error
+        (docs/thresholds.md#accounting)."""
+        if self.carried_prefix:
+            return max(self.carried_prefix, self.known_prefix)
         learned = self.learned_prefix
-        return max(self.carried_prefix, self.known_prefix) if learned is None else learned
+        return self.known_prefix if learned is None else learned
 
     @property
     def current(self) -> TokenCount:
@@ -503,12 +509,12 @@ class TokenCounter:
         raw_after = (
             self._cumulative_raw - self._first_cumulative[anchor] - self._later_own_raw[anchor]
         )
-        prefix = self.learned_prefix or 0
+        prefix = self.fixed_prefix
         return _make_count(
             self._max_usage[anchor],
             raw_after,
             self._saved,
             prefix=prefix,
-            source="usage",
+            source="carried" if self.carried_prefix else "usage",
             attachment_raw=self._attachment_raw,
         )

@@ -14,7 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from compactd.core import constants as c
-from compactd.core.normalize import SILENT_ATTACHMENTS
+from compactd.core.normalize import SILENT_ATTACHMENTS, rendered_blocks
 from compactd.transcript.model import (
     Block,
     DocumentBlock,
@@ -88,8 +88,9 @@ def counts_toward_context(entry: Entry) -> bool:
 def estimate_entry_raw(entry: Entry) -> int:
     """Unpadded estimate of what the entry adds to the context; 0 for bookkeeping entries.
 
-    Attachments are estimated from their JSON payload: the text Claude Code renders from them
-    is not in the transcript, and the payload is a close upper bound of it.
+    An attachment is estimated from what Claude Code sent for it, the ``rendered`` copy its
+    line carries (2.1.2xx and later); an older line has only the payload, whose JSON is then
+    the estimate (docs/thresholds.md#estimate).
     """
     kind = entry.type
     if kind == "user" or kind == "assistant":
@@ -110,11 +111,33 @@ def estimate_entry_raw(entry: Entry) -> int:
                 total += estimate_block_raw(block)
         return total
     if kind == "attachment":
+        if entry.rendered:
+            return _rendered_raw(entry.rendered)
         payload = entry.attachment
         if not payload or payload.get("type") in SILENT_ATTACHMENTS:
             return 0  # nothing of it is sent (a copy of the system prompt, bookkeeping)
         return chars_to_tokens(_json_length(payload))
     return 0
+
+
+def _rendered_raw(rendered: msgspec.Raw) -> int:
+    """Unpadded estimate of an attachment's rendered copy: its blocks as the API view has them
+    (``core.normalize``), text by its length, an image or a document at the flat figure."""
+    try:
+        value = msgspec.json.decode(rendered)
+    except msgspec.DecodeError:
+        return 0
+    total = 0
+    for block in rendered_blocks(value):
+        kind = block.get("type")
+        text = block.get("text")
+        if kind == "text" and isinstance(text, str):
+            total += chars_to_tokens(len(text))
+        elif kind in ("image", "document"):
+            total += c.IMAGE_TOKEN_ESTIMATE
+        else:
+            total += chars_to_tokens(_json_length(block))
+    return total
 
 
 def pad(raw: int) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from compactd.agents.claude_code.services.plugin import plugin_folder
 from compactd.agents.claude_code.services.prepared import Prepared, write_prepared
 from compactd.agents.claude_code.services.rows import rows_tokens
 from compactd.agents.claude_code.services.state import default_data_dir
@@ -560,3 +561,32 @@ def test_the_status_line_reads_claude_codes_figure_after_its_own_compaction(tmp_
     with path.open("a") as fh:
         fh.write(json.dumps(boundary) + "\n")
     assert "23,456 tok" in _status(tmp_path, path, 0)
+
+
+@pytest.mark.parametrize("args", [["hook"], ["statusline"]])
+def test_the_plugins_script_reads_nothing_from_a_folder_as_stdin(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """docs/safe-io.md: Python cannot start with a folder as its standard input; the plugin's
+    script runs compactd with nothing on it instead, which says so in one line and exits 0."""
+    folder = tmp_path / "stdin"
+    folder.mkdir()
+    script = plugin_folder() / "bin" / "compactd"
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        run = subprocess.run(
+            ["sh", str(script), "claude-code", *args], stdin=fd, capture_output=True,
+            env=_env(tmp_path, COMPACTD_COMMAND=str(Path(sys.executable).with_name("compactd"))),
+            cwd=tmp_path, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(fd)
+    assert run.returncode == 0, run.stderr
+    err = run.stderr.decode()
+    if args == ["hook"]:
+        assert (
+            err.startswith("compactd claude-code hook: no hook event on stdin")
+            and err.count("\n") == 1
+        ), err
+    else:  # the status line with nothing to show: its bare name, as with an empty input
+        assert run.stdout.decode().strip() == "compactd" and err == "", (run.stdout, err)

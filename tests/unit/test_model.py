@@ -233,7 +233,7 @@ def test_transcript_timestamps_have_milliseconds_and_a_z() -> None:
 
 
 def test_read_line_closes_the_oldest_descriptor_when_full(tmp_path: Any) -> None:
-    from compactd.transcript import model
+    from compactd.transcript import lines as model
 
     paths = []
     for i in range(model._READ_FDS_MAX + 1):

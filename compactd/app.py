@@ -36,11 +36,11 @@ from compactd.engine.runtime import Runtime
 from compactd.engine.session import Session
 from compactd.engine.session_memory import SessionMemory
 from compactd.services import ownership
+from compactd.services.data_dir import default_data_dir
 from compactd.services.store import (
     MAX_IMPORT_BYTES,
     LoadedTranscript,
     SessionMeta,
-    default_data_dir,
     valid_session_id,
 )
 from compactd.transcript.bulk import collector_paused

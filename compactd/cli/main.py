@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         _setup_logging(args.verbose, args.log_file)
         from compactd.cli.mcp_serve import serve
         from compactd.mcp_server import McpConfig
-        from compactd.services.store import default_data_dir
+        from compactd.services.data_dir import default_data_dir
 
         data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
         # The agent names the project where it sets it (CLAUDE_PROJECT_DIR; docs/recall.md).

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import platformdirs
 
+from compactd.services.data_dir import default_data_dir
 from compactd.services.safe_io import is_regular_file, read_regular
 
 __all__ = [
@@ -53,12 +53,6 @@ class CurrentSession(msgspec.Struct, rename="camel", kw_only=True, omit_defaults
     updated_at: float = 0.0
     #: how it was found: ``hook`` (recorded by a hook) or ``newest`` (the newest session file)
     found_by: str = "hook"
-
-
-def default_data_dir() -> Path:
-    """compactd's data dir when none is given: the platform's user data dir (the daemon's
-    default too), found without importing the daemon."""
-    return Path(platformdirs.user_data_dir("compactd", appauthor=False))
 
 
 def write_whole(path: Path, data: bytes) -> None:
@@ -127,6 +121,9 @@ class Restored(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True)
     source: str = ""
     #: how long compactd took to answer the agent's compaction event, in ms
     answer_ms: int | None = None
+    #: the process that answered it, when not the command the agent ran ("compactd mcp": the
+    #: warm process beside the session, docs/claude-code.md#the-seam)
+    answered_by: str = ""
 
 
 class Compacted(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):

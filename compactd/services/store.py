@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
-import platformdirs
 
 from compactd.services import ownership
 from compactd.transcript.history import History, boundary_indices
@@ -65,11 +64,6 @@ _PLUS_NEWLINE: Final = (1).__add__
 # choice). Real sessions reach tens of MB; this guards the daemon's memory against a wrong path
 # (a disk image, a log file).
 MAX_IMPORT_BYTES = 1 << 30
-
-
-def default_data_dir() -> Path:
-    """compactd's data dir when none is configured: the platform's user data dir."""
-    return Path(platformdirs.user_data_dir("compactd", appauthor=False))
 
 
 # Session ids become directory names: keep them to a conservative alphabet.

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import stat
 import subprocess
 import sys
 import time
@@ -25,7 +27,8 @@ import pytest
 from compactd.agents.claude_code.services.plugin import plugin_folder
 from compactd.agents.claude_code.services.prepared import Prepared, write_prepared
 from compactd.agents.claude_code.services.rows import rows_tokens
-from compactd.agents.claude_code.services.state import default_data_dir
+from compactd.agents.claude_code.services.state import default_data_dir, load_session
+from compactd.agents.claude_code.services.warm import folder_key, socket_dir
 from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.core.ledger import build_ledger
 from compactd.core.view import main_thread
@@ -590,3 +593,97 @@ def test_the_plugins_script_reads_nothing_from_a_folder_as_stdin(
         ), err
     else:  # the status line with nothing to show: its bare name, as with an empty input
         assert run.stdout.decode().strip() == "compactd" and err == "", (run.stdout, err)
+
+
+# -- the warm answer: compactd mcp answers the plugin's call (docs/claude-code.md#the-seam) ------
+
+
+def _sockets(tmp: Path) -> list[Path]:
+    """The sockets of this test's servers (the runtime dir is the machine's)."""
+    return sorted(socket_dir().glob(f"{folder_key(_data(tmp), str(tmp))}-*.sock"))
+
+
+def _start_mcp(tmp: Path) -> subprocess.Popen[bytes]:
+    """``compactd mcp`` as the plugin starts it, with a summarizer: its stdin stays open (the
+    agent's end of the MCP connection), and it serves warm answers beside the preparation."""
+    log = (tmp / "mcp.log").open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "compactd", "mcp"], stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=log, env=_env(tmp, **MODEL), cwd=tmp,
+    )  # fmt: skip
+
+
+def _until_socket(tmp: Path, mcp: subprocess.Popen[bytes]) -> None:
+    """Until the server's socket is there (the MCP SDK's imports take seconds on a busy
+    machine: a generous guard, not a measurement)."""
+    for _ in range(1200):
+        if _sockets(tmp):
+            return
+        assert mcp.poll() is None, (tmp / "mcp.log").read_text()
+        time.sleep(0.1)
+    raise AssertionError("compactd mcp opened no socket: " + (tmp / "mcp.log").read_text())
+
+
+def _answered_by(tmp: Path) -> str:
+    kept = load_session(_data(tmp), "sess-1").last
+    assert kept is not None
+    return kept.answered_by
+
+
+def test_a_warm_compactd_mcp_answers_the_plugins_call(tmp_path: Path) -> None:
+    path, records = _session(tmp_path)
+    rows = rows_of(records)
+    at = next(i for i in range(len(records) - 1, 0, -1) if records[i].uuid == rows[-8]["handle"])
+    _prepare(tmp_path, records, at)
+    body = request(records, transcript=str(path), trigger="auto")
+    mcp = _start_mcp(tmp_path)
+    try:
+        _until_socket(tmp_path, mcp)
+        (sock,) = _sockets(tmp_path)
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+        warm = _answer(_run(tmp_path, "session-compact", stdin=body, **MODEL))
+        assert _answered_by(tmp_path) == "compactd mcp"
+    finally:
+        assert mcp.stdin is not None
+        mcp.stdin.close()  # the agent is gone
+        mcp.wait(timeout=60)
+    assert not _sockets(tmp_path)  # removed on the way out
+    cold = _answer(_run(tmp_path, "session-compact", stdin=body, **MODEL))
+    assert _answered_by(tmp_path) == ""
+    # The same compaction either way: the summary prepared in the background, then the tail.
+    assert "PREPARED IN THE BACKGROUND" in warm["messages"][0]["text"]
+    assert [r["text"] for r in warm["messages"][1:]] == [r["text"] for r in cold["messages"][1:]]
+
+
+def test_without_a_warm_answer_the_command_answers_by_itself(tmp_path: Path) -> None:
+    """A socket left by a process that died, one whose server never answers, and one of
+    another folder: the command answers by itself each time, and removes the dead one."""
+    path, records = _session(tmp_path)
+    rows = rows_of(records)
+    at = next(i for i in range(len(records) - 1, 0, -1) if records[i].uuid == rows[-8]["handle"])
+    _prepare(tmp_path, records, at)
+    body = request(records, transcript=str(path), trigger="auto")
+    folder = socket_dir()
+    key = folder_key(_data(tmp_path), str(tmp_path))
+    dead = folder / f"{key}-{os.getpid()}1.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(dead))  # bound, never listening: connecting is refused
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(folder / f"{key}-{os.getpid()}2.sock"))
+    silent.listen()  # accepts (the kernel's backlog) and never answers
+    other = socket.socket(socket.AF_UNIX)
+    other.bind(str(folder / f"{folder_key(_data(tmp_path), '/elsewhere')}-{os.getpid()}3.sock"))
+    other.listen()
+    # The newest is asked first: the dead one, before the silent one takes the time there is.
+    later = time.time() + 60
+    os.utime(dead, (later, later))
+    try:
+        out = _answer(_run(tmp_path, "session-compact", stdin=body, **MODEL))
+    finally:
+        for s in (silent, other):
+            Path(s.getsockname()).unlink()
+            s.close()
+    assert "PREPARED IN THE BACKGROUND" in out["messages"][0]["text"]
+    assert _answered_by(tmp_path) == ""
+    assert not dead.exists()

@@ -273,6 +273,12 @@ def test_a_prepared_summary_answers_the_automatic_compaction_at_once(
     records = _session_with_three_prompts(s)
     assert model.waited > 0 and any(s.prepared().glob("*.json"))
     waited, crossing, after = _compaction_wait(records)
+    # Answered by the warm compactd mcp beside the session, not by a new process
+    # (docs/claude-code.md#the-seam).
+    from compactd.agents.claude_code.services.state import load_session
+
+    kept = load_session(s.data / "compactd", s.transcript.stem).last
+    assert kept is not None and kept.answered_by == "compactd mcp", kept
     during = [r for r in records if crossing.timestamp <= r.timestamp <= after.timestamp]
     assert not [r for r in during if _is_summary_request(r)], (
         "a summary was asked while Claude Code waited"

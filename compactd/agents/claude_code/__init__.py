@@ -44,9 +44,24 @@ class ClaudeCode:
         return CLAUDE_CODE
 
     def main(self, argv: list[str]) -> int:
+        request = None
+        if argv == ["session-compact"]:
+            # The plugin's call, at every compaction: a warm compactd mcp answers it, if one
+            # runs beside the session, before this process imports the rest of compactd.
+            import os
+            import sys
+
+            from compactd.agents.claude_code.services.warm import plugin_call
+            from compactd.port import project_dir
+
+            request, reply = plugin_call(os.environ, project_dir(os.environ) or os.getcwd())
+            if reply is not None:
+                sys.stdout.buffer.write(reply)
+                sys.stdout.flush()
+                return 0
         from compactd.agents.claude_code.cli import main
 
-        return main(argv)
+        return main(argv, request)
 
     def handlers(self) -> Mapping[str, Any]:
         from compactd.agents.claude_code.handlers import HANDLERS
@@ -87,9 +102,16 @@ class ClaudeCode:
             return None
 
         async def prepare() -> None:
-            from compactd.agents.claude_code.preparer import prepare
+            import anyio
 
-            await prepare(data_dir, cwd, environ)
+            from compactd.agents.claude_code.preparer import prepare
+            from compactd.agents.claude_code.services.warm import serve
+
+            # Beside the preparation, the plugin's call answered warm (docs/claude-code.md#the-seam).
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve, data_dir, cwd, environ)
+                await prepare(data_dir, cwd, environ)
+                tg.cancel_scope.cancel()
 
         return prepare
 

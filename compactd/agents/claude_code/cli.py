@@ -152,23 +152,19 @@ def _hook(args: argparse.Namespace) -> tuple[str, int]:
     return reply.stdout, reply.exit_code
 
 
-def _session_compact(args: argparse.Namespace) -> int:
+def _session_compact(args: argparse.Namespace, request: bytes | None = None) -> int:
     """The plugin's module reads the one JSON object on stdout; anything else is a failure to
-    it, and Claude Code then compacts by itself (docs/claude-code.md#the-seam)."""
-    from compactd.agents.claude_code.services.compact import (
-        MAX_INPUT_BYTES,
-        CompactInputError,
-        answer,
-    )
+    it, and Claude Code then compacts by itself (docs/claude-code.md#the-seam). ``request``:
+    the call, when it was read already (a warm ``compactd mcp`` did not answer it)."""
+    from compactd.agents.claude_code.services.compact import CompactInputError
+    from compactd.agents.claude_code.services.warm import MAX_INPUT_BYTES, answer_bytes
 
-    data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1) if request is None else request
     if len(data) > MAX_INPUT_BYTES:
         _err(f"compactd claude-code session-compact: more than {MAX_INPUT_BYTES:,} bytes on stdin")
         return 2
-    from compactd.core.outbound import redact
-
     try:
-        result = answer(
+        out = answer_bytes(
             data,
             _data_dir(args.data_dir),
             os.environ,
@@ -178,10 +174,7 @@ def _session_compact(args: argparse.Namespace) -> int:
     except CompactInputError as exc:
         _err(f"compactd claude-code session-compact: {exc}")
         return 2
-    import msgspec
-
-    # The answer is the conversation again: keys in it are redacted as in every hook's output.
-    sys.stdout.write(redact(msgspec.json.encode(result.body).decode()) + "\n")
+    sys.stdout.buffer.write(out)
     sys.stdout.flush()
     return 0
 
@@ -287,7 +280,8 @@ PLUGIN_CALL: Final = argparse.Namespace(
 )
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], request: bytes | None = None) -> int:
+    """``request``: the plugin's call (``session-compact``), read already by the warm path."""
     from compactd.core.outbound import remember_secret, secrets_from_env
 
     for secret in secrets_from_env(os.environ):
@@ -297,7 +291,7 @@ def main(argv: list[str]) -> int:
         return _settings(args)
     if args.action == "session-compact":
         try:
-            return _session_compact(args)
+            return _session_compact(args, request)
         except Exception as exc:  # noqa: BLE001 - the module falls back to Claude Code's own
             _err(f"compactd claude-code session-compact: {exc}")
             return 1

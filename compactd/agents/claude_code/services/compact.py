@@ -48,6 +48,7 @@ from compactd.agents.claude_code.services.rows import (
     text_row,
     turn_start,
 )
+from compactd.agents.claude_code.services.warm import MAX_INPUT_BYTES
 from compactd.core import constants as c
 from compactd.core.handback import (
     Compaction,
@@ -73,7 +74,6 @@ __all__ = [
 ]
 
 # The most a session.compact input takes: the whole conversation with its tool results.
-MAX_INPUT_BYTES: Final = 256 * 1024 * 1024
 # The most compactd's summary (the ledger's additions included) takes in an answer, in tokens
 # (compactd's choice: a summary stays a small part of any window).
 SUMMARY_TOKENS: Final = 15_000
@@ -252,6 +252,7 @@ class _Context:
                 compaction_in_progress(self.tail.records, "", "auto").previous_boundary_id or ""
             )
         self.sid = inp.session_id
+        self.answered_by = ""
         self.kept = state.load_session(data_dir, self.sid) if self.sid else None
 
     @property
@@ -369,6 +370,7 @@ def _compactd(ctx: _Context, prepared: Prepared | None, now: float, started: flo
             post_tokens=_post_tokens(ctx.tail, rows, out),
             source=source,
             answer_ms=int((time.monotonic() - started) * 1000),
+            answered_by=ctx.answered_by,
         ),
         carry_of(ledger),
         now,
@@ -429,6 +431,7 @@ def _with_claude_code(
             post_tokens=_post_tokens(ctx.tail, rows, out),
             source="claude-code",
             answer_ms=int((time.monotonic() - started) * 1000),
+            answered_by=ctx.answered_by,
         ),
         back.carry,
         now,
@@ -452,6 +455,7 @@ def answer(
     transcript: Path | None = None,
     offline: bool = False,
     now: float | None = None,
+    answered_by: str = "",
 ) -> Answer:
     """compactd's answer to the session.compact request ``raw`` (see the module docstring).
     Raises ``CompactInputError`` for input that is not such a request."""
@@ -461,6 +465,7 @@ def answer(
         return Answer({"skip": f"compactd blocks compactions ({ENV_BLOCK} is set)"}, "skip")
     when = time.time() if now is None else now
     ctx = _Context(inp, data_dir, env, transcript)
+    ctx.answered_by = answered_by
     if cc is not None:
         assert inp.claude_code is not None
         return _with_claude_code(ctx, cc, inp.claude_code, when, started)

@@ -28,7 +28,7 @@ from compactd.agents.claude_code.services.plugin import plugin_folder
 from compactd.agents.claude_code.services.prepared import Prepared, write_prepared
 from compactd.agents.claude_code.services.rows import rows_tokens
 from compactd.agents.claude_code.services.state import default_data_dir, load_session
-from compactd.agents.claude_code.services.warm import folder_key, socket_dir
+from compactd.agents.claude_code.services.warm import ask, folder_key, socket_dir
 from compactd.cli.synthetic import make_session, to_jsonl
 from compactd.core.ledger import build_ledger
 from compactd.core.view import main_thread
@@ -687,3 +687,40 @@ def test_without_a_warm_answer_the_command_answers_by_itself(tmp_path: Path) -> 
     assert "PREPARED IN THE BACKGROUND" in out["messages"][0]["text"]
     assert _answered_by(tmp_path) == ""
     assert not dead.exists()
+
+
+def test_a_warm_server_turns_away_what_is_not_its_own(tmp_path: Path) -> None:
+    """Another folder's request, a request that is no JSON, one that never ends: each gets a
+    refusal (the command then answers by itself), and the server goes on answering."""
+    path, records = _session(tmp_path)
+    rows = rows_of(records)
+    at = next(i for i in range(len(records) - 1, 0, -1) if records[i].uuid == rows[-8]["handle"])
+    _prepare(tmp_path, records, at)
+    body = request(records, transcript=str(path), trigger="auto")
+    mcp = _start_mcp(tmp_path)
+    try:
+        _until_socket(tmp_path, mcp)
+        (sock,) = _sockets(tmp_path)
+        data = _data(tmp_path)
+        assert ask(data, "/elsewhere", body) is None  # no socket of that folder
+        for header, payload in (
+            (f"/elsewhere\0{data}\n", body),  # its socket, another folder's request
+            (f"{tmp_path}\0{data}\n", b"this is not json"),
+        ):
+            with socket.socket(socket.AF_UNIX) as conn:
+                conn.connect(str(sock))
+                conn.sendall(header.encode() + payload)
+                conn.shutdown(socket.SHUT_WR)
+                assert conn.recv(1 << 16).startswith(b"1")
+        with socket.socket(socket.AF_UNIX) as conn:  # never ends its request
+            conn.connect(str(sock))
+            conn.sendall(f"{tmp_path}\0{data}\n".encode())
+            conn.settimeout(60)
+            assert conn.recv(1 << 16).startswith(b"1")
+        reply = ask(data, str(tmp_path), body)
+        assert reply is not None and b"PREPARED IN THE BACKGROUND" in reply
+    finally:
+        assert mcp.stdin is not None
+        mcp.stdin.close()
+        mcp.wait(timeout=60)
+    assert "Traceback" not in (tmp_path / "mcp.log").read_text()

@@ -175,6 +175,8 @@ async def serve(data_dir: Path, cwd: str, env: Mapping[str, str]) -> None:
         async with stream:
             try:
                 reply = await _answer(stream, data_dir, expected, env)
+            except TimeoutError:  # a request that never ended: the command answers by itself
+                reply = b"1the request did not arrive in time"
             except Exception:  # the command answers by itself
                 log.exception("compactd: a warm answer to session.compact failed")
                 reply = b"1an error in compactd mcp"
@@ -215,9 +217,14 @@ async def _answer(stream: object, data_dir: Path, expected: bytes, env: Mapping[
         return b"1a request for another folder or data dir"
     request = data[len(expected) :]
     started = time.monotonic()
-    body = await anyio.to_thread.run_sync(
-        lambda: answer_bytes(request, data_dir, env, answered_by="compactd mcp")
-    )
+    from compactd.agents.claude_code.services.compact import CompactInputError
+
+    try:
+        body = await anyio.to_thread.run_sync(
+            lambda: answer_bytes(request, data_dir, env, answered_by="compactd mcp")
+        )
+    except CompactInputError as exc:  # the command says so itself, in its own words
+        return b"1" + str(exc).encode()
     logging.getLogger(__name__).info(
         "compactd: answered session.compact from compactd mcp in %d ms",
         (time.monotonic() - started) * 1000,

@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 
 from compactd import port
-from compactd.agents.codex.format import (
-    CODEX,
-    heredoc_patch,
-    patch_files,
-    read_files,
-)
+from compactd.agents.codex.calls import heredoc_patch, patch_files, read_files
+from compactd.agents.codex.format import CODEX
 from compactd.core.handback import hand_back, last_compaction
 from compactd.core.ledger import build_ledger
 from compactd.transcript.model import ParseReport, Record, ToolResultBlock, ToolUseBlock

@@ -45,6 +45,16 @@ from typing import Any, Final
 
 import msgspec
 
+from compactd.agents.gemini.parts import (
+    absolute,
+    parts_of,
+    response_text,
+    signature,
+    text_of,
+    text_parts,
+    usage_of,
+    whole_json,
+)
 from compactd.transcript.model import COMPACT_BOUNDARY, ParseReport, Record, record_from_dict
 
 __all__ = [
@@ -70,7 +80,6 @@ _COMPRESSED_NOTE: Final = re.compile(r"^\s*Context compressed from")
 _WORKSPACE: Final = re.compile(
     r"Workspace Directories:\**\s*\n\s*-\s*(\S[^\n]*)|working in the directory:\s*(\S[^\n]*)"
 )
-_EXIT_CODE: Final = re.compile(r"Exit Code:\s*(-?\d+)")
 # The CLI's windows (tokenLimit in 0.61.0) and its default compression threshold
 # (docs/gemini.md#compression).
 WINDOW: Final = 1_048_576
@@ -91,63 +100,6 @@ def is_snapshot(text: str) -> bool:
     return text.lstrip().startswith(SNAPSHOT_OPEN)
 
 
-def _parts(content: Any) -> list[dict[str, Any]]:
-    """A record's content as parts (a plain string is one text part)."""
-    if isinstance(content, str):
-        return [{"text": content}] if content else []
-    if isinstance(content, dict):
-        return [content]
-    if isinstance(content, list):
-        return [p if isinstance(p, dict) else {"text": str(p)} for p in content if p is not None]
-    return []
-
-
-def _texts(parts: Iterable[dict[str, Any]]) -> list[str]:
-    """The text parts the model reads (thoughts left out)."""
-    return [p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
-
-
-def _text_of(record: dict[str, Any]) -> str:
-    return "".join(_texts(_parts(record.get("content"))))
-
-
-def _absolute(path: str, folder: str | None) -> str:
-    if not folder or path.startswith("/") or not path:
-        return path
-    return f"{folder.rstrip('/')}/{path.removeprefix('./')}"
-
-
-def _response_text(response: Any) -> tuple[str, bool]:
-    """A ``functionResponse.response`` as text, and whether it says the call failed."""
-    if isinstance(response, dict):
-        if isinstance(response.get("output"), str):
-            text = response["output"]
-            code = _EXIT_CODE.search(text[-2000:])
-            return text, "error" in response or (code is not None and int(code.group(1)) != 0)
-        if isinstance(response.get("error"), str):
-            return response["error"], True
-        if isinstance(response.get("content"), list):  # an MCP tool's result
-            texts = [str(p.get("text")) for p in response["content"] if isinstance(p, dict)]
-            return "\n".join(texts), response.get("isError") is True
-    if isinstance(response, str):
-        return response, False
-    return msgspec.json.encode(response).decode() if response is not None else "", False
-
-
-def _usage(tokens: Any) -> dict[str, int] | None:
-    """A record's ``tokens`` as a usage whose total is the record's ``total``."""
-    if not isinstance(tokens, dict):
-        return None
-    n = {k: v for k, v in tokens.items() if isinstance(v, int) and v >= 0}
-    prompt, cached = n.get("input", 0), n.get("cached", 0)
-    cached = min(cached, prompt)
-    output = n.get("output", 0) + n.get("thoughts", 0)
-    fresh = prompt - cached + n.get("tool", 0)
-    if fresh + cached + output <= 0:
-        return None
-    return {"input_tokens": fresh, "cache_read_input_tokens": cached, "output_tokens": output}
-
-
 @dataclass(slots=True)
 class _Read:
     """What was taken in of one Gemini record: its records' uuids, text, calls, usage."""
@@ -157,50 +109,8 @@ class _Read:
     calls: set[str] = field(default_factory=set)
     usage: bool = False
     chunks: int = 0
-    #: what the record says, to know it again under another id (``_signature``)
+    #: what the record says, to know it again under another id (``signature``)
     signature: str = ""
-
-
-def _signature(record: dict[str, Any]) -> str:
-    """What a record says (its type, text and calls), the same whichever list holds it: a
-    compression writes the records it keeps again under new ids (docs/gemini.md#compression)."""
-    parts = _parts(record.get("content"))
-    names = [
-        f"{p['functionCall'].get('name')}:{msgspec.json.encode(p['functionCall'].get('args'))!r}"
-        for p in parts
-        if isinstance(p.get("functionCall"), dict)
-    ]
-    answers = [
-        str(p["functionResponse"].get("id"))
-        for p in parts
-        if isinstance(p.get("functionResponse"), dict)
-    ]
-    for call in record.get("toolCalls") or []:
-        if isinstance(call, dict):
-            call_sig = f"{call.get('name')}:{msgspec.json.encode(call.get('args'))!r}"
-            if call_sig not in names:
-                names.append(call_sig)
-    return "\x00".join([str(record.get("type")), "".join(_texts(parts)), *names, *answers])
-
-
-def _first_object(data: bytes) -> dict[str, Any] | None:
-    """The first line of ``data`` as a JSON object, when it is a whole one."""
-    first = data.lstrip().split(b"\n", 1)[0].strip()
-    if not first.startswith(b"{"):
-        return None
-    try:
-        obj = msgspec.json.decode(first)
-    except msgspec.DecodeError:
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _whole_json(data: bytes) -> bool:
-    """Whether ``data`` is an older chat (one JSON object holding the list) rather than lines."""
-    if not data.lstrip().startswith(b"{"):
-        return False
-    first = _first_object(data)
-    return first is None or (isinstance(first.get("messages"), list) and "$set" not in first)
 
 
 @dataclass(slots=True)
@@ -236,7 +146,7 @@ class GeminiStream:
         if self.whole_json is None:
             if not data.strip():
                 return []
-            self.whole_json = _whole_json(data)
+            self.whole_json = whole_json(data)
         if not self.whole_json:
             return self.records(data.split(b"\n"), report)
         self._pending += data
@@ -325,7 +235,7 @@ class GeminiStream:
             return self._user(obj)
         if kind == "gemini":
             return self._gemini(obj)
-        if kind == "info" and _COMPRESSED_NOTE.match(_text_of(obj)):
+        if kind == "info" and _COMPRESSED_NOTE.match(text_of(obj)):
             return self._noted_compression(obj)
         if kind in _RECORD_TYPES:
             return []  # the interactive UI's messages: the model never saw them
@@ -345,15 +255,15 @@ class GeminiStream:
 
     def _user(self, obj: dict[str, Any]) -> list[Record]:
         ident, stamp = obj["id"], obj.get("timestamp")
-        parts = _parts(obj.get("content"))
-        texts = _texts(parts)
+        parts = parts_of(obj.get("content"))
+        texts = text_parts(parts)
         out: list[Record] = []
         read = self.seen.get(ident)
         if texts and read is None:
-            read = self.seen[ident] = _Read(signature=_signature(obj))
+            read = self.seen[ident] = _Read(signature=signature(obj))
             out += self._words(obj, ident, stamp, texts, read)
         elif read is None:
-            read = self.seen[ident] = _Read(signature=_signature(obj))
+            read = self.seen[ident] = _Read(signature=signature(obj))
         for part in parts:
             response = part.get("functionResponse")
             if isinstance(response, dict):
@@ -374,7 +284,7 @@ class GeminiStream:
             message = {"role": "user", "content": joined}
             return [self._make("user", uuid, stamp, isMeta=True, message=message)]
         contexts = [m.group(0).strip() for t in texts for m in _HOOK_CONTEXT.finditer(t)]
-        shown = _texts(_parts(obj.get("displayContent")))
+        shown = text_parts(parts_of(obj.get("displayContent")))
         words = "".join(_HOOK_CONTEXT.sub("", t) for t in (shown or texts))
         out: list[Record] = []
         if words.strip():
@@ -398,7 +308,7 @@ class GeminiStream:
         if call_id in self.results:
             read.uuids.append(self.results[call_id])
             return []
-        text, error = _response_text(response.get("response"))
+        text, error = response_text(response.get("response"))
         uuid = f"gemini-result-{call_id}"
         self.results[call_id] = uuid
         read.uuids.append(uuid)
@@ -411,8 +321,8 @@ class GeminiStream:
         ident, stamp = obj["id"], obj.get("timestamp")
         if isinstance(obj.get("model"), str) and obj["model"]:
             self.model = obj["model"]
-        parts = _parts(obj.get("content"))
-        text = "".join(_texts(parts))
+        parts = parts_of(obj.get("content"))
+        text = "".join(text_parts(parts))
         calls: list[tuple[str, str, dict[str, Any], Any, Any]] = []
         listed = [c for c in obj.get("toolCalls") or [] if isinstance(c, dict)]
         for call, given in [(c, c) for c in listed] + [
@@ -428,7 +338,7 @@ class GeminiStream:
             status = given.get("status") if given is not None else None
             calls.append((cid, name, args if isinstance(args, dict) else {}, result, status))
         read = self.seen.setdefault(ident, _Read())
-        read.signature = _signature(obj)
+        read.signature = signature(obj)
         blocks: list[dict[str, Any]] = []
         if text and text != read.text:
             added = text[len(read.text) :] if read.text and text.startswith(read.text) else text
@@ -440,7 +350,7 @@ class GeminiStream:
             read.calls.add(cid)
             self.calls.add(cid)
             blocks.append({"type": "tool_use", "id": cid, "name": name, "input": self._args(args)})
-        usage = None if read.usage else _usage(obj.get("tokens"))
+        usage = None if read.usage else usage_of(obj.get("tokens"))
         out: list[Record] = []
         if blocks or usage is not None:
             uuid = f"gemini-{ident}" if read.chunks == 0 else f"gemini-{ident}.{read.chunks}"
@@ -456,7 +366,7 @@ class GeminiStream:
                 self.last_tokens = sum(usage.values())
             out.append(self._make("assistant", uuid, stamp, message=message))
         for cid, _, _, result, status in calls:
-            for part in _parts(result):
+            for part in parts_of(result):
                 response = part.get("functionResponse")
                 if isinstance(response, dict):
                     response = response if response.get("id") else {**response, "id": cid}
@@ -470,7 +380,7 @@ class GeminiStream:
             out["file_path"] = out["absolute_path"]
         for key in ("file_path", "dir_path"):
             if isinstance(out.get(key), str):
-                out[key] = _absolute(out[key], self.cwd)
+                out[key] = absolute(out[key], self.cwd)
         return out
 
     # -- compressions -------------------------------------------------------------------------
@@ -481,7 +391,7 @@ class GeminiStream:
         if (
             snapshot is None
             or snapshot.get("type") != "user"
-            or not is_snapshot(_text_of(snapshot))
+            or not is_snapshot(text_of(snapshot))
             or snapshot["id"] in self.snapshots
         ):
             out: list[Record] = []
@@ -514,17 +424,17 @@ class GeminiStream:
                 "anchorUuid": ack_uuid or summary_uuid,
                 "tailUuid": by_position[max(positions)],
             }
-        out = self._compaction(ident, stamp, _text_of(snapshot), segment)
+        out = self._compaction(ident, stamp, text_of(snapshot), segment)
         self.seen[ident] = _Read(uuids=[summary_uuid])
         if ack is not None and ack_uuid is not None:
             message: dict[str, Any] = {
                 "role": "assistant", "id": ack_uuid,
-                "content": [{"type": "text", "text": _text_of(ack) or ACKNOWLEDGEMENT}],
+                "content": [{"type": "text", "text": text_of(ack) or ACKNOWLEDGEMENT}],
             }  # fmt: skip
             if self.model:
                 message["model"] = self.model
             out.append(self._make("assistant", ack_uuid, ack.get("timestamp"), message=message))
-            self.seen[ack["id"]] = _Read(uuids=[ack_uuid], text=_text_of(ack))
+            self.seen[ack["id"]] = _Read(uuids=[ack_uuid], text=text_of(ack))
         for item in kept:  # kept records not read before (none in the CLI's own files)
             if item["id"] not in self.seen:
                 out += self._record(item, ParseReport())
@@ -558,7 +468,7 @@ class GeminiStream:
         for item in reversed(kept):
             if item["id"] in self.seen:
                 continue
-            wanted = _signature(item)
+            wanted = signature(item)
             for n in range(len(free) - 1, -1, -1):
                 if self.seen[free[n]].signature == wanted:
                     self.seen[item["id"]] = self.seen[free.pop(n)]
@@ -571,7 +481,7 @@ class GeminiStream:
         if ident in self.seen or self.compressed_since_prompt:
             return []
         self.seen[ident] = _Read(uuids=[f"gemini-{ident}"])
-        note = _text_of(obj).strip()
+        note = text_of(obj).strip()
         summary = (
             f"[Gemini CLI compressed the conversation here ({note}). This chat was written by "
             "a version before 0.39, which kept no copy of its snapshot: everything before this "
@@ -646,7 +556,7 @@ class GeminiFormat:
     def complete(self, data: bytes) -> int:
         """An older chat whole once it is one whole object (else nothing yet: it is being
         rewritten); lines up to the last newline (a last line without one is being written)."""
-        if _whole_json(data):
+        if whole_json(data):
             try:
                 msgspec.json.decode(data)
             except msgspec.DecodeError:
@@ -659,7 +569,7 @@ class GeminiFormat:
         at which the CLI compresses by default (half of it; ``model.compressionThreshold`` in
         the user's settings, which the chat does not record, may change it)."""
         model = None
-        if _whole_json(data):
+        if whole_json(data):
             try:
                 obj = msgspec.json.decode(data)
             except msgspec.DecodeError:

@@ -35,7 +35,6 @@ import fcntl
 import hashlib
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,7 +46,24 @@ import msgspec
 from compactd import port
 from compactd.core.recall_render import Found, Revision, Stored
 from compactd.core.recall_words import SOME_WORDS, SUBSTRING, Query, file_key, fold, indexed
-from compactd.services.safe_io import Deadline, NotRegularFile, open_regular
+from compactd.services.recall_damage import (
+    GARBLED_TEXT,
+    SQLITE_ERROR,
+    Damaged,
+    IndexBusy,
+    IndexUnusable,
+    RecallIndexError,
+    TranscriptUnreadable,
+    flock,
+    inode_of,
+    is_busy,
+    is_damage,
+    lock_path,
+    remove_damaged,
+    result_code,
+    unusable,
+)
+from compactd.services.safe_io import Deadline, NotRegularFile, line_from, open_regular
 
 __all__ = [
     "CHUNK_BYTES",
@@ -76,52 +92,6 @@ CHUNK_BYTES: Final = 4 * 1024 * 1024
 WARM_WAIT_S: Final = 1.0
 # SQLite's own wait for a lock outside the update (opening a WAL index after a crash).
 _OPEN_WAIT_S: Final = 2.0
-
-# SQLite's primary result codes (the low byte of an extended code).
-_SQLITE_BUSY: Final = 5
-_SQLITE_LOCKED: Final = 6
-_SQLITE_CORRUPT: Final = 11
-_SQLITE_NOTADB: Final = 26
-_SQLITE_ERROR: Final = 1
-# What Python's sqlite3 says when a stored text is not UTF-8 any more: on its way to the
-# ``casefold`` function (which never raises on text compactd wrote) or to a row.
-_GARBLED_TEXT: Final = ("user-defined function raised exception", "Could not decode to UTF-8")
-
-
-class RecallIndexError(Exception):
-    """The index could not answer; the message says why in one line."""
-
-
-class TranscriptUnreadable(RecallIndexError):
-    """The transcript cannot be read (missing, not a regular file, no permission)."""
-
-
-class IndexBusy(RecallIndexError):
-    """Another process holds the index (its write lock, or damaged files it still has open)
-    past the caller's deadline, and there is nothing indexed to answer from meanwhile."""
-
-
-class IndexUnusable(RecallIndexError):
-    """The index cannot be opened or written for a reason a rebuild does not fix (its path is a
-    folder, the disk is full or read-only)."""
-
-
-class _Damaged(Exception):
-    """The index is damaged: SQLite says so, or it holds values compactd never writes."""
-
-
-def _code(exc: sqlite3.Error) -> int | None:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    return _code(exc) in (_SQLITE_BUSY, _SQLITE_LOCKED)
-
-
-def _is_damage(exc: sqlite3.Error) -> bool:
-    return _code(exc) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
-
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value);
@@ -169,7 +139,7 @@ def _stored(row: Sequence[Any]) -> Stored:
     if len(row) < len(_ROW_TYPES) or not all(
         isinstance(value, kind) for value, kind in zip(row, _ROW_TYPES, strict=False)
     ):
-        raise _Damaged("a row holds values compactd never writes")
+        raise Damaged("a row holds values compactd never writes")
     return Stored(
         uuid=row[0],
         role=row[1],
@@ -195,22 +165,6 @@ class Coverage:
     complete: bool  # the index held every whole line of the transcript
 
 
-def _lock_path(path: Path) -> Path:
-    return path.with_name(path.name + ".lock")
-
-
-def _flock(fd: int, mode: int, deadline: Deadline | None) -> bool:
-    """Take ``mode`` on ``fd``, trying until ``deadline`` (once without one); whether it was."""
-    while True:
-        try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if deadline is None or deadline.expired:
-                return False
-            time.sleep(0.02)
-
-
 class RecallIndex:
     """The index of one transcript. Open, ``refresh``, query, ``close`` (or use ``with``).
 
@@ -229,13 +183,11 @@ class RecallIndex:
         self._odd = False  # a value compactd never writes was read (damage)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock = os.open(
-                _lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-            )
+            self._lock = os.open(lock_path(self.path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise IndexUnusable(_unusable(self.path, exc)) from None
+            raise IndexUnusable(unusable(self.path, exc)) from None
         try:
-            if not _flock(self._lock, fcntl.LOCK_SH, deadline or Deadline(_OPEN_WAIT_S)):
+            if not flock(self._lock, fcntl.LOCK_SH, deadline or Deadline(_OPEN_WAIT_S)):
                 raise IndexBusy(
                     f"the recall index {self.path} is being rebuilt by another process; "
                     "ask again in a moment"
@@ -245,11 +197,11 @@ class RecallIndex:
                     f"the recall index {self.path} is a directory, not an index file: "
                     "remove it (compactd builds the index again)"
                 )
-            self.inode = _inode(self.path)
+            self.inode = inode_of(self.path)
             self._db = sqlite3.connect(self.path, timeout=_OPEN_WAIT_S, isolation_level=None)
         except sqlite3.Error as exc:
             os.close(self._lock)
-            raise IndexUnusable(_unusable(self.path, exc)) from None
+            raise IndexUnusable(unusable(self.path, exc)) from None
         except BaseException:
             os.close(self._lock)
             raise
@@ -286,21 +238,21 @@ class RecallIndex:
         SQLite says so, or a text compactd wrote no longer reads as text (``casefold`` raised,
         or the bytes are not UTF-8 any more)."""
         return (
-            _is_damage(exc)
-            or (self._odd and _code(exc) == _SQLITE_ERROR)
-            or any(sign in str(exc) for sign in _GARBLED_TEXT)
+            is_damage(exc)
+            or (self._odd and result_code(exc) == SQLITE_ERROR)
+            or any(sign in str(exc) for sign in GARBLED_TEXT)
         )
 
     def classify(self, exc: sqlite3.Error) -> Exception:
         """What SQLite's error ``exc`` means: ``IndexBusy`` (another process holds a lock;
-        never taken for damage), ``_Damaged``, else ``IndexUnusable`` saying why."""
-        if _is_busy(exc):
+        never taken for damage), ``Damaged``, else ``IndexUnusable`` saying why."""
+        if is_busy(exc):
             return IndexBusy(
                 f"the recall index {self.path} is locked by another process; ask again in a moment"
             )
         if self.damaged(exc):
-            return _Damaged(str(exc))
-        return IndexUnusable(_unusable(self.path, exc))
+            return Damaged(str(exc))
+        return IndexUnusable(unusable(self.path, exc))
 
     # -- keeping up to date -----------------------------------------------------------------
 
@@ -380,7 +332,7 @@ class RecallIndex:
                     with self._transaction():
                         added, done = self._index_chunk(fd)
                 except sqlite3.OperationalError as exc:
-                    if not _is_busy(exc):
+                    if not is_busy(exc):
                         raise
                     self.busy = True
                     return read
@@ -412,7 +364,7 @@ class RecallIndex:
             end = len(port.complete(data))
         elif end == 0 and len(data) == CHUNK_BYTES:
             # One line longer than a chunk: read on to its end.
-            data = _line_from(fd, offset, st.st_size)
+            data = line_from(fd, offset, st.st_size, CHUNK_BYTES)
             end = data.rfind(b"\n") + 1
         # Whole lines only (or a compressed file whole), read as compactd's own lines
         # (docs/agents.md#reading).
@@ -523,7 +475,7 @@ class RecallIndex:
                 (stage, limit),
             ).fetchall()
         except sqlite3.OperationalError as exc:
-            if self.damaged(exc) or _code(exc) != _SQLITE_ERROR:
+            if self.damaged(exc) or result_code(exc) != SQLITE_ERROR:
                 raise
             return SearchOutcome([], 0)  # an expression FTS5 rejects: the next stage answers
         return self._finish(rows, name, count)
@@ -553,7 +505,7 @@ class RecallIndex:
             (entry_id,),
         ).fetchone()
         if found is None:
-            raise _Damaged(f"entry {entry_id} found by a search is not in the table")
+            raise Damaged(f"entry {entry_id} found by a search is not in the table")
         about = found[0]
         names = [
             r[0]
@@ -579,58 +531,6 @@ class RecallIndex:
                 yield Revision(_stored(after), "the person's next message corrects it")
 
 
-def _line_from(fd: int, offset: int, size: int) -> bytes:
-    """The bytes from ``offset`` to the end of the line there (or of the file)."""
-    parts: list[bytes] = []
-    pos = offset
-    while pos < size:
-        part = os.pread(fd, CHUNK_BYTES, pos)
-        if not part:
-            break
-        parts.append(part)
-        pos += len(part)
-        if b"\n" in part:
-            break
-    return b"".join(parts)
-
-
-def _inode(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
-def _unusable(path: Path, exc: BaseException) -> str:
-    """Why the index at ``path`` cannot be used, in words a person can act on."""
-    if isinstance(exc, OSError):
-        reason = exc.strerror or str(exc)
-        where = exc.filename or path
-        return f"the recall index {path} cannot be used: {where}: {reason}"
-    return f"the recall index {path} cannot be used: {exc}"
-
-
-def _remove_damaged(path: Path, inode: int | None, deadline: Deadline) -> None:
-    """Remove the damaged index at ``path`` (and its WAL files) once no process has it open.
-
-    Waits for the exclusive lock until ``deadline`` (``IndexBusy`` past it). A file that is no
-    longer the one found damaged (``inode``: another process rebuilt it meanwhile) stays.
-    """
-    fd = os.open(_lock_path(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        if not _flock(fd, fcntl.LOCK_EX, deadline):
-            raise IndexBusy(
-                f"the recall index {path} is damaged and another process still has it open; "
-                "it is built again once that process lets go: ask again in a moment"
-            )
-        if _inode(path) != inode:
-            return
-        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-            stale.unlink(missing_ok=True)
-    finally:
-        os.close(fd)  # releases the lock
-
-
 T = TypeVar("T")
 
 
@@ -653,7 +553,7 @@ def use_index(
     """
     path = index_path(data_dir, transcript)
     for attempt in (1, 2):
-        inode = _inode(path)
+        inode = inode_of(path)
         try:
             with RecallIndex(data_dir, transcript, deadline=deadline) as index:
                 inode = index.inode
@@ -670,12 +570,12 @@ def use_index(
                 except sqlite3.Error as exc:
                     raise index.classify(exc) from exc
                 busy, complete = index.busy, index.caught_up
-        except _Damaged as exc:
+        except Damaged as exc:
             if attempt == 2:
                 raise IndexUnusable(
                     f"the recall index {path} is damaged ({exc}) and building it again did not help"
                 ) from None
-            _remove_damaged(path, inode, deadline)
+            remove_damaged(path, inode, deadline)
             continue
         return result, Coverage(indexed, max(_size(transcript), indexed), busy, complete)
     raise AssertionError("unreachable")

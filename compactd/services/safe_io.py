@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 __all__ = [
+    "line_from",
     "Deadline",
     "InputError",
     "NotRegularFile",
@@ -218,3 +219,19 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def line_from(fd: int, offset: int, size: int, chunk: int) -> bytes:
+    """The bytes of file ``fd`` from ``offset`` to the end of the line there, or of the file at
+    ``size``, read ``chunk`` bytes at a time (with ``os.pread``: no file position moves)."""
+    parts: list[bytes] = []
+    pos = offset
+    while pos < size:
+        part = os.pread(fd, chunk, pos)
+        if not part:
+            break
+        parts.append(part)
+        pos += len(part)
+        if b"\n" in part:
+            break
+    return b"".join(parts)

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from compactd.engine.background.apply import apply_idle, carry_out, run_full
 from compactd.engine.background.feature import (
-    BackgroundCompaction,
     BackgroundPreparation,
     Job,
     preparation_of,
 )
+from compactd.engine.background.service import BackgroundCompaction
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -41,11 +41,11 @@ from compactd.engine.summary_request import catch_up_request, sum_usage
 from compactd.engine.summary_source import PreparedSummary, check_prepared
 
 if TYPE_CHECKING:
-    from compactd.engine.runtime import Runtime
+    from compactd.engine.background.service import BackgroundCompaction
     from compactd.engine.session import Session
     from compactd.transcript.model import Record
 
-__all__ = ["BackgroundCompaction", "BackgroundPreparation", "Job", "preparation_of"]
+__all__ = ["BackgroundPreparation", "Job", "preparation_of"]
 
 log = logging.getLogger(__name__)
 
@@ -53,53 +53,6 @@ log = logging.getLogger(__name__)
 # turns, so that a burst (a tool call and its result a moment apart) is not taken for the
 # trend; a compaction restarts them (docs/background.md#preparation).
 GROWTH_SAMPLES = 64
-
-
-# What the apply step does with a summary prepared while the session was idle
-# (``engine/background/apply.py``, given by the wiring).
-ApplyIdle = Callable[["Session", "BackgroundPreparation", "Job"], Awaitable[None]]
-
-
-class BackgroundCompaction:
-    """``initializationOptions.backgroundCompaction`` and what every session's preparation
-    shares: the runtime and the summarizer's last measured duration."""
-
-    def __init__(self, runtime: Runtime, apply_idle: ApplyIdle | None = None) -> None:
-        self.runtime = runtime
-        self.apply_idle = apply_idle
-        opts = runtime.options.background_compaction or p.BackgroundCompactionOptions()
-        self.enabled = opts.enabled is not False
-        self.start_at = opts.start_at or bg.DEFAULT_START_AT
-        self.idle_s = (opts.idle_minutes or bg.DEFAULT_IDLE_MINUTES) * 60
-        self.apply_when_idle = bool(opts.apply_when_idle)
-        self.refresh = opts.refresh is not False
-        # Seconds the summarizer's API took for the last preparation: the growth rule.
-        self.last_duration_s: float | None = None
-        # Whether followed sessions prepare too: a followed transcript's agent compacts it
-        # itself, unless it takes compactd's summary (the Claude Code plugin's process sets
-        # this: docs/claude-code.md#prepared-in-the-background).
-        self.followed = False
-        self.warmed = False
-        if self.enabled:
-            runtime.features.register(BackgroundPreparation, self._state_of)
-
-    def warm(self) -> None:
-        """Load the summarizer's SDK in the background once a session opens: the first
-        preparation should take the model's time, not an import's (seconds on a busy machine)."""
-        runtime = self.runtime
-        if self.warmed or runtime.task_group is None or runtime.summarizer.offline:
-            return
-        self.warmed = True
-        runtime.task_group.start_soon(self._warm)
-
-    async def _warm(self) -> None:
-        try:
-            await self.runtime.summarizer.warm()
-        except Exception:  # the first summary loads it again, and says why it cannot
-            log.warning("loading the summarizer's SDK failed", exc_info=True)
-
-    def _state_of(self, session: Session) -> BackgroundPreparation:
-        return BackgroundPreparation(service=self)
 
 
 def preparation_of(session: Session) -> BackgroundPreparation | None:

@@ -630,12 +630,17 @@ def _answered_by(tmp: Path) -> str:
     return kept.answered_by
 
 
-def test_a_warm_compactd_mcp_answers_the_plugins_call(tmp_path: Path) -> None:
-    path, records = _session(tmp_path)
+def _prepared_call(tmp: Path) -> bytes:
+    """The plugin's call for a session whose summary was prepared up to its last eight rows."""
+    path, records = _session(tmp)
     rows = rows_of(records)
     at = next(i for i in range(len(records) - 1, 0, -1) if records[i].uuid == rows[-8]["handle"])
-    _prepare(tmp_path, records, at)
-    body = request(records, transcript=str(path), trigger="auto")
+    _prepare(tmp, records, at)
+    return request(records, transcript=str(path), trigger="auto")
+
+
+def test_a_warm_compactd_mcp_answers_the_plugins_call(tmp_path: Path) -> None:
+    body = _prepared_call(tmp_path)
     mcp = _start_mcp(tmp_path)
     try:
         _until_socket(tmp_path, mcp)
@@ -659,11 +664,7 @@ def test_a_warm_compactd_mcp_answers_the_plugins_call(tmp_path: Path) -> None:
 def test_without_a_warm_answer_the_command_answers_by_itself(tmp_path: Path) -> None:
     """A socket left by a process that died, one whose server never answers, and one of
     another folder: the command answers by itself each time, and removes the dead one."""
-    path, records = _session(tmp_path)
-    rows = rows_of(records)
-    at = next(i for i in range(len(records) - 1, 0, -1) if records[i].uuid == rows[-8]["handle"])
-    _prepare(tmp_path, records, at)
-    body = request(records, transcript=str(path), trigger="auto")
+    body = _prepared_call(tmp_path)
     folder = socket_dir()
     key = folder_key(_data(tmp_path), str(tmp_path))
     dead = folder / f"{key}-{os.getpid()}1.sock"
@@ -692,11 +693,7 @@ def test_without_a_warm_answer_the_command_answers_by_itself(tmp_path: Path) -> 
 def test_a_warm_server_turns_away_what_is_not_its_own(tmp_path: Path) -> None:
     """Another folder's request, a request that is no JSON, one that never ends: each gets a
     refusal (the command then answers by itself), and the server goes on answering."""
-    path, records = _session(tmp_path)
-    rows = rows_of(records)
-    at = next(i for i in range(len(records) - 1, 0, -1) if records[i].uuid == rows[-8]["handle"])
-    _prepare(tmp_path, records, at)
-    body = request(records, transcript=str(path), trigger="auto")
+    body = _prepared_call(tmp_path)
     mcp = _start_mcp(tmp_path)
     try:
         _until_socket(tmp_path, mcp)

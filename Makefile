@@ -98,9 +98,9 @@ CODEX_VERSION := 0.171.0
 GEMINI_CLI_VERSION := 0.61.0
 
 EDITOR_TESTS ?= tests/editors
-# Two tests at a time: they mostly wait on the programs they drive, so two fit on CI's two
-# cores, and the tests give those programs minutes, not seconds. The VS Code tests share one
-# editor and go in order, on one worker (their xdist_group).
+# Two test files at a time, each on a worker of its own (a file's tests share its editor or
+# emulator): they mostly wait on the programs they drive, so two fit on CI's two cores, and the
+# tests give those programs minutes, not seconds.
 EDITOR_WORKERS ?= 2
 
 test-editors: $(STAMP)
@@ -111,7 +111,7 @@ test-editors: $(STAMP)
 	CLAUDE_CODE=$(EDITORS_CACHE)/claude-code-$(CLAUDE_CODE_VERSION)/node_modules/.bin/claude \
 	CODEX=$(EDITORS_CACHE)/codex-$(CODEX_VERSION)/node_modules/.bin/codex \
 	GEMINI_CLI=$(EDITORS_CACHE)/gemini-cli-$(GEMINI_CLI_VERSION)/node_modules/.bin/gemini \
-		$(BIN)/python -m pytest -q -rs -n $(EDITOR_WORKERS) --dist loadgroup $(EDITOR_TESTS)
+		$(BIN)/python -m pytest -q -rs -n $(EDITOR_WORKERS) --dist loadfile $(EDITOR_TESTS)
 
 # The real-editor tests again, this time copying the shots the VS Code extension's README shows
 # into clients/vscode/media/ (a plain `make test-editors` leaves the checkout as it was).

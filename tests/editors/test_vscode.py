@@ -70,9 +70,7 @@ CHROMIUM_FLAGS = [
 #: How long a step may wait for what the user should see (the first start includes the daemon's).
 STEP_TIMEOUT_MS = 30_000
 
-# One editor for the module's tests, in order (each goes on from what the one before left): they
-# stay together on one worker when the real-client tests run in parallel (make test-editors).
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("vscode")]
+pytestmark = pytest.mark.timeout(300)
 
 
 def code_server_path() -> str:

@@ -179,12 +179,10 @@ def test_claude_codes_compaction_unchanged_when_it_left_nothing_out(tmp_path: Pa
 def test_offline_answers_with_compactds_own_compaction(tmp_path: Path) -> None:
     path, records = _session(tmp_path)
     rows = rows_of(records)
-    started = time.monotonic()
     answer = _answer(
         _run(tmp_path, "session-compact", stdin=request(records, transcript=str(path), trigger="auto"),
              COMPACTD_SUMMARIZER="offline")
     )  # fmt: skip
-    assert time.monotonic() - started < 120
     out = answer["messages"]
     _no_handles(out)
     summary = out[0]["text"]

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
+import compactd.agents.claude_code.format as cc
 from compactd import protocol as p
-from compactd.agents.claude_code import format as cc
 from compactd.core.ledger import build_ledger, check_summary, complete_summary
 from compactd.core.partial import PartialPlan
 from compactd.core.prompts import resume_message

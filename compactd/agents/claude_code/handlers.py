@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import compactd.agents.claude_code.engine as engine
 from compactd import protocol as p
-from compactd.agents.claude_code import engine
 from compactd.handlers.base import Context, Handler
 
 if TYPE_CHECKING:

@@ -37,4 +37,9 @@ __all__ = [
 def setup(runtime: Runtime) -> BackgroundCompaction:
     """``initializationOptions.backgroundCompaction`` for ``runtime``, its feature registered
     when enabled and its idle application wired to the apply step."""
-    return BackgroundCompaction(runtime, apply_idle)
+    service = BackgroundCompaction(runtime, apply_idle)
+    if service.enabled:
+        runtime.features.register(
+            BackgroundPreparation, lambda session: BackgroundPreparation(service=service)
+        )
+    return service

@@ -1,6 +1,6 @@
 """What every session's background preparation shares (docs/background.md): the options of
 ``initializationOptions.backgroundCompaction``, the runtime, the summarizer's last measured
-duration, and the registration of the per-session feature (``feature.py``)."""
+duration (the per-session feature, ``feature.py``, is registered by ``setup``)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,19 @@ from typing import TYPE_CHECKING
 
 from compactd import protocol as p
 from compactd.core import background as bg
-from compactd.engine.background.feature import BackgroundPreparation
-from compactd.engine.background.job import Job
 
 if TYPE_CHECKING:
     from compactd.engine.runtime import Runtime
-    from compactd.engine.session import Session
 
 __all__ = ["ApplyIdle", "BackgroundCompaction"]
 
 log = logging.getLogger(__name__)
 
 
-# What the apply step does with a summary prepared while the session was idle
-# (``engine/background/apply.py``, given by the wiring).
-ApplyIdle = Callable[["Session", "BackgroundPreparation", "Job"], Awaitable[None]]
+# What the apply step does with a summary prepared while the session was idle: ``apply_idle``
+# of ``engine/background/apply.py`` (session, preparation, job), given by the wiring
+# (``engine/background/__init__.setup``, which registers the per-session feature too).
+ApplyIdle = Callable[..., Awaitable[None]]
 
 
 class BackgroundCompaction:
@@ -47,8 +45,6 @@ class BackgroundCompaction:
         # this: docs/claude-code.md#prepared-in-the-background).
         self.followed = False
         self.warmed = False
-        if self.enabled:
-            runtime.features.register(BackgroundPreparation, self._state_of)
 
     def warm(self) -> None:
         """Load the summarizer's SDK in the background once a session opens: the first
@@ -64,6 +60,3 @@ class BackgroundCompaction:
             await self.runtime.summarizer.warm()
         except Exception:  # the first summary loads it again, and says why it cannot
             log.warning("loading the summarizer's SDK failed", exc_info=True)
-
-    def _state_of(self, session: Session) -> BackgroundPreparation:
-        return BackgroundPreparation(service=self)

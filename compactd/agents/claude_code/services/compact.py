@@ -48,7 +48,6 @@ from compactd.agents.claude_code.services.rows import (
     text_row,
     turn_start,
 )
-from compactd.agents.claude_code.services.warm import MAX_INPUT_BYTES
 from compactd.core import constants as c
 from compactd.core.handback import (
     Compaction,
@@ -65,7 +64,6 @@ from compactd.services.agent_tail import Tail, TailError, read_tail
 from compactd.transcript.model import Record
 
 __all__ = [
-    "MAX_INPUT_BYTES",
     "SUMMARY_TOKENS",
     "TAIL_SHARE",
     "Answer",

@@ -54,7 +54,7 @@ class ClaudeCode:
             from compactd.agents.claude_code.services.warm import plugin_call
             from compactd.port import project_dir
 
-            request, reply = plugin_call(os.environ, project_dir(os.environ) or os.getcwd())
+            request, reply = plugin_call(project_dir(os.environ) or os.getcwd())
             if reply is not None:
                 sys.stdout.buffer.write(reply)
                 sys.stdout.flush()

@@ -112,7 +112,7 @@ def ask(data_dir: Path, cwd: str, request: bytes, timeout_s: float = ASK_TIMEOUT
     return None
 
 
-def plugin_call(environ: Mapping[str, str], cwd: str) -> tuple[bytes, bytes | None]:
+def plugin_call(cwd: str) -> tuple[bytes, bytes | None]:
     """The plugin's call, read from stdin, and the answer a warm ``compactd mcp`` of ``cwd``
     gives it (None: the command answers by itself, with the request read here)."""
     import sys

@@ -19,6 +19,7 @@ import msgspec
 
 __all__ = [
     "ENV_NO_WARNING",
+    "HOOK_DEADLINE_S",
     "MAX_EVENT_BYTES",
     "ERR_CHARS",
     "err",
@@ -36,6 +37,12 @@ __all__ = [
 # The most a hook reads from stdin: the agents' events are small (Claude Code's PostCompact
 # holds a summary); anything larger is not an event.
 MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
+# Every agent's hook's own deadline, from the process's start (compactd's choice: a third of
+# the 60 s timeout each install gives the agent for it; generous beside the tenth of a second a
+# hook usually takes, so that a busy machine does not cut it: the hand-back of a 32 MB tail
+# takes some 9 s on a shared 2-core machine). Reading standard input gets half of it
+# (docs/safe-io.md#deadlines).
+HOOK_DEADLINE_S: Final = 20.0
 # The most one line on stderr carries (a path or a message quoted in it is cut).
 ERR_CHARS: Final = 1_000
 # Set to 1 to switch the threshold warning off (every agent's hook reads it).

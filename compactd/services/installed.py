@@ -11,6 +11,7 @@ names (a dotfiles checkout stays linked).
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import secrets
@@ -21,6 +22,7 @@ import msgspec
 
 __all__ = [
     "Installed",
+    "add_install_commands",
     "left_as_written",
     "only",
     "record_path",
@@ -140,3 +142,25 @@ def undo(
             except OSError:  # something appeared in it meanwhile: it stays
                 pass
     return writes, changes
+
+
+def add_install_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    *,
+    files: str,
+    scope_help: str,
+    warning_help: str,
+) -> None:
+    """``install`` and ``uninstall`` with the flags every agent's have: ``--scope`` (user or
+    project, ``scope_help`` saying where each goes), ``--dry-run``, ``--project``,
+    ``--data-dir``, and for install ``--no-threshold-warning``. ``files``: what they edit."""
+    for name, what in (("install", "put compactd into"), ("uninstall", "take compactd out of")):
+        cmd = sub.add_parser(name, help=f"{what} {files}")
+        cmd.add_argument("--scope", choices=("user", "project"), default="user", help=scope_help)
+        cmd.add_argument(
+            "--dry-run", action="store_true", help="say what would change, change nothing"
+        )
+        cmd.add_argument("--project", default=".", help="the project folder (default: here)")
+        cmd.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
+        if name == "install":
+            cmd.add_argument("--no-threshold-warning", action="store_true", help=warning_help)

@@ -29,12 +29,10 @@ _STARTED: Final = time.monotonic()
 # The most the status line reads from stdin (its input is a few KB; a hook's is
 # hook_events.MAX_EVENT_BYTES).
 MAX_STATUS_BYTES: Final = 1024 * 1024
-# A hook's and the status line's own deadlines, from the process's start (compactd's choice:
-# a third of the timeout install gives Claude Code for them, HOOK_TIMEOUT_S and
-# STATUS_TIMEOUT_S in services/settings.py; generous beside the tenth of a second they
-# usually take, so that a busy machine does not cut them: the hand-back of a 32 MB tail takes
-# some 9 s on a shared 2-core machine). Reading standard input gets half of it.
-HOOK_DEADLINE_S: Final = 20.0
+# The hook's deadline is every agent's (hook_events.HOOK_DEADLINE_S); the status line's, from
+# the process's start, is a third of the timeout install gives Claude Code for it
+# (STATUS_TIMEOUT_S in services/settings.py, docs/safe-io.md#deadlines).
+HOOK_DEADLINE_S: Final = hook_events.HOOK_DEADLINE_S
 STATUS_DEADLINE_S: Final = 5.0
 
 
@@ -128,9 +126,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _data_dir(arg: str | None) -> Path:
-    from compactd.agents.claude_code.services.state import default_data_dir
+    from compactd.services.data_dir import data_dir_of
 
-    return Path(arg) if arg else default_data_dir()
+    return data_dir_of(arg)
 
 
 def _stdin(deadline_s: float, limit: int = hook_events.MAX_EVENT_BYTES) -> bytes:

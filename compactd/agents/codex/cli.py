@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Final
 
 from compactd.services import hook_events
+from compactd.services.installed import add_install_commands
 
 __all__ = ["HOOK_DEADLINE_S", "main"]
 
 # When this process started (near enough: this module is the first of compactd's it imports).
 _STARTED: Final = time.monotonic()
-# The hook's own deadline from the process's start, a third of the timeout install gives Codex
-# for it (services/install.py), as for Claude Code's hooks (docs/safe-io.md).
-HOOK_DEADLINE_S: Final = 20.0
+HOOK_DEADLINE_S: Final = hook_events.HOOK_DEADLINE_S  # every agent's (docs/safe-io.md#deadlines)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,32 +34,19 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="action", required=True)
     hook = sub.add_parser("hook", help="answer a Codex hook event (JSON on stdin)")
     hook.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
-    for name, what in (("install", "put compactd into"), ("uninstall", "take compactd out of")):
-        cmd = sub.add_parser(name, help=f"{what} Codex's config.toml and hooks.json")
-        cmd.add_argument(
-            "--scope",
-            choices=("user", "project"),
-            default="user",
-            help="user: $CODEX_HOME (~/.codex); project: the project's .codex/ (default: user)",
-        )
-        cmd.add_argument(
-            "--dry-run", action="store_true", help="say what would change, change nothing"
-        )
-        cmd.add_argument("--project", default=".", help="the project folder (default: here)")
-        cmd.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
-        if name == "install":
-            cmd.add_argument(
-                "--no-threshold-warning",
-                action="store_true",
-                help="no warning to the model before Codex's automatic compaction",
-            )
+    add_install_commands(
+        sub,
+        files="Codex's config.toml and hooks.json",
+        scope_help="user: $CODEX_HOME (~/.codex); project: the project's .codex/ (default: user)",
+        warning_help="no warning to the model before Codex's automatic compaction",
+    )
     return parser
 
 
 def _data_dir(arg: str | None) -> Path:
-    from compactd.services.hook_state import default_data_dir
+    from compactd.services.data_dir import data_dir_of
 
-    return Path(arg) if arg else default_data_dir()
+    return data_dir_of(arg)
 
 
 _out, _err = hook_events.out, hook_events.err

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Final
 
 from compactd.services import hook_events
+from compactd.services.installed import add_install_commands
 
 __all__ = ["HOOK_DEADLINE_S", "main"]
 
 # When this process started (near enough: this module is the first of compactd's it imports).
 _STARTED: Final = time.monotonic()
-# The hook's own deadline from the process's start, a third of the timeout install gives Gemini
-# CLI for it (services/install.py), as for the other agents' hooks (docs/safe-io.md).
-HOOK_DEADLINE_S: Final = 20.0
+HOOK_DEADLINE_S: Final = hook_events.HOOK_DEADLINE_S  # every agent's (docs/safe-io.md#deadlines)
 # What a request that follows a compression holds, and the event that carries requests.
 _SNAPSHOT: Final = b"<state_snapshot>"
 _MODEL_EVENT: Final = b"BeforeModel"
@@ -44,33 +43,20 @@ def _parser() -> argparse.ArgumentParser:
     hook.add_argument(
         "--no-threshold-warning", action="store_true", help="no warning before a compression"
     )
-    for name, what in (("install", "put compactd into"), ("uninstall", "take compactd out of")):
-        cmd = sub.add_parser(name, help=f"{what} Gemini CLI's settings.json")
-        cmd.add_argument(
-            "--scope",
-            choices=("user", "project"),
-            default="user",
-            help="user: ~/.gemini/settings.json; project: the project's .gemini/settings.json "
-            "(default: user)",
-        )
-        cmd.add_argument(
-            "--dry-run", action="store_true", help="say what would change, change nothing"
-        )
-        cmd.add_argument("--project", default=".", help="the project folder (default: here)")
-        cmd.add_argument("--data-dir", help="compactd's data dir (default: the user data dir)")
-        if name == "install":
-            cmd.add_argument(
-                "--no-threshold-warning",
-                action="store_true",
-                help="no warning to the model before Gemini CLI's compression",
-            )
+    add_install_commands(
+        sub,
+        files="Gemini CLI's settings.json",
+        scope_help="user: ~/.gemini/settings.json; project: the project's .gemini/settings.json "
+        "(default: user)",
+        warning_help="no warning to the model before Gemini CLI's compression",
+    )
     return parser
 
 
 def _data_dir(arg: str | None) -> Path:
-    from compactd.services.hook_state import default_data_dir
+    from compactd.services.data_dir import data_dir_of
 
-    return Path(arg).absolute() if arg else default_data_dir()
+    return data_dir_of(arg)
 
 
 def _hook(args: argparse.Namespace) -> tuple[str, int]:

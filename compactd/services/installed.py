@@ -21,8 +21,10 @@ from pathlib import Path
 import msgspec
 
 __all__ = [
+    "InstallError",
     "Installed",
     "add_install_commands",
+    "read_existing",
     "left_as_written",
     "only",
     "record_path",
@@ -30,6 +32,23 @@ __all__ = [
     "undo",
     "write_file",
 ]
+
+
+class InstallError(Exception):
+    """An agent's install or uninstall changed nothing; the message says why."""
+
+
+def read_existing(path: Path) -> bytes | None:
+    """The bytes of an agent's file an install edits; None when there is none yet. A folder in
+    its place, or a file that cannot be read, is refused by name (``InstallError``)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise InstallError(f"{path} is a directory; nothing was changed") from None
+    except OSError as exc:
+        raise InstallError(f"{path} cannot be read ({exc.strerror}); nothing was changed") from None
 
 
 class Installed(msgspec.Struct, kw_only=True):

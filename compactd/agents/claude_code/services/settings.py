@@ -26,6 +26,7 @@ from typing import Any, Final, Literal
 
 from compactd.agents.claude_code.services.state import claude_config_dir
 from compactd.services import installed
+from compactd.services.installed import InstallError
 from compactd.services.safe_io import read_regular
 
 __all__ = ["InstallError", "Plan", "Scope", "install", "uninstall"]
@@ -52,10 +53,6 @@ _STATUS_TAIL: Final = "claude-code statusline"
 # The largest settings file read (Claude Code's ~/.claude.json keeps every project's history
 # and grows to megabytes; a FIFO or a device there is refused, never waited on).
 _MAX_SETTINGS_BYTES: Final = 256 * 1024 * 1024
-
-
-class InstallError(Exception):
-    """Nothing was changed; the message says why."""
 
 
 def compactd_command(program: str) -> list[str]:

@@ -39,6 +39,7 @@ from tomlkit.toml_document import TOMLDocument
 
 from compactd.agents.codex.services.sessions import codex_home
 from compactd.services import installed
+from compactd.services.installed import InstallError, read_existing
 
 __all__ = [
     "HOOK_EVENTS",
@@ -69,10 +70,6 @@ MCP_STARTUP_S: Final = 30
 # What compactd's hook command ends with: how its entries are found again.
 _HOOK_TAIL: Final = "compactd codex hook"
 _DEFAULT_TIMEOUT: Final = 600
-
-
-class InstallError(Exception):
-    """Nothing was changed; the message says why."""
 
 
 def trusted_hash(event: str, matcher: str | None, handler: dict[str, Any]) -> str:
@@ -127,17 +124,6 @@ def mcp_server(scope: Scope, python: str, data_dir_arg: str | None) -> dict[str,
 
 
 # -- reading the files -----------------------------------------------------------------------------
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise InstallError(f"{path} is a directory; nothing was changed") from None
-    except OSError as exc:
-        raise InstallError(f"{path} cannot be read ({exc.strerror}); nothing was changed") from None
 
 
 def _toml(path: Path, raw: bytes | None) -> TOMLDocument:
@@ -216,7 +202,7 @@ def plan_install(
     """What ``install`` writes, and each file's bytes before (None: it did not exist)."""
     files = scope_files(scope, project)
     paths = list(dict.fromkeys((files.hooks, files.config, files.trust)))
-    before = {p: _read(p) for p in paths}
+    before = {p: read_existing(p) for p in paths}
     hooks = _json(files.hooks, before[files.hooks])
     tomls = {p: _toml(p, before[p]) for p in paths if p != files.hooks}
     changes: list[str] = []
@@ -353,7 +339,7 @@ def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = Fa
     A trust entry is taken out only for hooks.json handlers that are compactd's own."""
     files = scope_files(scope, project)
     paths = list(dict.fromkeys((files.hooks, files.config, files.trust)))
-    raws = {p: _read(p) for p in paths}
+    raws = {p: read_existing(p) for p in paths}
     # Parsed first: nothing is written when one file cannot be read.
     hooks = _json(files.hooks, raws[files.hooks])
     ours = _our_keys(files, hooks)

@@ -37,6 +37,7 @@ from typing import Any, Final, Literal
 from compactd.agents.gemini.services.sessions import AGENT_DIR, gemini_dir
 from compactd.agents.gemini.services.settings import without_comments
 from compactd.services import installed
+from compactd.services.installed import InstallError, read_existing
 
 __all__ = ["HOOK_EVENTS", "InstallError", "Plan", "Scope", "install", "settings_path", "uninstall"]
 
@@ -52,10 +53,6 @@ HOOK_TIMEOUT_MS: Final = 60_000
 _HOOK_SETTINGS: Final = frozenset({"enabled", "disabled", "notifications"})
 _HOOK_TAIL: Final = "gemini hook"
 NO_WARNING: Final = "--no-threshold-warning"
-
-
-class InstallError(Exception):
-    """Nothing was changed; the message says why."""
 
 
 def settings_path(scope: Scope, project: Path) -> Path:
@@ -105,17 +102,6 @@ def _our_server(server: Any) -> bool:
 
 
 # -- reading the file ------------------------------------------------------------------------------
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise InstallError(f"{path} is a directory; nothing was changed") from None
-    except OSError as exc:
-        raise InstallError(f"{path} cannot be read ({exc.strerror}); nothing was changed") from None
 
 
 def _settings(path: Path, raw: bytes | None) -> dict[str, Any]:
@@ -193,7 +179,7 @@ def plan_install(
 ) -> tuple[Plan, bytes | None]:
     """What ``install`` writes, and the file's bytes before (None: it did not exist)."""
     path = settings_path(scope, project)
-    before = _read(path)
+    before = read_existing(path)
     data = _settings(path, before)
     changes: list[str] = []
     hooks = data.setdefault("hooks", {})
@@ -299,7 +285,7 @@ def _strip(data: dict[str, Any]) -> None:
 def uninstall(scope: Scope, project: Path, data_dir: Path, *, dry_run: bool = False) -> Plan:
     """Take out what ``install`` put in (see the module docstring)."""
     path = settings_path(scope, project)
-    raw = _read(path)
+    raw = read_existing(path)
     data = _settings(path, raw)  # parsed first: nothing is written when it cannot be read
 
     def strip(_: Path, now: bytes) -> bytes | None:

@@ -331,11 +331,13 @@ class App(Runtime):
                 data = port.complete(data)
             # The agent's lines as compactd's own (docs/agents.md#reading); ``data`` stays the
             # file's bytes: a follower goes on from where they end.
-            lines = port.transcript(data, unread)
+            fmt = port.detect(data)  # told once: it reads the file's first lines
+            # compactd's own lines as they are (the store marks a hook's summary as it reads).
+            lines = data if fmt.native else fmt.transcript(data, unread)
             if model is None:
-                model = port.recorded_model(lines)
+                model = port.latest_model(lines)
             # An agent whose model names say no window records it (a Codex rollout).
-            recorded = port.recorded_limits(data)
+            recorded = port.recorded_limits(data, fmt)
             if recorded is not None:
                 if params.model is None and recorded.model and model is None:
                     model = recorded.model

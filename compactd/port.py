@@ -47,6 +47,7 @@ __all__ = [
     "complete",
     "current_session",
     "detect",
+    "latest_model",
     "mcp_companions",
     "format_of",
     "formats",
@@ -71,8 +72,10 @@ __all__ = [
 # package and its name here (docs/agents.md#adding-an-agent).
 INSTALLED: Final = ("claude_code", "codex", "gemini")
 
-# How much of a file's start a format is told from (a few complete lines of any agent's).
+# How much of a file's start a format is told from (a few complete lines of any agent's): at
+# most its first lines, within the first bytes.
 _HEAD_BYTES: Final = 64 * 1024
+_HEAD_LINES: Final = 8
 
 
 class RecordStream(Protocol):
@@ -118,7 +121,8 @@ class AgentFormat(Protocol):
         ...
 
     def claims(self, head: bytes) -> bool:
-        """Whether a file that starts with ``head`` is in this format."""
+        """Whether a file that starts with ``head`` is in this format (``head``: its first
+        lines, eight at most, within its first 64 KB)."""
         ...
 
     def records(self, lines: Iterable[bytes], report: ParseReport | None = None) -> list[Record]:
@@ -307,11 +311,23 @@ def detect(data: bytes) -> AgentFormat:
     """The format of a session file, from its content (see the module docstring)."""
     others = [f for f in formats() if not f.native]
     if others:
-        head = data[:_HEAD_BYTES]
+        head = data[: _head_end(data)]
         for fmt in others:
             if fmt.claims(head):
                 return fmt
     return _native()
+
+
+def _head_end(data: bytes) -> int:
+    """Where the head a format is told from ends: after the ``_HEAD_LINES``-th line, or at
+    ``_HEAD_BYTES`` (a copy of the head is all that is made of a large file)."""
+    end = 0
+    for _ in range(_HEAD_LINES):
+        found = data.find(b"\n", end, _HEAD_BYTES)
+        if found < 0:
+            return _HEAD_BYTES
+        end = found + 1
+    return end
 
 
 def transcript(data: bytes, report: ParseReport | None = None) -> bytes:
@@ -371,18 +387,24 @@ def read_lines(lines: Sequence[bytes], report: ParseReport | None = None) -> lis
     return detect(b"\n".join(lines[:64])).records(lines, report)
 
 
-def recorded_limits(data: bytes) -> RecordedLimits | None:
-    """The model, window and compaction size a session file records (``AgentFormat``)."""
-    found = detect(data).recorded_limits(data)
+def recorded_limits(data: bytes, fmt: AgentFormat | None = None) -> RecordedLimits | None:
+    """The model, window and compaction size a session file records (``AgentFormat``);
+    ``fmt``: its format, when already told."""
+    found = (fmt or detect(data)).recorded_limits(data)
     return RecordedLimits(*found) if found is not None else None
 
 
 def recorded_model(data: bytes) -> str | None:
     """The model a session file's latest response names (docs/thresholds.md#model-limits)."""
+    return latest_model(transcript(data))
+
+
+def latest_model(lines: bytes) -> str | None:
+    """``recorded_model`` of compactd's own lines (a file already read by its format)."""
     from compactd.core.tokens import recorded_model as latest
     from compactd.transcript.model import newest_first
 
-    return latest(newest_first(transcript(data), containing=b'"assistant"'))
+    return latest(newest_first(lines, containing=b'"assistant"'))
 
 
 def format_of(lines: Sequence[bytes]) -> tuple[AgentFormat, list[Record]] | None:

@@ -33,7 +33,8 @@ from compactd.core.ledger import build_ledger, check_summary
 from compactd.core.recall_words import parse_query, words
 from compactd.core.view import context_records
 from compactd.services.recall_index import RecallIndex
-from compactd.transcript.model import Record, parse_buffer
+from compactd.transcript.model import Record
+from compactd.transcript.reading import parse_buffer
 from tests.fidelity import cc_like_summary
 
 ROOT = Path(__file__).resolve().parents[1]

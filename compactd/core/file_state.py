@@ -43,6 +43,20 @@ class FileRead:
     tool_use_id: str | None = None
     stub: bool = False
     memory: bool = False
+    # What the hash is of, until ``digest`` is asked: the text written, or the line's
+    # ``toolUseResult`` that holds the content read. Hashed when the state is listed, not
+    # for every read of an import, where it was a third of the state's cost.
+    hash_of: str | msgspec.Raw | None = None
+
+    def digest(self) -> str | None:
+        """The hash of the content the agent last read or wrote, if known."""
+        pending = self.hash_of
+        if pending is not None:
+            self.hash_of = None
+            text = pending if isinstance(pending, str) else _file_content(pending)
+            if text is not None:
+                self.content_hash = content_hash(text.encode())
+        return self.content_hash
 
     def candidate(self) -> rh.FileCandidate:
         return rh.FileCandidate(
@@ -130,11 +144,12 @@ class FileState:
                 ts: float | None = None
                 for block in message.content:
                     if isinstance(block, ToolUseBlock) and block.name in file_tools:
-                        target = file_path(block.name, block.input)
+                        args = block.arguments()
+                        target = file_path(block.name, args)
                         if target is not None:
                             if ts is None:
                                 ts = _stamp(entry, now)
-                            self._tool_use(block, target, ts, cwd, out)
+                            self._tool_use(block, args, target, ts, cwd, out)
             elif kind == "attachment" and entry.attachment:
                 self._attachment(entry.attachment, _stamp(entry, now), cwd, out)
             elif kind == FILE_READ_ENTRY:
@@ -146,11 +161,16 @@ class FileState:
         return out
 
     def _tool_use(
-        self, block: ToolUseBlock, target: str, ts: float, cwd: str, out: StateChanges
+        self,
+        block: ToolUseBlock,
+        args: dict[str, Any],
+        target: str,
+        ts: float,
+        cwd: str,
+        out: StateChanges,
     ) -> None:
-        """A call of a file tool on ``target`` (``file_path`` of the call)."""
+        """A call of a file tool on ``target`` (``file_path`` of its arguments ``args``)."""
         name = block.name
-        args = block.input if isinstance(block.input, dict) else {}
         path = rh.normalize_path(target, cwd)
         fields: dict[str, Any] = {"source": name, "tool_use_id": block.id or None}
         tools = vocabulary()
@@ -161,7 +181,7 @@ class FileState:
         else:
             content = args.get("content")
             if name in tools.rewrites and isinstance(content, str):
-                fields["content_hash"] = content_hash(content.encode())
+                fields["hash_of"] = content
             out.written.append(path)
         self.touch(path, ts, **fields)
         if block.id:
@@ -183,9 +203,9 @@ class FileState:
         tools = vocabulary()
         if read.source in tools.reads and text.lstrip().startswith(tools.unchanged_stubs):
             read.stub = True
-        content = _file_content(result)
-        if content is not None:
-            read.content_hash = content_hash(content.encode())
+        if result and read.source in tools.reads:
+            # A read's line records the content shown (a write's call holds what it wrote).
+            read.hash_of = result  # hashed when asked (``FileRead.digest``)
 
     def _attachment(self, payload: dict[str, Any], ts: float, cwd: str, out: StateChanges) -> None:
         kind = payload.get("type")

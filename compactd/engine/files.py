@@ -422,7 +422,7 @@ class FileTracker:
                     timestamp=read.timestamp,
                     offset=read.offset,
                     limit=read.limit,
-                    content_hash=read.content_hash,
+                    content_hash=read.digest(),
                     source=read.source,
                     watched=real is not None and self.watcher.covers(real),
                 )

@@ -48,10 +48,11 @@ from compactd.transcript.model import (
     forget_file,
     line_uuid,
     locate_all,
-    read_buffer,
     read_line,
     record_from_dict,
 )
+from compactd.transcript.reading import read_buffer
+from compactd.transcript.summaries import hook_summaries, marked_summary
 
 # Times ``Store.lock`` creates a session's directory again when a failed creation removed it
 # while this process was locking it; more in a row would mean a loop of failing creations.
@@ -114,8 +115,23 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
+def _drop_cached(fd: int) -> None:
+    """Let the kernel drop its cached pages of a file just fsynced (they are clean), where it
+    takes the hint."""
+    advise = getattr(os, "posix_fadvise", None)  # not on macOS or Windows
+    if advise is not None:
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
+
+
+def atomic_write(path: Path, data: bytes, *, keep_cached: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
+
+    ``keep_cached=False`` for bytes the daemon holds in memory already: once they are on disk,
+    the kernel's cached copy of the file is let go (docs/durability.md#how-fast).
+    """
     forget_file(str(path))  # records read history through a descriptor of the old file
     # Unique per writer: two processes replacing the same file must not share a temporary
     # file, or one's rename finds it gone (docs/durability.md#ownership).
@@ -125,6 +141,8 @@ def atomic_write(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+            if not keep_cached:
+                _drop_cached(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -234,7 +252,8 @@ class Store:
         report = ParseReport()
         chunks: list[bytes] = []
         records = _history_of(data, str(path), report, written=chunks)
-        atomic_write(path, b"".join(chunks))
+        # The lines are in memory now: the copy on disk is for a crash and for a later load.
+        atomic_write(path, b"".join(chunks), keep_cached=False)
         return LoadedTranscript(records=records, report=report)
 
     def append(self, session_id: str, records: Sequence[Record]) -> None:
@@ -319,13 +338,18 @@ def _history_of(
     brings back what its context needs (entries a partial compaction kept, the view an undo
     restores).
     """
-    parsed = read_buffer(data, report, packed=written is not None)
+    parsed = read_buffer(data, report, packed=written is not None, shared=True)
     records = parsed.records
     offsets, lengths = parsed.starts, parsed.lengths
     if written is not None:
-        # Only a boundary's group size is ever read (``_incomplete_group_start``): a file whose
-        # boundaries carry none is copied as it is.
-        if any(GROUP_SIZE_FIELD.encode() in records[i].raw for i in parsed.boundaries):
+        # Two changes on the way (docs/durability.md#imported-transcripts): a boundary's group
+        # size is dropped (only it is ever read, ``_incomplete_group_start``), and the summary of
+        # a compaction a plugin's hook answered gets its mark. A file with neither is copied as
+        # it is.
+        summaries = hook_summaries(records)
+        if summaries or any(GROUP_SIZE_FIELD.encode() in records[i].raw for i in parsed.boundaries):
+            for i in summaries:
+                records[i] = marked_summary(records[i])
             records = [as_imported(r) for r in records]
             lengths = [len(r.raw) for r in records]
             # Back to back: each line starts one byte (a newline) after the previous one ends.

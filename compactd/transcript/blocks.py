@@ -42,10 +42,29 @@ class TextBlock(_BlockBase, tag="text"):
     citations: list[Any] | None = None
 
 
+# A call without arguments.
+_NO_ARGUMENTS: Final = msgspec.Raw(b"{}")
+_decode_value: Final = msgspec.json.Decoder().decode
+
+
 class ToolUseBlock(_BlockBase, tag="tool_use"):
     id: str = ""
     name: str = ""
-    input: Any = msgspec.field(default_factory=dict)
+    # The call's arguments as their JSON text (a slice of the line it was read from): decoded
+    # when read (``input``), which few calls are (those of file tools, commands), while a
+    # context holds every call's. Decoded at once, they were a fifth of a transcript's decoded
+    # memory and of its decoding time (docs/durability.md#how-fast).
+    input_json: msgspec.Raw = msgspec.field(default=_NO_ARGUMENTS, name="input")
+
+    @property
+    def input(self) -> Any:
+        """The call's arguments (decoded anew at each read: keep the value if it is read twice)."""
+        return _decode_value(self.input_json)
+
+    def arguments(self) -> dict[str, Any]:
+        """The call's arguments as an object (empty when they are anything else)."""
+        value = _decode_value(self.input_json)
+        return value if isinstance(value, dict) else {}
 
 
 class ImageBlock(_BlockBase, tag="image"):
@@ -124,7 +143,8 @@ class Message(msgspec.Struct, omit_defaults=True, kw_only=True, gc=False):
 
 
 def wrap_unknown_blocks(value: Any) -> Any:
-    """Rewrite blocks of unknown kinds (at any depth) into ``UnknownBlock`` form."""
+    """Rewrite blocks of unknown kinds (at any depth) into ``UnknownBlock`` form, and a tool
+    call's arguments into their JSON text (the form ``ToolUseBlock`` keeps them in)."""
     if isinstance(value, list):
         return [wrap_unknown_blocks(v) for v in value]
     if not isinstance(value, dict):
@@ -134,6 +154,9 @@ def wrap_unknown_blocks(value: Any) -> Any:
         return {"type": "__unknown__", "kind": kind, "data": value}
     if kind == "tool_result" and isinstance(value.get("content"), list):
         return {**value, "content": wrap_unknown_blocks(value["content"])}
+    if kind == "tool_use" and "input" in value:
+        # Kept as its JSON text (``ToolUseBlock.input_json``).
+        return {**value, "input": msgspec.Raw(_encode_value(value["input"]))}
     return value
 
 
@@ -141,9 +164,19 @@ def block_to_builtins(block: Block) -> dict[str, Any]:
     """A block as API JSON; unknown kinds come back exactly as they were received."""
     if isinstance(block, UnknownBlock):
         return dict(block.data)
-    value = msgspec.to_builtins(block)
+    value = msgspec.to_builtins(block, enc_hook=_raw_value)
     assert isinstance(value, dict)
     if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
         # Nested blocks of unknown kinds must come back as received, not in wrapped form.
         value["content"] = [block_to_builtins(b) for b in block.content]
     return value
+
+
+_encode_value: Final = msgspec.json.Encoder().encode
+
+
+def _raw_value(value: Any) -> Any:
+    """A JSON text kept undecoded (``msgspec.Raw``) as the value it holds."""
+    if isinstance(value, msgspec.Raw):
+        return _decode_value(value)
+    raise NotImplementedError(f"cannot convert {type(value).__name__}")

@@ -246,7 +246,7 @@ class History(Sequence[Record]):
         boundaries: Iterable[int],
     ) -> None:
         """``extend`` by a whole transcript's records at once, with what ``append`` would work
-        out of each given beside it (what ``model.read_buffer`` gathers): their lines are at
+        out of each given beside it (what ``reading.read_buffer`` gathers): their lines are at
         ``offsets`` in ``path``, ``lengths`` long, and hold ``uuids``; ``boundaries`` are the
         indices of the compact and microcompact boundaries among them. Each step runs over all
         of the records at once, in C where it can."""
@@ -340,6 +340,10 @@ class History(Sequence[Record]):
         self._live = live
         self._release(current)
         del current  # the released records die here, unless someone holds them
+        for record in live.values():
+            # Lines read from a whole file's bytes share them (``Record.of_buffer``): the kept
+            # ones take their own copy, so that those bytes go with the released lines.
+            record.detach()
         self._sweep()
         if len(self._live) < len(self._offsets):
             self._uuids.fold_all()  # their uuid strings need not stay

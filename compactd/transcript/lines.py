@@ -1,5 +1,6 @@
-"""Reading a transcript's lines back by their place in the file: scans over released history
-(recall, stats, undo) read each line through one cached descriptor per transcript."""
+"""Reading a transcript's lines back by their place: in the file, where scans over released
+history (recall, stats, undo) read each line through one cached descriptor per transcript, or
+in the whole file's bytes an import or a load read (``BufferLines``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import threading
 from typing import Final
 
-__all__ = ["forget_file", "read_line"]
+__all__ = ["BufferLines", "forget_file", "read_line"]
 
 # Open read-only descriptors of transcripts, so scans over released history (recall, stats,
 # undo) do not open the file once per line. ``os.pread`` keeps no file position, so one
@@ -42,3 +43,16 @@ def read_line(path: str, offset: int, length: int) -> bytes:
     if len(data) != length:
         raise OSError(f"transcript {path} is shorter than expected at offset {offset}")
     return data
+
+
+class BufferLines:
+    """The lines of a whole file's bytes held in memory once (``read_buffer(shared=True)``):
+    the records read from it slice their line out when asked instead of each keeping a copy."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __call__(self, offset: int, length: int) -> bytes:
+        return self.data[offset : offset + length]

@@ -35,7 +35,7 @@ from compactd.transcript.blocks import (
     block_to_builtins,
     wrap_unknown_blocks,
 )
-from compactd.transcript.lines import forget_file, read_line
+from compactd.transcript.lines import BufferLines, forget_file, read_line
 from compactd.transcript.metadata import (
     BOUNDARY_SUBTYPES,
     COMPACT_BOUNDARY,
@@ -53,6 +53,7 @@ from compactd.transcript.metadata import (
 __all__ = [
     "BOUNDARY_SUBTYPES",
     "Block",
+    "BufferLines",
     "COMPACT_BOUNDARY",
     "CompactMetadata",
     "DocumentBlock",
@@ -67,7 +68,6 @@ __all__ = [
     "MicrocompactMetadata",
     "ParseReport",
     "PreservedSegment",
-    "ReadBuffer",
     "Record",
     "RedactedThinkingBlock",
     "TextBlock",
@@ -84,9 +84,7 @@ __all__ = [
     "line_uuid",
     "locate_all",
     "newest_first",
-    "parse_buffer",
     "parse_lines",
-    "read_buffer",
     "read_line",
     "record_from_dict",
     "record_from_line",
@@ -220,10 +218,31 @@ class Record:
 
         ``reader`` reads the line back; without one, the file at ``path`` is read.
         """
+        return cls._bare(None, _UNREAD, kind, subtype, path, offset, length, reader)
+
+    @classmethod
+    def of_buffer(cls, entry: Entry, lines: BufferLines, offset: int, length: int) -> Record:
+        """A live record whose line is the ``length`` bytes at ``offset`` of ``lines``."""
+        return cls._bare(entry, entry.uuid, entry.type, entry.subtype, None, offset, length, lines)
+
+    @classmethod
+    def _bare(
+        cls,
+        entry: Entry | None,
+        uuid: str | None | _Unread,
+        kind: str,
+        subtype: str | None,
+        path: str | None,
+        offset: int,
+        length: int,
+        reader: LineReader | None,
+    ) -> Record:
+        """A record without bytes of its own: they are read at ``offset`` through ``reader``
+        (or from ``path``)."""
         record = cls.__new__(cls)
-        record._entry = None
+        record._entry = entry
         record._raw = None
-        record._uuid = _UNREAD
+        record._uuid = uuid
         record.kind = kind
         record.subtype = subtype
         record._path = path
@@ -234,6 +253,25 @@ class Record:
         record.raw_tokens = -1
         record.line = -1
         return record
+
+    def detach(self) -> None:
+        """Keep a copy of the line of its own, so that the buffer it was read from (``of_buffer``)
+        can go; any other record is left as it is."""
+        entry = self._entry
+        if self._raw is None and entry is not None and isinstance(self._reader, BufferLines):
+            self._raw = self._reader(self._offset, self._length)
+            self._reader = None
+            # Only the parts kept as JSON text point into the buffer (strings are decoded
+            # copies): the line's ``toolUseResult`` and ``rendered``, and its calls' arguments.
+            if entry.tool_use_result:
+                entry.tool_use_result = entry.tool_use_result.copy()
+            if entry.rendered:
+                entry.rendered = entry.rendered.copy()
+            content = entry.message.content if entry.message is not None else None
+            if isinstance(content, list):
+                for block in content:
+                    if isinstance(block, ToolUseBlock):
+                        block.input_json = block.input_json.copy()
 
     @property
     def uuid(self) -> str | None:
@@ -255,6 +293,9 @@ class Record:
         reader = self._reader
         if reader is not None:
             return reader(self._offset, self._length)
+        raw = self._raw  # ``detach`` may have run since the first look
+        if raw is not None:
+            return raw
         assert self._path is not None
         return read_line(self._path, self._offset, self._length)
 
@@ -278,6 +319,8 @@ class Record:
 
     def locate(self, path: str, offset: int) -> None:
         """Remember where this record's line starts in ``path`` (what ``release`` needs)."""
+        if offset != self._offset:
+            self.detach()  # a line read from a buffer is found there by its offset
         self._path = path
         self._offset = offset
 
@@ -372,7 +415,7 @@ class _UuidOnly(msgspec.Struct):
 
 
 _uuid_decoder = msgspec.json.Decoder(_UuidOnly)
-_entry_decoder = msgspec.json.Decoder(Entry)
+ENTRY_DECODER: Final = msgspec.json.Decoder(Entry)  # one line into its typed view
 _generic_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -399,7 +442,7 @@ def _entry_from_builtins(obj: dict[str, Any]) -> tuple[Entry, bool]:
 def record_from_line(line: bytes) -> tuple[Record, bool]:
     """Parse one JSONL line. Raises ``ValueError`` when it is not a JSON object."""
     try:
-        return Record(_entry_decoder.decode(line), line), False
+        return Record(ENTRY_DECODER.decode(line), line), False
     except msgspec.ValidationError:
         pass
     except msgspec.DecodeError as exc:
@@ -423,6 +466,8 @@ def line_uuid(line: bytes) -> str | None:
 def locate_all(records: Iterable[Record], path: str, offsets: Iterable[int]) -> None:
     """``Record.locate`` each record in ``path``, at its offset (one each)."""
     for record, offset in zip(records, offsets, strict=True):
+        if record._offset != offset:
+            record.detach()  # as in ``locate``
         record._path = path
         record._offset = offset
 
@@ -451,7 +496,7 @@ def parse_lines(lines: Iterable[bytes], report: ParseReport | None = None) -> It
     """Yield records from JSONL lines; blank lines are ignored, corrupt ones skipped and counted."""
     rep = report if report is not None else ParseReport()
     for line in lines:
-        record = _parse_one(line.strip(), rep)
+        record = parse_one(line.strip(), rep)
         if record is not None:
             yield record
 
@@ -476,97 +521,7 @@ def newest_first(data: bytes, containing: bytes = b"") -> Iterator[Entry]:
         yield record.entry
 
 
-def parse_buffer(data: bytes, report: ParseReport | None = None) -> Iterator[tuple[int, Record]]:
-    """Like ``parse_lines`` over a whole file's bytes, also yielding where each line starts."""
-    parsed = read_buffer(data, report)
-    return zip(parsed.starts, parsed.records, strict=True)
-
-
-@dataclass(slots=True)
-class ReadBuffer:
-    """A whole file's bytes read as records (``read_buffer``), with what a ``History`` of them
-    needs beside each, gathered while each line was at hand."""
-
-    records: list[Record]
-    # Where each record's line starts: in the bytes read (past any leading blanks), or, read
-    # ``packed``, in the lines written back to back, each with its newline.
-    starts: list[int]
-    # The length of each record's line, and its uuid.
-    lengths: list[int]
-    uuids: list[str | None]
-    # Which records are compact or microcompact boundaries (indices into ``records``).
-    boundaries: list[int]
-    # The records' lines written back to back, each with its newline, are the bytes read
-    # exactly: no line was blank, skipped or stripped, and the last one ended with a newline.
-    verbatim: bool
-
-
-def read_buffer(
-    data: bytes, report: ParseReport | None = None, *, packed: bool = False
-) -> ReadBuffer:
-    """Every line of a whole file's bytes as a record, in one pass (what an import and a load
-    read). Blank lines are ignored, corrupt ones skipped and counted, as by ``parse_lines``.
-
-    One loop with the common case inline: a line that decodes into an ``Entry`` at once (almost
-    all of them) costs the decoding, one ``Record`` and a few appends; any other line takes
-    ``_parse_one``'s way. The lines are cut with ``find`` rather than ``split``, so the file's
-    bytes are never held twice as a list of all its lines.
-    """
-    rep = report if report is not None else ParseReport()
-    out = ReadBuffer([], [], [], [], [], not data or data.endswith(b"\n"))
-    keep, start, length, name = (
-        out.records.append,
-        out.starts.append,
-        out.lengths.append,
-        out.uuids.append,
-    )
-    decode = _entry_decoder.decode
-    find = data.find
-    written = 0  # where the next line starts, written back to back
-    pos = 0
-    size = len(data)
-    while pos < size:
-        end = find(b"\n", pos)
-        if end < 0:
-            end = size
-        line = data[pos:end]
-        at = pos
-        pos = end + 1
-        stripped = line.strip()
-        if stripped is not line or not line:  # ``strip`` gives the same object when it can
-            out.verbatim = False
-            if not stripped:
-                continue
-            at += len(line) - len(line.lstrip())
-        try:
-            entry = decode(stripped)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            record = _parse_one(stripped, rep)
-            if record is None:
-                out.verbatim = False
-                continue
-            entry = record.entry
-        else:
-            rep.lines += 1
-            record = Record(entry, stripped)
-            if entry.type:
-                rep.entries += 1
-            else:
-                _note_untyped(stripped, rep)
-        if entry.subtype is not None and is_boundary_line(entry.type, entry.subtype):
-            out.boundaries.append(len(out.records))
-        keep(record)
-        name(entry.uuid)
-        length(len(stripped))
-        if packed:
-            start(written)
-            written += len(stripped) + 1
-        else:
-            start(at)
-    return out
-
-
-def _parse_one(stripped: bytes, rep: ParseReport) -> Record | None:
+def parse_one(stripped: bytes, rep: ParseReport) -> Record | None:
     if not stripped:
         return None
     rep.lines += 1
@@ -582,11 +537,11 @@ def _parse_one(stripped: bytes, rep: ParseReport) -> Record | None:
     if record.entry.type:
         rep.entries += 1
     else:
-        _note_untyped(stripped, rep)
+        note_untyped(stripped, rep)
     return record
 
 
-def _note_untyped(line: bytes, rep: ParseReport) -> None:
+def note_untyped(line: bytes, rep: ParseReport) -> None:
     """Keep the keys of the first object without a ``type``, to say what the file holds."""
     if rep.untyped_keys is None:
         obj = _generic_decoder.decode(line)

@@ -23,7 +23,7 @@ from compactd.services.safe_io import Deadline
 from compactd.transcript.model import parse_lines
 from tests.conftest import FIXTURES, SpawnDaemon
 from tests.e2e.test_follow import Transcript, assert_same_as_import, project_dir, until_entries
-from tests.helpers import CWD, run_cli
+from tests.helpers import CWD, run_cli, stored_transcript
 
 HOOKED = FIXTURES / "claude-code-2.1.332__plugin_compact.jsonl"
 OPENING = "This session continues an earlier conversation"
@@ -62,9 +62,22 @@ def test_the_hooks_see_the_compaction_and_its_span() -> None:
     assert "Carry on" not in replaced
 
 
-async def test_import_and_status_start_after_the_compaction(spawn_daemon: SpawnDaemon) -> None:
+async def test_import_and_status_start_after_the_compaction(
+    spawn_daemon: SpawnDaemon, tmp_path: Path
+) -> None:
     async with spawn_daemon() as client:
         opened = await client.open_session(cwd=CWD, transcript_path=str(HOOKED))
+        # The copy carries the summary's mark; every other line is the file's, byte for byte.
+        copy = stored_transcript(tmp_path / "data", opened.session_id).read_bytes().splitlines()
+        source = _lines()
+        summary = _boundary_at(source) + 1
+        assert json.loads(copy[summary]) == {
+            **json.loads(source[summary]),
+            "isCompactSummary": True,
+        }
+        assert [line for i, line in enumerate(copy) if i != summary] == [
+            line.rstrip(b"\n") for i, line in enumerate(source) if i != summary
+        ]
         messages = await client.messages(opened.session_id)
         first = messages.messages[0]["content"]
         text = first if isinstance(first, str) else json.dumps(first)

@@ -8,6 +8,7 @@ on for later. Each is checked here against the one-line-at-a-time way it replace
 from __future__ import annotations
 
 import gc
+import sys
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,11 @@ from compactd.transcript.history import History
 from compactd.transcript.model import (
     ParseReport,
     Record,
+    locate_all,
     parse_lines,
-    read_buffer,
     record_from_dict,
 )
+from compactd.transcript.reading import read_buffer
 
 # -- entries of every kind the counter tells apart ------------------------------------------------
 
@@ -213,6 +215,47 @@ def test_read_buffer_reads_what_parse_lines_reads() -> None:
     assert read_buffer(b"".join(r.raw + b"\n" for r in good)).verbatim
     packed = read_buffer(data, packed=True)
     assert packed.starts == list(accumulate((n + 1 for n in packed.lengths[:-1]), initial=0))
+    # Read in place, the same records come out, and where each line starts is where it lies.
+    shared = read_buffer(data, shared=True)
+    assert [r.raw for r in shared.records] == [r.raw for r in plain]
+    assert [r.entry for r in shared.records] == [r.entry for r in plain]
+    assert shared.starts == read.starts and shared.lengths == read.lengths
+
+
+def test_records_read_in_place_leave_the_buffer_when_moved_or_kept_alone() -> None:
+    result = {"file": {"content": "x = 2\n"}, "type": "text"}
+    call = {"type": "tool_use", "id": "t", "name": "Read", "input": {"file_path": "/x.py"}}
+    lines = [
+        msgspec.json.encode(
+            {
+                "type": "user",
+                "uuid": f"u{i}",
+                "toolUseResult": result,
+                "message": {"role": "user", "content": [{"type": "text", "text": f"m{i}"}, call]},
+            }
+        )
+        for i in range(4)
+    ]
+    data = b"\n".join(lines) + b"\n"
+    held = sys.getrefcount(data)
+    read = read_buffer(data, shared=True)
+    assert sys.getrefcount(data) > held  # the records read their lines from it
+    # Located where they were read, they go on reading it; located elsewhere (lines written
+    # back to back after a line was dropped), each takes its own line along.
+    locate_all(read.records[:1], "/t", read.starts[:1])
+    moved = [s - 5 for s in read.starts[1:]]
+    locate_all(read.records[1:], "/t", moved)
+    assert [r.raw for r in read.records] == lines
+    assert [r.location() for r in read.records[1:]] == [
+        ("/t", s, len(x)) for s, x in zip(moved, lines[1:], strict=True)
+    ]
+    for record in read.records:
+        record.detach()
+    assert [r.raw for r in read.records] == lines
+    assert [msgspec.json.decode(r.entry.tool_use_result) for r in read.records] == [result] * 4
+    assert [r.entry.blocks[1].input for r in read.records] == [call["input"]] * 4
+    del read
+    assert sys.getrefcount(data) == held  # nothing points into it now: it can go
 
 
 def test_tool_use_results_stay_json_until_read() -> None:
@@ -306,9 +349,9 @@ def test_the_file_state_takes_what_the_tool_calls_and_their_records_say() -> Non
     ]
     state = build_file_state(_records(objs), "/p")  # type: ignore[arg-type]
     assert sorted(state.files) == ["/p/a.py", "/p/c.py", "/p/d.py"]
-    assert state.files["/p/a.py"].content_hash == content_hash(b"a = 1\n")
-    assert state.files["/p/c.py"].content_hash is None
-    assert state.files["/p/d.py"].content_hash is None
+    assert state.files["/p/a.py"].digest() == content_hash(b"a = 1\n")
+    assert state.files["/p/c.py"].digest() is None
+    assert state.files["/p/d.py"].digest() is None
     assert state.files["/p/a.py"].timestamp == 1767225600.0  # its entry's own time
 
 

@@ -118,7 +118,8 @@ def test_block_estimates() -> None:
     assert estimate_block_raw(TextBlock(text="abcdefghi")) == 2  # 2.25 rounds down
     assert estimate_block_raw(ImageBlock()) == c.IMAGE_TOKEN_ESTIMATE
     # name + compact JSON of the input: "Read" + '{"file_path":"/a"}' = 4 + 18 characters
-    assert estimate_block_raw(ToolUseBlock(id="t", name="Read", input={"file_path": "/a"})) == 6
+    block = ToolUseBlock(id="t", name="Read", input_json=msgspec.Raw(b'{"file_path":"/a"}'))
+    assert estimate_block_raw(block) == 6
     assert estimate_block_raw(ThinkingBlock(thinking="x" * 40)) == 10
     assert estimate_block_raw(RedactedThinkingBlock(data="y" * 8)) == 2
     unknown = UnknownBlock(kind="server_tool_use", data={"type": "server_tool_use", "id": "s"})
@@ -276,7 +277,10 @@ def _entries(draw: st.DrawFn) -> Entry:
                 st.one_of(
                     st.builds(TextBlock, text=_TEXT),
                     st.builds(
-                        ToolUseBlock, id=st.just("t"), name=st.just("Bash"), input=st.just({})
+                        ToolUseBlock,
+                        id=st.just("t"),
+                        name=st.just("Bash"),
+                        input_json=st.just(msgspec.Raw(b"{}")),
                     ),
                 ),
                 max_size=3,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -24,12 +24,17 @@ import msgspec
 from compactd.transcript.entries import COMPACTION_CONTENT, new_uuid
 from compactd.transcript.model import (
     COMPACT_BOUNDARY,
-    Entry,
     ParseReport,
     Record,
-    parse_buffer,
     parse_lines,
     transcript_timestamp,
+)
+from compactd.transcript.reading import parse_buffer
+from compactd.transcript.summaries import (
+    HOOK_ROW_SOURCE,
+    is_hook_summary,
+    mark_hook_summaries,
+    marked_summary,
 )
 
 __all__ = [
@@ -231,42 +236,6 @@ def resume_command(session_id: str, cwd: str | None, *, here: str | None = None)
 
 # -- compactions a plugin hook answered -----------------------------------------------------------
 
-#: The ``rowSource`` of the lines Claude Code writes for what a plugin's hook returned
-#: (Observed (2.1.332), docs/claude-code.md#what-the-transcript-keeps).
-HOOK_ROW_SOURCE: Final = "hook"
-
-
-def is_hook_summary(entry: Entry, boundaries: Container[str]) -> bool:
-    """Whether ``entry`` is the summary of a compaction a plugin's ``session.compact`` hook
-    answered: Claude Code files the hook's first message as a user line with ``rowSource:
-    "hook"``, parented on the compaction's boundary (one of ``boundaries``), and without
-    ``isCompactSummary`` (Observed (2.1.332), docs/claude-code.md#what-the-transcript-keeps).
-    The hook's later messages are parented on the line before them: they are the kept tail."""
-    return (
-        entry.type == "user"
-        and entry.row_source == HOOK_ROW_SOURCE
-        and entry.is_compact_summary is not True
-        and entry.parent_uuid is not None
-        and entry.parent_uuid in boundaries
-    )
-
-
-def mark_hook_summaries(records: Iterable[Record], boundaries: Iterable[str] = ()) -> set[str]:
-    """Mark the summaries of hook-answered compactions among ``records`` (live records, in
-    file order) as compaction summaries, in memory (``isCompactSummary``), so that every reader
-    takes them as it takes Claude Code's own. ``boundaries``: the uuids of boundaries that
-    came before ``records``. Returns those and the boundaries among ``records``."""
-    seen = set(boundaries)
-    for record in records:
-        entry = record.entry
-        if entry.is_compact_boundary:
-            if entry.uuid:
-                seen.add(entry.uuid)
-        elif is_hook_summary(entry, seen):
-            entry.is_compact_summary = True
-    return seen
-
-
 # A hook's row in a raw line, found without decoding the line (the quotes are JSON's own).
 _HOOK_ROW: Final = re.compile(rb'"rowSource"\s*:\s*"hook"')
 
@@ -295,8 +264,7 @@ def mark_hook_summary_lines(data: bytes, before: Iterable[str] = ()) -> bytes:
         if entry.is_compact_boundary and entry.uuid:
             boundaries.add(entry.uuid)
         elif is_hook_summary(entry, boundaries):
-            marked = {**record.to_builtins(), "isCompactSummary": True}
-            lines[i] = _ENCODER.encode(marked)
+            lines[i] = marked_summary(record).raw
     return b"\n".join(lines)
 
 

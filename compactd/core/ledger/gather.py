@@ -273,7 +273,7 @@ class _Walk:
         tools = vocabulary()
         self.uses[block.id] = block
         self.ledger.tool_counts[block.name] += 1
-        args = block.input if isinstance(block.input, dict) else {}
+        args = block.arguments()
         path = named_path(args)
         if path is not None:
             touch = self._touch(path)
@@ -326,7 +326,7 @@ class _Walk:
         tools = vocabulary()
         text = "" if block.tool_use_id in self.cleared else result_text(block)
         ok = block.is_error is not True
-        args = use.input if isinstance(use.input, dict) else {}
+        args = use.arguments()
         if use.name in tools.runs:
             command = args.get("command")
             run = self.commands.get(flatten(command)) if isinstance(command, str) else None

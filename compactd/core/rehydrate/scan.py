@@ -104,7 +104,7 @@ def scan_context(
     for record in records:
         entry = record.entry
         for use in _tool_uses(entry):
-            args = use.input if isinstance(use.input, dict) else {}
+            args = use.arguments()
             if use.name in tools.todos and isinstance(args.get("todos"), list):
                 facts.todos = list(args["todos"])
             elif use.name in tools.skills:

@@ -52,6 +52,13 @@ def _json_length(value: Any) -> int:
     return len(encoded) if encoded.isascii() else len(encoded.decode("utf-8"))
 
 
+def _text_length(text: msgspec.Raw) -> int:
+    """Length in characters of JSON text kept as it was read (compact, as Claude Code writes
+    it and as the API receives it)."""
+    data = bytes(text)
+    return len(data) if data.isascii() else len(data.decode("utf-8"))
+
+
 def estimate_block_raw(block: Block) -> int:
     """Unpadded token estimate of one content block."""
     if isinstance(block, TextBlock):
@@ -59,7 +66,7 @@ def estimate_block_raw(block: Block) -> int:
     if isinstance(block, ImageBlock | DocumentBlock):
         return c.IMAGE_TOKEN_ESTIMATE
     if isinstance(block, ToolUseBlock):
-        return chars_to_tokens(len(block.name) + _json_length(block.input))
+        return chars_to_tokens(len(block.name) + _text_length(block.input_json))
     if isinstance(block, ToolResultBlock):
         content = block.content
         if content is None:

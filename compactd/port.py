@@ -58,7 +58,6 @@ __all__ = [
     "names_a_session",
     "read_lines",
     "recorded_limits",
-    "recorded_model",
     "records",
     "session_named",
     "session_suffixes",
@@ -394,13 +393,9 @@ def recorded_limits(data: bytes, fmt: AgentFormat | None = None) -> RecordedLimi
     return RecordedLimits(*found) if found is not None else None
 
 
-def recorded_model(data: bytes) -> str | None:
-    """The model a session file's latest response names (docs/thresholds.md#model-limits)."""
-    return latest_model(transcript(data))
-
-
 def latest_model(lines: bytes) -> str | None:
-    """``recorded_model`` of compactd's own lines (a file already read by its format)."""
+    """The model the latest response among compactd's own lines names (a file read by its
+    format first, ``transcript``; docs/thresholds.md#model-limits)."""
     from compactd.core.tokens import recorded_model as latest
     from compactd.transcript.model import newest_first
 

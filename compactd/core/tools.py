@@ -12,9 +12,16 @@ from typing import Any
 
 from compactd.core.normalize import DOCUMENT_MARKER, IMAGE_MARKER
 from compactd.core.vocabulary import vocabulary
-from compactd.transcript.model import Block, DocumentBlock, ImageBlock, TextBlock, ToolResultBlock
+from compactd.transcript.model import (
+    Block,
+    DocumentBlock,
+    ImageBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
-__all__ = ["file_path", "named_path", "result_text"]
+__all__ = ["call_file", "file_path", "named_path", "result_text"]
 
 
 def _first(args: Any, keys: Iterable[str]) -> str | None:
@@ -33,6 +40,15 @@ def file_path(name: str, args: Any) -> str | None:
     if name not in tools.reads and name not in tools.writes:
         return None
     return _first(args, tools.file_args)
+
+
+def call_file(call: ToolUseBlock) -> str | None:
+    """``file_path`` of a call; its arguments, kept as JSON text, are decoded only for a file
+    tool's."""
+    tools = vocabulary()
+    if call.name not in tools.reads and call.name not in tools.writes:
+        return None
+    return _first(call.input, tools.file_args)
 
 
 def named_path(args: Any) -> str | None:

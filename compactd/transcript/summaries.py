@@ -58,20 +58,12 @@ def hook_summaries(records: Sequence[Record], boundaries: Iterable[str] = ()) ->
     return found
 
 
-def mark_hook_summaries(records: Iterable[Record], boundaries: Iterable[str] = ()) -> set[str]:
-    """Mark the summaries of hook-answered compactions among ``records`` (live records, in
-    file order) as compaction summaries, in memory (``isCompactSummary``), so that every reader
-    takes them as it takes Claude Code's own. ``boundaries``: the uuids of boundaries that
-    came before ``records``. Returns those and the boundaries among ``records``."""
-    seen = set(boundaries)
-    for record in records:
-        entry = record.entry
-        if entry.is_compact_boundary:
-            if entry.uuid:
-                seen.add(entry.uuid)
-        elif is_hook_summary(entry, seen):
-            entry.is_compact_summary = True
-    return seen
+def mark_hook_summaries(records: Sequence[Record], boundaries: Iterable[str] = ()) -> None:
+    """Mark the summaries of hook-answered compactions among ``records`` (``hook_summaries``)
+    as compaction summaries, in memory (``isCompactSummary``), so that every reader takes them
+    as it takes Claude Code's own."""
+    for i in hook_summaries(records, boundaries):
+        records[i].entry.is_compact_summary = True
 
 
 def marked_summary(record: Record) -> Record:

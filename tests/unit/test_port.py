@@ -226,7 +226,7 @@ def with_chat(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_second_agent_s_file_is_read_by_its_own_reader(with_chat: None) -> None:
     assert port.detect(CHAT).name == "Chat"
     assert [r.entry.type for r in port.records(CHAT)] == ["user", "assistant"]
-    assert port.recorded_model(CHAT) == DEFAULT_MODEL
+    assert port.latest_model(port.transcript(CHAT)) == DEFAULT_MODEL
     lines = port.transcript(CHAT).splitlines()
     assert [msgspec.json.decode(line)["type"] for line in lines] == ["user", "assistant"]
 

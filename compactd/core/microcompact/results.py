@@ -13,7 +13,7 @@ from typing import Final
 from compactd.core.microcompact.config import DEFAULT_CONFIG, MicroConfig
 from compactd.core.normalize import CLEARED_TOOL_RESULT_PLACEHOLDER
 from compactd.core.tokens import estimate_block_raw
-from compactd.core.tools import file_path
+from compactd.core.tools import call_file
 from compactd.core.vocabulary import vocabulary
 from compactd.transcript.model import Entry, ToolResultBlock, ToolUseBlock
 
@@ -77,7 +77,7 @@ def clearable_results(
                 if call is None or tid in seen or tid in cleared:
                     continue
                 seen.add(tid)
-                path = file_path(call.name, call.input)
+                path = call_file(call)
                 out.append(
                     ToolResult(
                         tool_use_id=tid,

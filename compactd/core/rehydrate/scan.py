@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compactd.core.rehydrate.paths import is_under, normalize_path
-from compactd.core.tools import file_path
+from compactd.core.tools import call_file, file_path
 from compactd.core.vocabulary import vocabulary
 from compactd.transcript.model import Entry, Record, TextBlock, ToolResultBlock, ToolUseBlock
 
@@ -193,7 +193,7 @@ def read_paths(records: Iterable[Record], cwd: str) -> set[str]:
         entry = record.entry
         for use in _tool_uses(entry):
             if use.name in tools.reads:
-                target = file_path(use.name, use.input)
+                target = call_file(use)
                 if target:
                     out.add(normalize_path(target, cwd))
         payload = entry.attachment if entry.type == "attachment" else None

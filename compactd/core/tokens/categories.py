@@ -19,7 +19,7 @@ from compactd.core.tokens.estimate import (
     estimate_entry_raw,
     pad,
 )
-from compactd.core.tools import file_path
+from compactd.core.tools import call_file
 from compactd.core.vocabulary import vocabulary
 from compactd.protocol import (
     BreakdownCategory,
@@ -174,7 +174,7 @@ def breakdown(entries: Sequence[Entry], count: TokenCount | None = None) -> Brea
             if isinstance(block, ToolUseBlock):
                 requests.add(block.name or _UNKNOWN, raw)
                 top.add(CATEGORY_TOOL_REQUESTS, raw)
-                path = file_path(block.name, block.input)
+                path = call_file(block) if block.name in reading else None
                 if block.name in reading and path is not None and block.id:
                     reads.setdefault(path, []).append(block.id)
             elif isinstance(block, ToolResultBlock):
